@@ -1,0 +1,24 @@
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import globals from 'globals';
+
+export default tseslint.config(
+  { ignores: ['node_modules/', '.algohost/', 'bench/.work/', 'dist/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: { globals: { ...globals.node } },
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+      'no-restricted-properties': ['error', {
+        object: 'process', property: 'env',
+        message: 'Only src/config.ts reads the environment; hand settings in.',
+      }],
+    },
+  },
+  {
+    files: ['src/config.ts', 'test/**', 'bench/**', 'bin/**'],
+    rules: { 'no-restricted-properties': 'off' },
+  },
+);

@@ -1,0 +1,70 @@
+import crypto from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { Principal } from './auth/principal.ts';
+import type { Services } from './services.ts';
+import { AppError } from './errors.ts';
+import { sendError } from './http/errorHandler.ts';
+import { dataRoutes } from './http/dataRoutes.ts';
+import { keyRoutes } from './http/keyRoutes.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+export interface AppOptions {
+  logger?: FastifyServerOptions['logger'] | FastifyServerOptions['loggerInstance'];
+}
+
+/** Never contain a key in a log line, whatever a future serializer might add. */
+export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization', 'api_key', '*.api_key'];
+
+/**
+ * Builds the HTTP app without listening: `main` listens on the configured port, tests on
+ * port 0. Routes are thin; all decisions live in the services.
+ */
+export function buildApp(services: Services, options: AppOptions = {}): FastifyInstance {
+  const loggerOpt = options.logger ?? false;
+  const isInstance = typeof loggerOpt === 'object' && loggerOpt !== null && 'child' in loggerOpt;
+  const app = Fastify({
+    ...(isInstance ? { loggerInstance: loggerOpt as FastifyServerOptions['loggerInstance'] } : { logger: loggerOpt as FastifyServerOptions['logger'] }),
+    genReqId: () => `req-${crypto.randomBytes(8).toString('hex')}`,
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
+    bodyLimit: 1024 * 1024,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  });
+
+  app.setErrorHandler((err, req, reply) => sendError(err, req, reply));
+  app.setNotFoundHandler((req, reply) =>
+    sendError(new AppError('route_not_found', `no route ${req.method} ${(req.raw.url ?? '').split('?')[0]!.slice(0, 200)}`), req, reply),
+  );
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('x-content-type-options', 'nosniff');
+    // File bodies are users' content: never let a browser run them in our origin.
+    if (reply.getHeader('x-data-type') === 'file') reply.header('content-security-policy', "default-src 'none'; sandbox");
+  });
+
+  app.get('/health', async () => ({ status: 'ok' }));
+
+  // Routes retired by the contract (spec 9.1): say where the same operation lives now.
+  const deprecated = (prefix: string, to: string) =>
+    app.all(`${prefix}/*`, async (req, reply) => {
+      const rest = (req.raw.url ?? '').slice(prefix.length);
+      return sendError(new AppError('deprecated_route', `this unversioned route was retired; use ${to}${rest.split('?')[0]}`), req, reply);
+    });
+  deprecated('/api', '/v1');
+  deprecated('/data', '/v1/data');
+
+  // Everything below needs an API key. Authentication runs before any body is read.
+  app.register(async (authed) => {
+    authed.decorateRequest('principal', undefined);
+    authed.addHook('onRequest', async (req) => {
+      req.principal = await services.keys.authenticate(req.headers.authorization);
+    });
+    await authed.register(keyRoutes, { keys: services.keys, users: services.users });
+    await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
+  });
+  return app;
+}

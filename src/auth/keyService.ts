@@ -1,0 +1,166 @@
+import { isUniqueViolation, type Db } from '../store/db.ts';
+import { AppError } from '../errors.ts';
+import type { Principal } from './principal.ts';
+import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
+import { API_KEY_PATTERN, generateApiKey, hashApiKey, keyFromAuthorization, newKeyId } from './apiKeys.ts';
+
+/** A key as shown to its owner: never the secret, except once in the creation answer. */
+export interface KeyRecord {
+  id: string;
+  name: string;
+  /** First characters of the key, to tell keys apart. */
+  prefix: string;
+  created_at: string;
+  permissions: KeyPermissions;
+}
+
+const KEY_NAME = /^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$/;
+
+function validateKeyName(name: unknown): string {
+  if (typeof name !== 'string' || !KEY_NAME.test(name)) {
+    throw new AppError(
+      'invalid_key_name',
+      'key name must be 1-64 characters: letters, digits, space, dot, underscore or dash, starting with a letter or digit',
+    );
+  }
+  return name;
+}
+
+interface KeyRow {
+  id: string;
+  name: string;
+  prefix: string;
+  created_at: number;
+  permissions: string;
+}
+
+function toRecord(row: KeyRow): KeyRecord {
+  return {
+    id: row.id,
+    name: row.name,
+    prefix: row.prefix,
+    created_at: new Date(row.created_at).toISOString(),
+    permissions: JSON.parse(row.permissions) as KeyPermissions,
+  };
+}
+
+export class KeyService {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Establishes the principal of a request from its Authorization header. Every call reads
+   * the store (one indexed lookup), so revoking a key, even from the admin CLI in another
+   * process, takes effect on the very next request.
+   */
+  async authenticate(authorization: string | undefined): Promise<Principal> {
+    const key = keyFromAuthorization(authorization);
+    if (key === undefined) throw new AppError('auth_required', 'authorization required');
+    if (!API_KEY_PATTERN.test(key)) {
+      throw new AppError('invalid_api_key', 'API key not recognised: keys are 28 characters starting with "sim"');
+    }
+    const row = await this.db
+      .selectFrom('api_keys')
+      .innerJoin('users', 'users.id', 'api_keys.user_id')
+      .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username'])
+      .where('api_keys.key_hash', '=', hashApiKey(key))
+      .executeTakeFirst();
+    if (!row) throw new AppError('invalid_api_key', 'API key not recognised');
+    if (row.revoked_at !== null) throw new AppError('api_key_revoked', 'this API key was revoked; use another key');
+    return {
+      userId: row.userId,
+      username: row.username,
+      keyId: row.keyId,
+      permissions: JSON.parse(row.permissions) as KeyPermissions,
+    };
+  }
+
+  /**
+   * Creates a key. `actor` is the key that asks (absent for the admin CLI, which acts with
+   * the operator's authority); it can only hand out permissions it has itself.
+   */
+  async create(userId: number, input: { name?: unknown; permissions?: unknown }, actor?: KeyPermissions): Promise<{ record: KeyRecord; apiKey: string }> {
+    const name = validateKeyName(input.name);
+    const permissions = parsePermissions(input.permissions, actor ?? FULL_PERMISSIONS);
+    if (actor) this.checkSubset(permissions, actor);
+    const apiKey = generateApiKey();
+    const row = {
+      id: newKeyId(),
+      user_id: userId,
+      name,
+      key_hash: hashApiKey(apiKey),
+      prefix: apiKey.slice(0, 8),
+      permissions: JSON.stringify(permissions),
+      created_at: Date.now(),
+      revoked_at: null,
+    };
+    try {
+      await this.db.insertInto('api_keys').values(row).execute();
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new AppError('already_exists', `a key named "${name}" already exists`);
+      throw err;
+    }
+    return { record: toRecord(row), apiKey };
+  }
+
+  async list(userId: number): Promise<KeyRecord[]> {
+    const rows = await this.db
+      .selectFrom('api_keys')
+      .select(['id', 'name', 'prefix', 'created_at', 'permissions'])
+      .where('user_id', '=', userId)
+      .where('revoked_at', 'is', null)
+      .orderBy('created_at')
+      .orderBy('id')
+      .execute();
+    return rows.map(toRecord);
+  }
+
+  async get(userId: number, keyId: string): Promise<KeyRecord> {
+    const row = await this.db
+      .selectFrom('api_keys')
+      .select(['id', 'name', 'prefix', 'created_at', 'permissions'])
+      .where('user_id', '=', userId)
+      .where('id', '=', keyId)
+      .where('revoked_at', 'is', null)
+      .executeTakeFirst();
+    if (!row) throw new AppError('key_not_found', `no key with id "${keyId.slice(0, 40)}"`);
+    return toRecord(row);
+  }
+
+  async update(userId: number, keyId: string, input: { name?: unknown; permissions?: unknown }, actor?: KeyPermissions): Promise<KeyRecord> {
+    const current = await this.get(userId, keyId);
+    const name = input.name === undefined ? current.name : validateKeyName(input.name);
+    const permissions = parsePermissions(input.permissions, current.permissions);
+    if (actor) this.checkSubset(permissions, actor);
+    try {
+      await this.db
+        .updateTable('api_keys')
+        .set({ name, permissions: JSON.stringify(permissions) })
+        .where('id', '=', keyId)
+        .where('user_id', '=', userId)
+        .execute();
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new AppError('already_exists', `a key named "${name}" already exists`);
+      throw err;
+    }
+    return { ...current, name, permissions };
+  }
+
+  /** Revokes a key: it stops authenticating at once. The record stays for the audit trail. */
+  async revoke(userId: number, keyId: string): Promise<void> {
+    const res = await this.db
+      .updateTable('api_keys')
+      .set({ revoked_at: Date.now() })
+      .where('id', '=', keyId)
+      .where('user_id', '=', userId)
+      .where('revoked_at', 'is', null)
+      .executeTakeFirst();
+    if (Number(res.numUpdatedRows) === 0) throw new AppError('key_not_found', `no key with id "${keyId.slice(0, 40)}"`);
+  }
+
+  private checkSubset(permissions: KeyPermissions, actor: KeyPermissions): void {
+    const over = exceedingPermission(permissions, actor);
+    if (over) {
+      throw new AppError('permission_escalation', `the key making this request lacks "${over}", so it cannot grant it`);
+    }
+  }
+}

@@ -1,0 +1,73 @@
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig } from '../config.ts';
+import { AppError } from '../errors.ts';
+import { serve } from '../main.ts';
+import { keyCommand, userCommand } from './admin.ts';
+
+const USAGE = `usage:
+  algohost serve [--port N] [--host H] [--home DIR] [--no-demo]
+  algohost user create NAME [--home DIR]
+  algohost user list [--home DIR]
+  algohost user delete NAME [--home DIR]
+  algohost key create USER [--name NAME] [--permissions JSON] [--home DIR]
+  algohost key list USER [--home DIR]
+  algohost key revoke USER KEY_ID [--home DIR]`;
+
+class UsageError extends Error {}
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      port: { type: 'string' },
+      host: { type: 'string' },
+      home: { type: 'string' },
+      'no-demo': { type: 'boolean' },
+      name: { type: 'string' },
+      permissions: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  const [command, sub, ...rest] = positionals;
+  if (values.help || command === undefined) {
+    process.stdout.write(USAGE + '\n');
+    return values.help ? 0 : 2;
+  }
+  const config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
+  switch (command) {
+    case 'serve':
+      if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
+      await serve(config);
+      return -1; // keeps running until a signal
+    case 'user':
+      return userCommand(config, sub, rest, usage);
+    case 'key':
+      return keyCommand(config, sub, rest, { name: values.name, permissions: values.permissions }, usage);
+    default:
+      throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
+function usage(message: string): never {
+  throw new UsageError(message);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`algohost: ${(err as Error).message}\n${USAGE}\n`);
+      process.exitCode = 2;
+    } else if (err instanceof AppError || err instanceof ConfigError) {
+      process.stderr.write(`algohost: ${err.message}\n`);
+      process.exitCode = 1;
+    } else {
+      process.stderr.write(`algohost: ${(err as Error).stack ?? String(err)}\n`);
+      process.exitCode = 1;
+    }
+  },
+);

@@ -1,0 +1,87 @@
+import path from 'node:path';
+
+/**
+ * The only module that reads `process.env`. Everything else receives a `Config` (or the part
+ * of it it needs). Each setting: its environment variable, its default, and why it exists.
+ * docs/configuration.md lists the same settings for operators.
+ */
+export interface Config {
+  /** ALGOHOST_HOME: where metadata (SQLite), file contents and the server secret live. */
+  home: string;
+  /** ALGOHOST_HOST: interface to listen on. Loopback by default: exposing is a decision. */
+  host: string;
+  /** ALGOHOST_PORT: TCP port; 0 picks a free one (tests). */
+  port: number;
+  /** ALGOHOST_LOG_LEVEL: pino level (fatal, error, warn, info, debug, trace, silent). */
+  logLevel: string;
+  /** ALGOHOST_MAX_UPLOAD_BYTES: largest file a single PUT may store. */
+  maxUploadBytes: number;
+  /** ALGOHOST_SHUTDOWN_TIMEOUT_MS: how long SIGTERM waits for in-flight requests. */
+  shutdownTimeoutMs: number;
+  /** ALGOHOST_PUBLIC_URL: the address users reach us at, used in printed examples. */
+  publicUrl: string | undefined;
+  /** ALGOHOST_DEMO: create the `demo` user on first start of an empty home (`--no-demo`). */
+  demo: boolean;
+}
+
+const GiB = 1024 ** 3;
+
+export const DEFAULTS = {
+  home: './.algohost',
+  host: '127.0.0.1',
+  port: 8080,
+  logLevel: 'info',
+  maxUploadBytes: 5 * GiB,
+  shutdownTimeoutMs: 30_000,
+  demo: true,
+} as const;
+
+export class ConfigError extends Error {}
+
+function int(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function bool(name: string, raw: string | undefined, fallback: boolean): boolean {
+  if (raw === undefined || raw === '') return fallback;
+  const v = raw.toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(v)) return true;
+  if (['0', 'false', 'no', 'off'].includes(v)) return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+
+const LOG_LEVELS = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
+/** Command-line flags win over the environment, which wins over the defaults. */
+export interface ConfigOverrides {
+  home?: string | undefined;
+  host?: string | undefined;
+  port?: string | undefined;
+  demo?: boolean | undefined;
+}
+
+export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const logLevel = env.ALGOHOST_LOG_LEVEL || DEFAULTS.logLevel;
+  if (!LOG_LEVELS.has(logLevel)) {
+    throw new ConfigError(`ALGOHOST_LOG_LEVEL must be one of ${[...LOG_LEVELS].join(', ')}, got "${logLevel}"`);
+  }
+  return {
+    home: path.resolve(overrides.home ?? (env.ALGOHOST_HOME || DEFAULTS.home)),
+    host: overrides.host ?? (env.ALGOHOST_HOST || DEFAULTS.host),
+    port: int(overrides.port !== undefined ? '--port' : 'ALGOHOST_PORT', overrides.port ?? env.ALGOHOST_PORT, DEFAULTS.port, 0, 65535),
+    logLevel,
+    maxUploadBytes: int('ALGOHOST_MAX_UPLOAD_BYTES', env.ALGOHOST_MAX_UPLOAD_BYTES, DEFAULTS.maxUploadBytes, 1, Number.MAX_SAFE_INTEGER),
+    shutdownTimeoutMs: int('ALGOHOST_SHUTDOWN_TIMEOUT_MS', env.ALGOHOST_SHUTDOWN_TIMEOUT_MS, DEFAULTS.shutdownTimeoutMs, 0, 3_600_000),
+    publicUrl: env.ALGOHOST_PUBLIC_URL || undefined,
+    demo: overrides.demo ?? bool('ALGOHOST_DEMO', env.ALGOHOST_DEMO, DEFAULTS.demo),
+  };
+}
+
+/** Home only, for the admin commands that open the store without serving. */
+export function loadHome(home: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
+  return path.resolve(home ?? (env.ALGOHOST_HOME || DEFAULTS.home));
+}

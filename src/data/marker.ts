@@ -1,0 +1,46 @@
+import crypto from 'node:crypto';
+import { AppError } from '../errors.ts';
+
+/** Where a listing stopped: in the folder phase or the file phase, after a given name. */
+export interface Position {
+  phase: 'folders' | 'files';
+  after: string;
+}
+
+/**
+ * Opaque, tamper-proof page markers. A marker holds the last name returned (keyset paging),
+ * so entries added or removed between pages never cause duplicates or skip a survivor. It is
+ * bound to the directory it was issued for and signed, so a marker that was never issued, or
+ * was issued for another directory, is refused instead of silently listing from somewhere.
+ */
+export class MarkerCodec {
+  constructor(private readonly key: Buffer) {}
+
+  encode(scope: string, pos: Position): string {
+    const body = Buffer.from(JSON.stringify([pos.phase === 'folders' ? 'd' : 'f', pos.after])).toString('base64url');
+    return `${body}.${this.sign(scope, body)}`;
+  }
+
+  decode(scope: string, marker: string): Position {
+    const dot = marker.indexOf('.');
+    const body = marker.slice(0, dot);
+    const sig = marker.slice(dot + 1);
+    const expected = this.sign(scope, body);
+    if (dot < 0 || sig.length !== expected.length || !crypto.timingSafeEqual(Buffer.from(sig), Buffer.from(expected))) {
+      throw invalidMarker();
+    }
+    const parsed: unknown = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
+    if (!Array.isArray(parsed) || (parsed[0] !== 'd' && parsed[0] !== 'f') || typeof parsed[1] !== 'string') {
+      throw invalidMarker();
+    }
+    return { phase: parsed[0] === 'd' ? 'folders' : 'files', after: parsed[1] };
+  }
+
+  private sign(scope: string, body: string): string {
+    return crypto.createHmac('sha256', this.key).update(scope).update('\0').update(body).digest().subarray(0, 16).toString('base64url');
+  }
+}
+
+function invalidMarker(): AppError {
+  return new AppError('invalid_marker', 'this marker was not issued for this directory; list again without a marker');
+}

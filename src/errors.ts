@@ -1,0 +1,63 @@
+/**
+ * Every error a client can see has a stable code, one HTTP status and a message a person can
+ * act on. The list below is the single source of truth; docs/errors.md mirrors it and a test
+ * checks that every code here is documented there.
+ */
+export const ERROR_CODES = {
+  auth_required: 401,
+  invalid_authorization: 401,
+  invalid_api_key: 401,
+  api_key_revoked: 401,
+  key_permission_denied: 403,
+  forbidden: 403,
+  permission_escalation: 403,
+  write_denied: 403,
+  not_found: 404,
+  route_not_found: 404,
+  unknown_user: 404,
+  unknown_connector: 404,
+  key_not_found: 404,
+  method_not_allowed: 405,
+  already_exists: 409,
+  type_conflict: 409,
+  directory_not_empty: 409,
+  deprecated_route: 410,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  range_not_satisfiable: 416,
+  invalid_path: 400,
+  reserved_path: 400,
+  invalid_json: 400,
+  invalid_body: 400,
+  invalid_acl: 400,
+  invalid_marker: 400,
+  invalid_query: 400,
+  invalid_username: 400,
+  invalid_key_name: 400,
+  invalid_permissions: 400,
+  user_exists: 409,
+  delete_incomplete: 500,
+  internal_error: 500,
+  shutting_down: 503,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  /** Extra fields merged into the error object of the response (e.g. `deleted`). */
+  readonly extra: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, extra?: Record<string, unknown>, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'AppError';
+    this.code = code;
+    this.status = ERROR_CODES[code];
+    this.extra = extra;
+  }
+}
+
+export function isAppError(err: unknown): err is AppError {
+  return err instanceof AppError;
+}

@@ -1,0 +1,72 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.ts';
+import type { KeyService } from '../auth/keyService.ts';
+import type { UserService } from '../auth/users.ts';
+import type { Principal } from '../auth/principal.ts';
+import { isOwner } from '../data/acl.ts';
+
+interface UserParams {
+  username: string;
+}
+interface KeyParams extends UserParams {
+  id: string;
+}
+
+/**
+ * A user's own API keys. Managing keys needs a key with `allow_algo_management` (the default
+ * key has it), and a key can only grant permissions it holds itself.
+ */
+export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; users: UserService }): Promise<void> {
+  const { keys, users } = opts;
+
+  async function owner(req: FastifyRequest<{ Params: UserParams }>): Promise<{ userId: number; principal: Principal }> {
+    const principal = req.principal!;
+    if (!isOwner(principal, req.params.username)) {
+      throw new AppError('forbidden', `you can only manage your own keys (you are ${principal.username})`);
+    }
+    if (!principal.permissions.allow_algo_management) {
+      throw new AppError('key_permission_denied', 'this API key may not manage keys (allow_algo_management is off)');
+    }
+    const user = await users.require(principal.username);
+    return { userId: user.id, principal };
+  }
+
+  function body(req: FastifyRequest): { name?: unknown; permissions?: unknown } {
+    const b = req.body;
+    if (b === undefined || b === null) return {};
+    if (typeof b !== 'object' || Array.isArray(b)) throw new AppError('invalid_body', 'the request body must be a JSON object');
+    for (const k of Object.keys(b)) {
+      if (k !== 'name' && k !== 'permissions') {
+        throw new AppError('invalid_body', `unknown field "${k.slice(0, 40)}"; keys take name and permissions`);
+      }
+    }
+    return b as { name?: unknown; permissions?: unknown };
+  }
+
+  app.get<{ Params: UserParams }>('/v1/users/:username/keys', async (req) => {
+    const { userId } = await owner(req);
+    return { results: await keys.list(userId), marker: null, next_link: null };
+  });
+
+  app.post<{ Params: UserParams }>('/v1/users/:username/keys', async (req, reply) => {
+    const { userId, principal } = await owner(req);
+    const { record, apiKey } = await keys.create(userId, body(req), principal.permissions);
+    return reply.code(201).send({ ...record, api_key: apiKey });
+  });
+
+  app.get<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req) => {
+    const { userId } = await owner(req);
+    return keys.get(userId, req.params.id);
+  });
+
+  app.patch<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req) => {
+    const { userId, principal } = await owner(req);
+    return keys.update(userId, req.params.id, body(req), principal.permissions);
+  });
+
+  app.delete<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req, reply) => {
+    const { userId } = await owner(req);
+    await keys.revoke(userId, req.params.id);
+    return reply.code(204).send();
+  });
+}

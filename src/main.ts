@@ -1,0 +1,65 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import pino from 'pino';
+import type { Config } from './config.ts';
+import { buildApp, LOG_REDACT } from './app.ts';
+import { createServices, type Services } from './services.ts';
+
+const DEMO_USER = 'demo';
+
+/**
+ * `algohost serve`: open the home, recover from any crash, create the demo user on a new
+ * home, listen, and on SIGTERM/SIGINT stop taking requests, finish the ones in flight, exit.
+ */
+export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+  const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
+  const services = await createServices(config);
+  const { removed } = await services.hosted.recover();
+  if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
+  const demoKey = config.demo ? await firstStartDemo(services) : undefined;
+
+  const app = buildApp(services, { logger });
+  const address = await app.listen({ port: config.port, host: config.host });
+  const base = config.publicUrl ?? address;
+  const keyFile = path.join(config.home, 'demo-key');
+  const lines = [`algohost is ready at ${address}`];
+  if (demoKey) {
+    lines.push(`Created user "${DEMO_USER}"; its API key (shown once here, kept in ${keyFile}): ${demoKey}`);
+  }
+  if (fs.existsSync(keyFile)) {
+    lines.push('Try it:', `  curl -H "Authorization: Simple $(cat ${keyFile})" ${base}/v1/data/.my`);
+  }
+  out.write(lines.join('\n') + '\n');
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'stopping: finishing requests in flight');
+    const timer = setTimeout(() => {
+      logger.error({ timeoutMs: config.shutdownTimeoutMs }, 'requests still running at the shutdown timeout; exiting anyway');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    timer.unref();
+    await app.close();
+    await services.close();
+    logger.info('stopped');
+    logger.flush();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/** On a home that was never started before: create `demo` and keep its key (mode 0600). */
+async function firstStartDemo(services: Services): Promise<string | undefined> {
+  const db = services.store.db;
+  const done = await db.selectFrom('meta').select('value').where('key', '=', 'demo_created').executeTakeFirst();
+  if (done) return undefined;
+  const anyUser = await db.selectFrom('users').select('id').limit(1).executeTakeFirst();
+  if (anyUser) return undefined;
+  const { apiKey } = await services.users.create(DEMO_USER);
+  fs.writeFileSync(path.join(services.config.home, 'demo-key'), apiKey + '\n', { mode: 0o600 });
+  await db.insertInto('meta').values({ key: 'demo_created', value: new Date().toISOString() }).execute();
+  return apiKey;
+}

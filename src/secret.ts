@@ -1,0 +1,29 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * The server secret: 32 random bytes in `<home>/secret` (mode 0600), made on first start.
+ * Purpose-specific keys are derived from it with HKDF, so one secret serves markers now and
+ * credential encryption later without the uses ever sharing a key.
+ */
+export class ServerSecret {
+  private constructor(private readonly master: Buffer) {}
+
+  static loadOrCreate(home: string): ServerSecret {
+    const file = path.join(home, 'secret');
+    fs.mkdirSync(home, { recursive: true, mode: 0o700 });
+    try {
+      fs.writeFileSync(file, crypto.randomBytes(32), { flag: 'wx', mode: 0o600 });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const master = fs.readFileSync(file);
+    if (master.length < 32) throw new Error(`${file} is damaged (shorter than 32 bytes); restore it from backup`);
+    return new ServerSecret(master);
+  }
+
+  derive(purpose: string): Buffer {
+    return Buffer.from(crypto.hkdfSync('sha256', this.master, Buffer.alloc(0), `algohost:${purpose}`, 32));
+  }
+}

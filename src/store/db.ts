@@ -1,0 +1,84 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { Kysely, SqliteDialect, sql } from 'kysely';
+import type { Schema } from './schema.ts';
+import { SQLITE_MIGRATIONS } from './sqliteMigrations.ts';
+
+export type Db = Kysely<Schema>;
+
+export interface MetadataStore {
+  db: Db;
+  /**
+   * Runs `fn` in a write transaction that takes the write lock up front, so a transaction
+   * that reads then writes never fails half-way because another process (the admin CLI)
+   * wrote in between; it waits for the lock instead (up to the busy timeout).
+   */
+  write<T>(fn: (trx: Db) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+
+export interface SqliteOptions {
+  /** How long a writer waits for another process (the admin CLI) to release the lock. */
+  busyTimeoutMs?: number;
+}
+
+/**
+ * Opens (and migrates) the SQLite metadata store in `file`. WAL lets readers proceed while one
+ * writer commits, and lets the admin CLI work on the same file while the server runs;
+ * synchronous=FULL makes every acknowledged commit survive a power cut, because an upload's
+ * metadata commit is what makes the user's file visible.
+ */
+export async function openSqliteStore(file: string, options: SqliteOptions = {}): Promise<MetadataStore> {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const sqlite = new Database(file);
+  sqlite.pragma('journal_mode = WAL');
+  sqlite.pragma('synchronous = FULL');
+  sqlite.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+  sqlite.pragma('foreign_keys = ON');
+  migrate(sqlite);
+  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: sqlite }) });
+  return {
+    db,
+    write: (fn) =>
+      db.connection().execute(async (conn) => {
+        await sql`BEGIN IMMEDIATE`.execute(conn);
+        try {
+          const result = await fn(conn);
+          await sql`COMMIT`.execute(conn);
+          return result;
+        } catch (err) {
+          await sql`ROLLBACK`.execute(conn);
+          throw err;
+        }
+      }),
+    async close() {
+      await db.destroy();
+    },
+  };
+}
+
+/** Applies pending migrations under an immediate (write) lock, so two processes never race. */
+function migrate(sqlite: Database.Database): void {
+  const current = sqlite.pragma('user_version', { simple: true }) as number;
+  if (current >= SQLITE_MIGRATIONS.length) return;
+  sqlite.exec('BEGIN IMMEDIATE');
+  try {
+    const now = sqlite.pragma('user_version', { simple: true }) as number;
+    for (let i = now; i < SQLITE_MIGRATIONS.length; i++) {
+      sqlite.exec(SQLITE_MIGRATIONS[i]!);
+    }
+    sqlite.pragma(`user_version = ${SQLITE_MIGRATIONS.length}`);
+    sqlite.exec('COMMIT');
+  } catch (err) {
+    sqlite.exec('ROLLBACK');
+    throw err;
+  }
+}
+
+/** A unique-constraint violation, in SQLite's or PostgreSQL's words. */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === '23505';
+}

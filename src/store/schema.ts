@@ -1,0 +1,64 @@
+import type { Generated } from 'kysely';
+
+/**
+ * Table types for Kysely. Times are integer milliseconds since the epoch (portable between
+ * SQLite and PostgreSQL, and cheap to compare); JSON is stored as text.
+ */
+export interface UsersTable {
+  id: Generated<number>;
+  username: string;
+  /** Lower-cased username: names are unique without regard to case. */
+  username_lc: string;
+  created_at: number;
+}
+
+export interface ApiKeysTable {
+  /** Public identifier of a key (safe to show and log), not the secret. */
+  id: string;
+  user_id: number;
+  name: string;
+  /** SHA-256 of the secret key, hex. The key itself is never stored. */
+  key_hash: string;
+  /** First characters of the key, so a person can tell keys apart. */
+  prefix: string;
+  /** KeyPermissions as JSON. */
+  permissions: string;
+  created_at: number;
+  revoked_at: number | null;
+}
+
+export type NodeKind = 'dir' | 'file';
+
+export interface NodesTable {
+  id: Generated<number>;
+  owner_id: number;
+  /** Parent path inside the owner's space without leading or trailing slash; '' for collections. */
+  dir: string;
+  name: string;
+  kind: NodeKind;
+  /** Read ACL (JSON array of strings); only on collections, inherited by everything inside. */
+  acl: string | null;
+  blob_id: string | null;
+  size: number;
+  created_at: number;
+  modified_at: number;
+}
+
+export interface PendingBlobsTable {
+  /** A blob that may exist on disk while no node refers to it yet (or any more). */
+  blob_id: string;
+  created_at: number;
+}
+
+export interface MetaTable {
+  key: string;
+  value: string;
+}
+
+export interface Schema {
+  users: UsersTable;
+  api_keys: ApiKeysTable;
+  nodes: NodesTable;
+  pending_blobs: PendingBlobsTable;
+  meta: MetaTable;
+}

@@ -1,0 +1,50 @@
+/**
+ * SQLite schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+ * Queries elsewhere go through Kysely and stay portable; only this DDL is dialect-specific
+ * (a PostgreSQL adapter brings its own list with the same tables).
+ */
+export const SQLITE_MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE users (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    username TEXT NOT NULL,
+    username_lc TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+  );
+  CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    key_hash TEXT NOT NULL UNIQUE,
+    prefix TEXT NOT NULL,
+    permissions TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+  );
+  CREATE UNIQUE INDEX api_keys_live_name ON api_keys(user_id, name) WHERE revoked_at IS NULL;
+  CREATE INDEX api_keys_user ON api_keys(user_id);
+  CREATE TABLE nodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    dir TEXT NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('dir', 'file')),
+    acl TEXT,
+    blob_id TEXT,
+    size INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    modified_at INTEGER NOT NULL
+  );
+  CREATE UNIQUE INDEX nodes_path ON nodes(owner_id, dir, name);
+  CREATE INDEX nodes_listing ON nodes(owner_id, dir, kind, name);
+  CREATE INDEX nodes_blob ON nodes(blob_id) WHERE blob_id IS NOT NULL;
+  CREATE TABLE pending_blobs (
+    blob_id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL
+  );
+  CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  );
+  `,
+];
