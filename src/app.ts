@@ -4,7 +4,8 @@ import type { Principal } from './auth/principal.ts';
 import type { Services } from './services.ts';
 import { AppError } from './errors.ts';
 import { sendError } from './http/errorHandler.ts';
-import { dataRoutes } from './http/dataRoutes.ts';
+import { DATA_METHODS, dataRoutes } from './http/dataRoutes.ts';
+import { DATA_ROUTE_PREFIXES } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 
 declare module 'fastify' {
@@ -34,12 +35,24 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     bodyLimit: 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // Errors fastify raises before routing (a malformed URL) get our envelope too.
+    frameworkErrors: (err, req, reply) =>
+      sendError(
+        err.code === 'FST_ERR_BAD_URL' ? new AppError('invalid_path', 'the path has a malformed percent-encoding (a "%" not followed by two hex digits)') : err,
+        req,
+        reply,
+      ),
   });
 
   app.setErrorHandler((err, req, reply) => sendError(err, req, reply));
-  app.setNotFoundHandler((req, reply) =>
-    sendError(new AppError('route_not_found', `no route ${req.method} ${(req.raw.url ?? '').split('?')[0]!.slice(0, 200)}`), req, reply),
-  );
+  app.setNotFoundHandler((req, reply) => {
+    const path = (req.raw.url ?? '').split('?')[0]!;
+    if (DATA_ROUTE_PREFIXES.some((p) => path.startsWith(p))) {
+      reply.header('allow', DATA_METHODS.join(', '));
+      return sendError(new AppError('method_not_allowed', `${req.method} is not a data operation; use ${DATA_METHODS.join(', ')}`), req, reply);
+    }
+    return sendError(new AppError('route_not_found', `no route ${req.method} ${path.slice(0, 200)}`), req, reply);
+  });
   app.addHook('onSend', async (_req, reply) => {
     reply.header('x-content-type-options', 'nosniff');
     // File bodies are users' content: never let a browser run them in our origin.

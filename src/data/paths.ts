@@ -12,6 +12,7 @@ export const MAX_PATH_BYTES = 1024;
 export const MAX_DEPTH = 32;
 
 /** Route prefixes under which the data API is served; longest first. */
+export const DATA_ROUTE_PREFIXES = ['/v1/data', '/v1/connector/', '/api/v1/connector/'];
 const CONNECTOR_PREFIXES = ['/api/v1/connector/', '/v1/connector/'];
 const DATA_PREFIX = '/v1/data';
 
@@ -87,6 +88,7 @@ export function parseDataPath(rawPath: string): DataTarget {
 export function checkSegment(s: string): string {
   if (s === '') throw invalidPath('the path has an empty segment ("//"); remove the extra slash');
   if (s === '.' || s === '..') throw invalidPath('"." and ".." are not allowed in data paths');
+  if (s.includes('/')) throw invalidPath('a name may not contain "/"');
   if (CONTROL.test(s)) throw invalidPath('names may not contain control characters (including NUL)');
   if (Buffer.byteLength(s) > MAX_SEGMENT_BYTES) throw invalidPath(`a name is longer than ${MAX_SEGMENT_BYTES} bytes`);
   return s;

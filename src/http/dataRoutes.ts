@@ -7,8 +7,7 @@ import type { Connector, FileRead } from '../data/connector.ts';
 import { noneMatch, parseRange } from './range.ts';
 import { parseJsonObject, readSmallBody } from './body.ts';
 
-const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
-const ALLOW = METHODS.join(', ');
+export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
 /** The raw path (still percent-encoded) and the query of a request. */
 function splitUrl(url: string): { path: string; query: URLSearchParams } {
@@ -82,12 +81,12 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
         return reply.type('application/json').send({ result: { deleted } });
       }
       default:
-        throw new AppError('method_not_allowed', `${req.method} is not a data operation; use ${ALLOW}`);
+        throw new AppError('method_not_allowed', `${req.method} is not a data operation; use ${DATA_METHODS.join(', ')}`);
     }
   };
 
   for (const url of ['/v1/data', '/v1/data/*', '/v1/connector/*', '/api/v1/connector/*']) {
-    app.route({ method: [...METHODS], url, handler });
+    app.route({ method: [...DATA_METHODS], url, handler });
   }
 }
 

@@ -1,0 +1,180 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import http from 'node:http';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { rawRequest } from './helpers/raw.ts';
+
+let s: TestServer;
+let key: string;
+let auth: Record<string, string>;
+
+/** Everything that could change: every node row, and every file under the home's data dir. */
+async function snapshot(server: TestServer): Promise<string> {
+  const nodes = await server.services.store.db.selectFrom('nodes').selectAll().orderBy('id').execute();
+  const files = fs.readdirSync(path.join(server.home, 'data'), { recursive: true }).map(String).sort();
+  return JSON.stringify({ nodes, files });
+}
+
+before(async () => {
+  s = await startServer({ env: { ALGOHOST_MAX_UPLOAD_BYTES: '1000' } });
+  key = await s.user('alice');
+  await s.user('bob');
+  auth = { authorization: `Simple ${key}` };
+  const call = api(s.url, key);
+  await call('/v1/data/.my', { method: 'POST', body: 'c', headers: { 'content-type': 'text/plain' } });
+  await call('/v1/data/.my/c', { method: 'POST', body: 'sub', headers: { 'content-type': 'text/plain' } });
+  await call('/v1/data/.my/c/file.txt', { method: 'PUT', body: 'original' });
+  await call('/v1/data/.my', { method: 'POST', body: 'other', headers: { 'content-type': 'text/plain' } });
+});
+after(() => s.close());
+
+interface Case {
+  what: string;
+  method: string;
+  path: string;
+  body?: string | Buffer;
+  type?: string;
+  status: number;
+  code: string;
+}
+
+const longName = 'n'.repeat(256);
+const json_ = 'application/json';
+
+const CASES: Case[] = [
+  { what: '".." segment', method: 'PUT', path: '/v1/data/.my/c/../x', body: 'x', status: 400, code: 'invalid_path' },
+  { what: '"." segment', method: 'PUT', path: '/v1/data/.my/c/./x', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'empty segment', method: 'PUT', path: '/v1/data/.my/c//x', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'encoded dots', method: 'PUT', path: '/v1/data/.my/c/%2e%2e/x', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'encoded slashes escaping', method: 'PUT', path: '/v1/data/.my/c/..%2F..%2F..%2Fetc%2Fpasswd', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'Java-encoded escape', method: 'GET', path: '/v1/data/.my%2F..%2F..%2Fsecret', status: 400, code: 'invalid_path' },
+  { what: 'connector escape', method: 'GET', path: '/v1/connector/data/.my/c/%2e%2e/%2e%2e/x', status: 400, code: 'invalid_path' },
+  { what: 'NUL', method: 'PUT', path: '/v1/data/.my/c/a%00b', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'newline', method: 'PUT', path: '/v1/data/.my/c/a%0Ab', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'DEL character', method: 'GET', path: '/v1/data/.my/c/a%7Fb', status: 400, code: 'invalid_path' },
+  { what: 'malformed percent-encoding', method: 'GET', path: '/v1/data/.my/c/%zz', status: 400, code: 'invalid_path' },
+  { what: 'over-long name', method: 'PUT', path: `/v1/data/.my/c/${longName}`, body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'over-long path', method: 'PUT', path: `/v1/data/.my/c/${'d/'.repeat(520)}x`, body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'too deep', method: 'GET', path: `/v1/data/.my/c/${'d/'.repeat(40)}x`, status: 400, code: 'invalid_path' },
+  { what: 'bad connector name', method: 'GET', path: '/v1/connector/da!ta/x', status: 400, code: 'invalid_path' },
+  { what: 'file at user level', method: 'PUT', path: '/v1/data/.my/loose.txt', body: 'x', status: 400, code: 'invalid_path' },
+  { what: 'delete a user root', method: 'DELETE', path: '/v1/data/.my', status: 400, code: 'invalid_path' },
+  { what: 'reserved owner', method: 'GET', path: '/v1/data/.session/x', status: 400, code: 'reserved_path' },
+  { what: 'malformed JSON mkdir', method: 'POST', path: '/v1/data/.my/c', body: '{"name":', type: json_, status: 400, code: 'invalid_json' },
+  { what: 'empty JSON mkdir', method: 'POST', path: '/v1/data/.my/c', body: '', type: json_, status: 400, code: 'invalid_json' },
+  { what: 'JSON array mkdir', method: 'POST', path: '/v1/data/.my/c', body: '["x"]', type: json_, status: 400, code: 'invalid_body' },
+  { what: 'name not a string', method: 'POST', path: '/v1/data/.my/c', body: '{"name":5}', type: json_, status: 400, code: 'invalid_body' },
+  { what: 'unknown field', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"x","color":"red"}', type: json_, status: 400, code: 'invalid_body' },
+  { what: 'name with slash', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"a/b"}', type: json_, status: 400, code: 'invalid_path' },
+  { what: 'name ".."', method: 'POST', path: '/v1/data/.my/c', body: '{"name":".."}', type: json_, status: 400, code: 'invalid_path' },
+  { what: 'name with NUL', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"a\\u0000"}', type: json_, status: 400, code: 'invalid_path' },
+  { what: 'unknown ACL string', method: 'POST', path: '/v1/data/.my', body: '{"name":"n1","acl":{"read":["user://bob"]}}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'ACL not an object', method: 'POST', path: '/v1/data/.my', body: '{"name":"n2","acl":"public"}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'two ACL forms', method: 'POST', path: '/v1/data/.my', body: '{"name":"n3","acl":{"read":["user://*","algo://.my/*"]}}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'ACL on a nested directory', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"n4","acl":{"read":[]}}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'reserved collection name', method: 'POST', path: '/v1/data/.my', body: '{"name":".hidden"}', type: json_, status: 400, code: 'reserved_path' },
+  { what: 'mkdir over a file', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"file.txt"}', type: json_, status: 409, code: 'type_conflict' },
+  { what: 'mkdir over a directory', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"sub"}', type: json_, status: 409, code: 'already_exists' },
+  { what: 'file over a directory', method: 'PUT', path: '/v1/data/.my/c/sub', body: 'x', status: 409, code: 'type_conflict' },
+  { what: 'file under a file', method: 'PUT', path: '/v1/data/.my/c/file.txt/x', body: 'x', status: 409, code: 'type_conflict' },
+  { what: 'mkdir under a file', method: 'POST', path: '/v1/data/.my/c/file.txt', body: '{"name":"x"}', type: json_, status: 409, code: 'type_conflict' },
+  { what: 'PATCH a file', method: 'PATCH', path: '/v1/data/.my/c/file.txt', body: '{"acl":{"read":[]}}', type: json_, status: 409, code: 'type_conflict' },
+  { what: 'PATCH ACL of nested directory', method: 'PATCH', path: '/v1/data/.my/c/sub', body: '{"acl":{"read":[]}}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'PATCH malformed JSON', method: 'PATCH', path: '/v1/data/.my/c', body: '{', type: json_, status: 400, code: 'invalid_json' },
+  { what: 'PATCH unknown field', method: 'PATCH', path: '/v1/data/.my/c', body: '{"name":"renamed"}', type: json_, status: 400, code: 'invalid_body' },
+  { what: 'PATCH bad ACL', method: 'PATCH', path: '/v1/data/.my/c', body: '{"acl":{"read":["*"]}}', type: json_, status: 400, code: 'invalid_acl' },
+  { what: 'marker never issued', method: 'GET', path: '/v1/data/.my/c?marker=abc', status: 400, code: 'invalid_marker' },
+  { what: 'forged marker', method: 'GET', path: '/v1/data/.my/c?marker=WyJmIiwiIl0.AAAAAAAAAAAAAAAAAAAAAA', status: 400, code: 'invalid_marker' },
+  { what: 'bad force value', method: 'DELETE', path: '/v1/data/.my/c?force=maybe', status: 400, code: 'invalid_query' },
+  { what: 'bad acl value', method: 'GET', path: '/v1/data/.my/c?acl=please', status: 400, code: 'invalid_query' },
+  { what: 'write to another user', method: 'PUT', path: '/v1/data/bob/x/y', body: 'x', status: 403, code: 'write_denied' },
+  { what: 'delete another user', method: 'DELETE', path: '/v1/data/bob/x', status: 403, code: 'write_denied' },
+  { what: 'missing file', method: 'DELETE', path: '/v1/data/.my/c/nope', status: 404, code: 'not_found' },
+  { what: 'missing parent', method: 'PUT', path: '/v1/data/.my/nope/x', body: 'x', status: 404, code: 'not_found' },
+  { what: 'unknown user', method: 'GET', path: '/v1/data/nobody/x', status: 404, code: 'not_found' },
+  { what: 'declared size over the limit', method: 'PUT', path: '/v1/data/.my/c/big', body: Buffer.alloc(1001), status: 413, code: 'payload_too_large' },
+  { what: 'OPTIONS', method: 'OPTIONS', path: '/v1/data/.my/c', status: 405, code: 'method_not_allowed' },
+  { what: 'PROPFIND', method: 'PROPFIND', path: '/v1/data/.my/c', status: 405, code: 'method_not_allowed' },
+  { what: 'mkdir body too large', method: 'POST', path: '/v1/data/.my/c', body: `{"name":"${'x'.repeat(70_000)}"}`, type: json_, status: 413, code: 'payload_too_large' },
+];
+
+describe('bad input: a clear 4xx, and nothing changes', () => {
+  test('every case answers its status and code, with a message and X-Error-Message', async () => {
+    const before = await snapshot(s);
+    for (const c of CASES) {
+      const headers: Record<string, string> = { ...auth };
+      if (c.type) headers['content-type'] = c.type;
+      const res = await rawRequest(s.url, c.method, c.path, { headers, body: c.body });
+      assert.equal(res.status, c.status, `${c.what}: status (${res.body.slice(0, 200)})`);
+      const body = JSON.parse(res.body);
+      assert.equal(body.error.code, c.code, `${c.what}: code`);
+      assert.ok(typeof body.error.message === 'string' && body.error.message.length > 10, `${c.what}: message`);
+      assert.ok(res.headers['x-error-message'], `${c.what}: X-Error-Message`);
+      assert.match(String(res.headers['content-type']), /^application\/json/, `${c.what}: content type`);
+    }
+    assert.equal(await snapshot(s), before, 'no refused request changed any metadata or file');
+    const still = await api(s.url, key)('/v1/data/.my/c/file.txt');
+    assert.equal(await still.text(), 'original');
+  });
+
+  test('a marker issued for one directory is refused by another', async () => {
+    const call = api(s.url, key);
+    for (let i = 0; i < 3; i++) await call(`/v1/data/.my/other/f${i}`, { method: 'PUT', body: 'x' });
+    const small = await startServer({ home: s.home + '-pg', hosted: { pageSize: 2 } });
+    try {
+      const k = await small.user('alice');
+      const c = api(small.url, k);
+      await c('/v1/data/.my', { method: 'POST', body: 'a', headers: { 'content-type': 'text/plain' } });
+      await c('/v1/data/.my', { method: 'POST', body: 'b', headers: { 'content-type': 'text/plain' } });
+      for (let i = 0; i < 3; i++) await c(`/v1/data/.my/a/f${i}`, { method: 'PUT', body: 'x' });
+      const page = await json(await c('/v1/data/.my/a'));
+      assert.ok(page.marker);
+      const wrong = await c(`/v1/data/.my/b?marker=${encodeURIComponent(page.marker)}`);
+      assert.equal(wrong.status, 400);
+      assert.equal((await json(wrong)).error.code, 'invalid_marker');
+      const right = await c(`/v1/data/.my/a?marker=${encodeURIComponent(page.marker)}`);
+      assert.equal(right.status, 200);
+    } finally {
+      await small.close();
+    }
+  });
+
+  test('a streamed (chunked) upload over the limit is refused and leaves nothing behind', async () => {
+    const before = await snapshot(s);
+    const { hostname, port } = new URL(s.url);
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request({ host: hostname, port, method: 'PUT', path: '/v1/data/.my/c/streamed', headers: auth }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      // No Content-Length: the limit can only be enforced while the bytes arrive.
+      req.write(Buffer.alloc(600));
+      req.write(Buffer.alloc(600));
+      req.end();
+    });
+    assert.equal(status, 413);
+    assert.equal(await snapshot(s), before);
+    assert.equal((await api(s.url, key)('/v1/data/.my/c/streamed', { method: 'HEAD' })).status, 404);
+    assert.deepEqual(fs.readdirSync(path.join(s.home, 'data', 'tmp')), [], 'no temp file is left');
+  });
+
+  test('a client that disconnects mid-upload leaves nothing behind, and the server carries on', async () => {
+    const before = await snapshot(s);
+    const { hostname, port } = new URL(s.url);
+    await new Promise<void>((resolve) => {
+      const req = http.request({ host: hostname, port, method: 'PUT', path: '/v1/data/.my/c/cut', headers: auth });
+      req.on('error', () => resolve());
+      req.write(Buffer.alloc(500));
+      setTimeout(() => {
+        req.destroy();
+        resolve();
+      }, 100);
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await snapshot(s), before);
+    assert.equal((await api(s.url, key)('/v1/data/.my/c/file.txt')).status, 200);
+  });
+});
