@@ -33,7 +33,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     genReqId: () => `req-${crypto.randomBytes(8).toString('hex')}`,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
     bodyLimit: 1024 * 1024,
-    return503OnClosing: true,
+    return503OnClosing: false, // answered below, in our envelope
     forceCloseConnections: 'idle',
     // Errors fastify raises before routing (a malformed URL) get our envelope too.
     frameworkErrors: (err, req, reply) =>
@@ -57,6 +57,18 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     reply.header('x-content-type-options', 'nosniff');
     // File bodies are users' content: never let a browser run them in our origin.
     if (reply.getHeader('x-data-type') === 'file') reply.header('content-security-policy', "default-src 'none'; sandbox");
+  });
+
+  // While draining, requests arriving on kept-alive connections are turned away cleanly.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async (_req, reply) => {
+    if (closing) {
+      reply.header('connection', 'close');
+      throw new AppError('shutting_down', 'the server is shutting down; retry shortly');
+    }
   });
 
   app.get('/health', async () => ({ status: 'ok' }));

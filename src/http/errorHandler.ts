@@ -15,7 +15,6 @@ const FASTIFY_STATUS_CODES: Record<number, ErrorCode> = {
  * percent-encoded there (the JSON body carries it as it is).
  */
 function headerSafe(message: string): string {
-  // eslint-disable-next-line no-control-regex
   return message.replace(/[^\x20-\x7e]/g, (c) => encodeURIComponent(c)).slice(0, 1000);
 }
 
