@@ -44,6 +44,12 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
       ),
   });
 
+  // While draining, requests arriving on kept-alive connections are turned away cleanly.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+
   app.setErrorHandler((err, req, reply) => sendError(err, req, reply));
   app.setNotFoundHandler((req, reply) => {
     const path = (req.raw.url ?? '').split('?')[0]!;
@@ -54,16 +60,13 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     return sendError(new AppError('route_not_found', `no route ${req.method} ${path.slice(0, 200)}`), req, reply);
   });
   app.addHook('onSend', async (_req, reply) => {
+    // While draining, a response finishing a request in flight also closes its connection.
+    if (closing) reply.header('connection', 'close');
     reply.header('x-content-type-options', 'nosniff');
     // File bodies are users' content: never let a browser run them in our origin.
     if (reply.getHeader('x-data-type') === 'file') reply.header('content-security-policy', "default-src 'none'; sandbox");
   });
 
-  // While draining, requests arriving on kept-alive connections are turned away cleanly.
-  let closing = false;
-  app.addHook('preClose', async () => {
-    closing = true;
-  });
   app.addHook('onRequest', async (_req, reply) => {
     if (closing) {
       reply.header('connection', 'close');

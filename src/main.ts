@@ -41,7 +41,12 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
       process.exit(1);
     }, config.shutdownTimeoutMs);
     timer.unref();
+    // server.close() only closes connections idle at that moment; one that finishes its
+    // request later stays open under keep-alive and would hold the drain until the timeout.
+    const reaper = setInterval(() => app.server.closeIdleConnections(), 100);
+    reaper.unref();
     await app.close();
+    clearInterval(reaper);
     await services.close();
     logger.info('stopped');
     logger.flush();

@@ -1,7 +1,6 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.ts';
 import { AppError } from '../errors.ts';
-import { serve } from '../main.ts';
 import { keyCommand, userCommand } from './admin.ts';
 
 const USAGE = `usage:
@@ -39,7 +38,8 @@ async function main(argv: string[]): Promise<number> {
   switch (command) {
     case 'serve':
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
-      await serve(config);
+      // Loaded only here: admin commands start faster without the HTTP stack.
+      await (await import('../main.ts')).serve(config);
       return -1; // keeps running until a signal
     case 'user':
       return userCommand(config, sub, rest, usage);

@@ -1,0 +1,48 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { buildApp, LOG_REDACT } from '../src/app.ts';
+import { loadConfig } from '../src/config.ts';
+import { createServices } from '../src/services.ts';
+import { tempHome } from './helpers/server.ts';
+
+test('no log line contains an API key, even at trace level and on errors', async () => {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(String(chunk));
+      done();
+    },
+  });
+  const home = tempHome();
+  const services = await createServices(loadConfig({ home, port: '0', demo: false }, {}));
+  const app = buildApp(services, { logger: pino({ level: 'trace', redact: LOG_REDACT }, sink) });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  try {
+    const { apiKey } = await services.users.create('alice');
+    const auth = { authorization: `Simple ${apiKey}` };
+    await fetch(`${url}/v1/data/.my`, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'c' });
+    await fetch(`${url}/v1/data/.my/c/f`, { method: 'PUT', headers: auth, body: 'x' });
+    await fetch(`${url}/v1/data/.my/c/nope`, { headers: auth });
+    const created = (await (
+      await fetch(`${url}/v1/users/alice/keys`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: '{"name":"k2"}' })
+    ).json()) as { api_key: string };
+    assert.match(created.api_key, /^sim/);
+    await fetch(`${url}/v1/data/.my`, { headers: { authorization: `Bearer ${created.api_key}` } });
+    await fetch(`${url}/v1/data/.my`, { headers: { authorization: `Simple ${apiKey.slice(0, -1)}X` } });
+    await fetch(`${url}/v1/data/.my`, { headers: { authorization: apiKey } });
+    const log = lines.join('');
+    assert.ok(lines.length >= 14, `requests were logged (${lines.length} lines)`);
+    assert.ok(log.includes('/v1/data/.my/c/f'), 'the log has the request lines');
+    for (const secret of [apiKey, created.api_key, apiKey.slice(0, -1) + 'X']) {
+      assert.equal(log.includes(secret), false, 'a key appears in the log');
+      assert.equal(log.includes(secret.slice(3)), false, 'part of a key appears in the log');
+    }
+  } finally {
+    await app.close();
+    await services.close();
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+});
