@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../errors.ts';
@@ -25,8 +26,12 @@ export interface BlobStore {
   newId(): string;
   /** Streams `source` into a new blob; it becomes visible whole or not at all. */
   put(id: string, source: Readable, options: BlobWriteOptions): Promise<{ size: number }>;
-  /** Opens a blob for reading; throws BlobMissingError when it does not exist. */
-  open(id: string, range?: ByteRange): Promise<Readable>;
+  /**
+   * Opens `length` bytes of a blob (from `range.start`, or 0) for reading: a small part comes
+   * back whole as a Buffer, a larger one as a stream. Throws BlobMissingError when the blob
+   * does not exist.
+   */
+  open(id: string, range: ByteRange | undefined, length: number): Promise<Readable | Buffer>;
   /** Removes a blob; removing one that does not exist is not an error. */
   delete(id: string): Promise<void>;
   /** Removes leftovers of writes interrupted by a crash. */
@@ -97,15 +102,32 @@ export class LocalBlobStore implements BlobStore {
     return { size };
   }
 
-  async open(id: string, range?: ByteRange): Promise<Readable> {
-    let handle: fs.promises.FileHandle;
+  async open(id: string, range: ByteRange | undefined, length: number): Promise<Readable | Buffer> {
+    let fd: number;
     try {
-      handle = await fs.promises.open(this.pathOf(id), 'r');
+      fd = await openFile(this.pathOf(id));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobMissingError(id);
       throw err;
     }
-    return handle.createReadStream(range ? { start: range.start, end: range.end } : {});
+    const start = range?.start ?? 0;
+    if (length <= SMALL_READ) {
+      try {
+        const buf = Buffer.allocUnsafe(length);
+        let got = 0;
+        while (got < length) {
+          const n = await readFile(fd, buf, got, length - got, start + got);
+          if (n === 0) break;
+          got += n;
+        }
+        return got === length ? buf : buf.subarray(0, got);
+      } finally {
+        fs.close(fd, () => undefined);
+      }
+    }
+    // The classic fd stream: FileHandle streams read through promises, which costs about a
+    // third of the throughput on large files.
+    return fs.createReadStream('', { fd, start, end: start + length - 1, highWaterMark: 64 * 1024 });
   }
 
   async delete(id: string): Promise<void> {
@@ -118,6 +140,13 @@ export class LocalBlobStore implements BlobStore {
     }
   }
 }
+
+/** Below this many bytes a read is answered from one buffer: no stream to set up. */
+const SMALL_READ = 64 * 1024;
+
+const openFile = promisify(fs.open) as (path: string, flags?: string) => Promise<number>;
+const readFile = (fd: number, buf: Buffer, offset: number, length: number, position: number) =>
+  new Promise<number>((resolve, reject) => fs.read(fd, buf, offset, length, position, (err, n) => (err ? reject(err) : resolve(n))));
 
 async function fsyncDir(dir: string): Promise<void> {
   const fd = await fs.promises.open(dir, 'r');

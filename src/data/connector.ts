@@ -34,7 +34,8 @@ export interface ReadOptions {
 export interface FileRead {
   info: FileInfo;
   range: ByteRange | undefined;
-  body: Readable | undefined;
+  /** The bytes: small ones whole, larger ones streamed; undefined when skipped. */
+  body: Readable | Buffer | undefined;
 }
 
 /** What `read` finds: a file (opened unless skipped) or a directory (to be listed). */

@@ -38,7 +38,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
   sqlite.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
   sqlite.pragma('foreign_keys = ON');
   migrate(sqlite);
-  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return {
     db,
     write: (fn) =>
@@ -55,6 +55,27 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
       }),
     async close() {
       await db.destroy();
+    },
+  };
+}
+
+/**
+ * Kysely prepares every query anew; preparing costs more than running the indexed lookups a
+ * request makes. Queries are built from a fixed set of shapes, so their SQL text repeats and
+ * prepared statements can be reused (better-sqlite3 runs them synchronously, never two at once).
+ */
+function withStatementCache(sqlite: Database.Database, max = 500) {
+  const cache = new Map<string, Database.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare(sqlText: string): Database.Statement {
+      let stmt = cache.get(sqlText);
+      if (!stmt) {
+        if (cache.size >= max) cache.clear();
+        stmt = sqlite.prepare(sqlText);
+        cache.set(sqlText, stmt);
+      }
+      return stmt;
     },
   };
 }

@@ -137,7 +137,8 @@ export class HostedConnector implements Connector {
       if (options.skipBody?.(info)) return { info, range: undefined, body: undefined };
       const range = options.pickRange?.(info);
       try {
-        return { info, range, body: await this.blobs.open(row.blob_id!, range) };
+        const length = range ? range.end - range.start + 1 : info.size;
+        return { info, range, body: await this.blobs.open(row.blob_id!, range, length) };
       } catch (err) {
         if (!(err instanceof BlobMissingError) || attempt >= 3) throw err;
       }
