@@ -13,10 +13,18 @@ export class ServerSecret {
   static loadOrCreate(home: string): ServerSecret {
     const file = path.join(home, 'secret');
     fs.mkdirSync(home, { recursive: true, mode: 0o700 });
-    try {
-      fs.writeFileSync(file, crypto.randomBytes(32), { flag: 'wx', mode: 0o600 });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    if (!fs.existsSync(file)) {
+      // Written aside, then linked into place: a server and an admin command starting at
+      // once never read a half-written secret, and only one of their secrets wins.
+      const tmp = `${file}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`;
+      fs.writeFileSync(tmp, crypto.randomBytes(32), { flag: 'wx', mode: 0o600 });
+      try {
+        fs.linkSync(tmp, file);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      } finally {
+        fs.rmSync(tmp, { force: true });
+      }
     }
     const master = fs.readFileSync(file);
     if (master.length < 32) throw new Error(`${file} is damaged (shorter than 32 bytes); restore it from backup`);

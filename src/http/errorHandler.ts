@@ -24,6 +24,10 @@ export function toAppError(err: unknown): AppError {
   if (fe?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || (fe instanceof SyntaxError && fe.statusCode === 400)) {
     return new AppError('invalid_json', 'the request body is not valid JSON');
   }
+  if (fe?.code === 'ERR_STREAM_PREMATURE_CLOSE' || fe?.code === 'ECONNRESET') {
+    // The client went away mid-request (usually mid-upload): its mistake or its network's.
+    return new AppError('invalid_body', 'the request ended before its body was complete');
+  }
   if (fe?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
     return new AppError('invalid_json', 'the request body is empty; send a JSON object');
   }
