@@ -35,6 +35,7 @@ export const ERROR_CODES = {
   invalid_username: 400,
   invalid_key_name: 400,
   invalid_permissions: 400,
+  invalid_version: 400,
   user_exists: 409,
   delete_incomplete: 500,
   internal_error: 500,
