@@ -7,6 +7,7 @@ import { sendError } from './http/errorHandler.ts';
 import { DATA_METHODS, dataRoutes } from './http/dataRoutes.ts';
 import { DATA_ROUTE_PREFIXES } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
+import { algorithmRoutes } from './http/algorithmRoutes.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -92,6 +93,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
       req.principal = await services.keys.authenticate(req.headers.authorization);
     });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
+    await authed.register(algorithmRoutes, { registry: services.algorithms });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   return app;

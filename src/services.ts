@@ -8,6 +8,7 @@ import { LocalBlobStore } from './data/blobStore.ts';
 import { HostedConnector, type HostedOptions } from './data/connectors/hosted.ts';
 import { DataService } from './data/dataService.ts';
 import { MarkerCodec } from './data/marker.ts';
+import { AlgorithmRegistry } from './algorithms/registry.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -17,6 +18,7 @@ export interface Services {
   users: UserService;
   hosted: HostedConnector;
   data: DataService;
+  algorithms: AlgorithmRegistry;
   close(): Promise<void>;
 }
 
@@ -33,7 +35,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const secret = ServerSecret.loadOrCreate(config.home);
   const store = await openSqliteStore(path.join(config.home, 'metadata.sqlite'));
   const blobs = new LocalBlobStore(path.join(config.home, 'data'));
-  const hosted = new HostedConnector(store, blobs, new MarkerCodec(secret.derive('list-marker')), {
+  const markers = new MarkerCodec(secret.derive('list-marker'));
+  const hosted = new HostedConnector(store, blobs, markers, {
     maxUploadBytes: config.maxUploadBytes,
     ...options.hosted,
   });
@@ -51,6 +54,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     users,
     hosted,
     data,
+    algorithms: new AlgorithmRegistry(store.db, markers),
     close: () => store.close(),
   };
 }

@@ -55,7 +55,22 @@ export interface MetaTable {
   value: string;
 }
 
+export interface AlgorithmsTable {
+  id: Generated<number>;
+  owner_id: number;
+  name: string;
+  /** Lower-cased name: unique per owner without regard to case. */
+  name_lc: string;
+  /** AlgorithmDetails as JSON. */
+  details: string;
+  /** AlgorithmSettings as JSON. */
+  settings: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface Schema {
+  algorithms: AlgorithmsTable;
   users: UsersTable;
   api_keys: ApiKeysTable;
   nodes: NodesTable;

@@ -1,0 +1,137 @@
+import { AppError } from '../errors.ts';
+
+/** Human-facing description of an algorithm (compat.md: the original's `details`). */
+export interface AlgorithmDetails {
+  label: string;
+  summary: string;
+  tagline: string;
+}
+
+export type Language = 'python3' | 'javascript' | 'typescript';
+
+/** How an algorithm is built and run (compat.md: the original's `settings`). */
+export interface AlgorithmSettings {
+  language: Language;
+  source_visibility: 'open' | 'closed';
+  license: string;
+  network_access: 'isolated' | 'full';
+  pipeline_enabled: boolean;
+  algorithm_callability: 'public' | 'private';
+  royalty_microcredits: number;
+  /** Informational: the original service's environment name, kept as sent. */
+  algorithm_environment: string | null;
+}
+
+export const ALGORITHM_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
+
+/** Language names the original service and its clients use, mapped to ours. */
+const LANGUAGES: Record<string, Language> = {
+  python3: 'python3',
+  'python3-1': 'python3',
+  python: 'python3',
+  javascript: 'javascript',
+  nodejs: 'javascript',
+  typescript: 'typescript',
+};
+
+export const DEFAULT_SETTINGS: Readonly<AlgorithmSettings> = Object.freeze({
+  // The Python client's own tests create an algorithm without a language and expect the
+  // Python template: Python is the default.
+  language: 'python3',
+  source_visibility: 'closed',
+  license: 'apl',
+  network_access: 'isolated',
+  pipeline_enabled: true,
+  algorithm_callability: 'public',
+  royalty_microcredits: 0,
+  algorithm_environment: null,
+});
+
+function bad(message: string): AppError {
+  return new AppError('invalid_body', message);
+}
+
+function object(value: unknown, what: string): Record<string, unknown> {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) throw bad(`${what} must be a JSON object`);
+  return value as Record<string, unknown>;
+}
+
+function oneOf<T extends string>(field: string, value: unknown, allowed: readonly T[]): T {
+  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value)) {
+    throw bad(`settings.${field} must be one of ${allowed.join(', ')}`);
+  }
+  return value as T;
+}
+
+function text(field: string, value: unknown, max: number): string {
+  if (typeof value !== 'string' || value.length > max) throw bad(`${field} must be a string of at most ${max} characters`);
+  return value;
+}
+
+export function validateAlgorithmName(name: unknown): string {
+  if (typeof name !== 'string' || !ALGORITHM_NAME.test(name)) {
+    throw new AppError(
+      'invalid_algorithm_name',
+      `invalid algorithm name "${String(name).slice(0, 70)}": start with a letter, then letters, digits or underscores, at most 64 characters`,
+    );
+  }
+  return name;
+}
+
+/** Reads `details` from a request over `base` (fields not sent keep their value). */
+export function parseDetails(input: unknown, base: AlgorithmDetails): AlgorithmDetails {
+  const d = object(input, 'details');
+  const out = { ...base };
+  for (const [k, v] of Object.entries(d)) {
+    if (k === 'label') out.label = text('details.label', v, 100);
+    else if (k === 'summary') out.summary = text('details.summary', v, 64 * 1024);
+    else if (k === 'tagline') out.tagline = text('details.tagline', v, 200);
+    else throw bad(`unknown field details.${k.slice(0, 40)}; details take label, summary and tagline`);
+  }
+  return out;
+}
+
+/** Reads `settings` from a request over `base` (fields not sent keep their value). */
+export function parseSettings(input: unknown, base: AlgorithmSettings): AlgorithmSettings {
+  const s = object(input, 'settings');
+  const out = { ...base };
+  for (const [k, v] of Object.entries(s)) {
+    switch (k) {
+      case 'language': {
+        const lang = typeof v === 'string' ? LANGUAGES[v.toLowerCase()] : undefined;
+        if (!lang) throw bad(`settings.language must be one of ${Object.keys(LANGUAGES).join(', ')}`);
+        out.language = lang;
+        break;
+      }
+      case 'source_visibility':
+        out.source_visibility = oneOf(k, v, ['open', 'closed']);
+        break;
+      case 'license':
+        if (typeof v !== 'string' || !/^[a-z0-9.+-]{1,32}$/i.test(v)) throw bad('settings.license must be a short license name such as apl, apache2, mit or gpl3');
+        out.license = v.toLowerCase();
+        break;
+      case 'network_access':
+        out.network_access = oneOf(k, v, ['isolated', 'full']);
+        break;
+      case 'pipeline_enabled':
+        if (typeof v !== 'boolean') throw bad('settings.pipeline_enabled must be true or false');
+        out.pipeline_enabled = v;
+        break;
+      case 'algorithm_callability':
+        out.algorithm_callability = oneOf(k, v, ['public', 'private']);
+        break;
+      case 'royalty_microcredits':
+        if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw bad('settings.royalty_microcredits must be a whole number, 0 or more');
+        out.royalty_microcredits = v;
+        break;
+      case 'algorithm_environment':
+      case 'environment':
+        out.algorithm_environment = v === null ? null : text(`settings.${k}`, v, 100);
+        break;
+      default:
+        throw bad(`unknown field settings.${k.slice(0, 40)}`);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,166 @@
+import { AppError } from '../errors.ts';
+import { isUniqueViolation, type Db } from '../store/db.ts';
+import type { Principal } from '../auth/principal.ts';
+import { isOwner } from '../data/acl.ts';
+import type { MarkerCodec } from '../data/marker.ts';
+import {
+  DEFAULT_SETTINGS,
+  parseDetails,
+  parseSettings,
+  validateAlgorithmName,
+  type AlgorithmDetails,
+  type AlgorithmSettings,
+} from './manifest.ts';
+
+export interface Algorithm {
+  id: number;
+  owner: string;
+  name: string;
+  details: AlgorithmDetails;
+  settings: AlgorithmSettings;
+  created_at: number;
+  updated_at: number;
+}
+
+interface Row {
+  id: number;
+  name: string;
+  details: string;
+  settings: string;
+  created_at: number;
+  updated_at: number;
+  owner: string;
+}
+
+function toAlgorithm(row: Row): Algorithm {
+  return {
+    id: row.id,
+    owner: row.owner,
+    name: row.name,
+    details: JSON.parse(row.details) as AlgorithmDetails,
+    settings: { ...DEFAULT_SETTINGS, ...(JSON.parse(row.settings) as Partial<AlgorithmSettings>) },
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+export function noSuchAlgorithm(owner: string, name: string): AppError {
+  // The Python client looks for "No such algorithm" in the message.
+  return new AppError('algorithm_not_found', `No such algorithm: algo://${owner}/${name}`);
+}
+
+/**
+ * The algorithms users own: names, descriptions and settings. Sources, builds and versions
+ * hang off these records. Only the owner changes an algorithm, with a key that may manage
+ * algorithms; others see an algorithm only while it is publicly callable.
+ */
+export class AlgorithmRegistry {
+  constructor(
+    private readonly db: Db,
+    private readonly markers: MarkerCodec,
+  ) {}
+
+  private requireManager(principal: Principal, owner: string): void {
+    if (!principal.permissions.allow_algo_management) {
+      throw new AppError('key_permission_denied', 'this API key may not manage algorithms (allow_algo_management is off)');
+    }
+    if (!isOwner(principal, owner)) throw new AppError('forbidden', `only ${owner} can manage algorithms under ${owner}`);
+  }
+
+  private query() {
+    return this.db
+      .selectFrom('algorithms')
+      .innerJoin('users', 'users.id', 'algorithms.owner_id')
+      .select([
+        'algorithms.id',
+        'algorithms.name',
+        'algorithms.details',
+        'algorithms.settings',
+        'algorithms.created_at',
+        'algorithms.updated_at',
+        'users.username as owner',
+      ]);
+  }
+
+  async create(principal: Principal, owner: string, input: { name?: unknown; details?: unknown; settings?: unknown }): Promise<Algorithm> {
+    this.requireManager(principal, owner);
+    const name = validateAlgorithmName(input.name);
+    const details = parseDetails(input.details, { label: name, summary: '', tagline: '' });
+    const settings = parseSettings(input.settings, DEFAULT_SETTINGS);
+    const now = Date.now();
+    try {
+      await this.db
+        .insertInto('algorithms')
+        .values({
+          owner_id: principal.userId,
+          name,
+          name_lc: name.toLowerCase(),
+          details: JSON.stringify(details),
+          settings: JSON.stringify(settings),
+          created_at: now,
+          updated_at: now,
+        })
+        .execute();
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new AppError('already_exists', `algorithm algo://${principal.username}/${name} already exists`);
+      throw err;
+    }
+    return this.require(principal, principal.username, name);
+  }
+
+  /** An algorithm as `principal` may see it: the owner always, others while it is public. */
+  async require(principal: Principal, owner: string, name: string): Promise<Algorithm> {
+    const row = await this.query()
+      .where('users.username_lc', '=', owner.toLowerCase())
+      .where('algorithms.name_lc', '=', name.toLowerCase())
+      .executeTakeFirst();
+    if (!row) throw noSuchAlgorithm(owner, name);
+    const algo = toAlgorithm(row);
+    if (!isOwner(principal, algo.owner) && algo.settings.algorithm_callability !== 'public') throw noSuchAlgorithm(owner, name);
+    return algo;
+  }
+
+  async update(principal: Principal, owner: string, name: string, input: { name?: unknown; details?: unknown; settings?: unknown }): Promise<Algorithm> {
+    this.requireManager(principal, owner);
+    const current = await this.require(principal, owner, name);
+    if (input.name !== undefined && (typeof input.name !== 'string' || input.name.toLowerCase() !== current.name.toLowerCase())) {
+      throw new AppError('invalid_body', 'an algorithm cannot be renamed; create a new one');
+    }
+    const details = parseDetails(input.details, current.details);
+    const settings = parseSettings(input.settings, current.settings);
+    await this.db
+      .updateTable('algorithms')
+      .set({ details: JSON.stringify(details), settings: JSON.stringify(settings), updated_at: Date.now() })
+      .where('id', '=', current.id)
+      .execute();
+    return this.require(principal, owner, name);
+  }
+
+  async delete(principal: Principal, owner: string, name: string): Promise<void> {
+    this.requireManager(principal, owner);
+    const current = await this.require(principal, owner, name);
+    await this.db.deleteFrom('algorithms').where('id', '=', current.id).execute();
+  }
+
+  /** One page of an owner's algorithms that `principal` may see, by name. */
+  async listByOwner(principal: Principal, owner: string, marker: string | undefined, pageSize = 100): Promise<{ results: Algorithm[]; marker: string | null }> {
+    const user = await this.db.selectFrom('users').select(['id']).where('username_lc', '=', owner.toLowerCase()).executeTakeFirst();
+    if (!user) throw new AppError('unknown_user', `no user named "${owner.slice(0, 40)}"`);
+    const scope = `algorithms:${user.id}`;
+    const after = marker ? this.markers.decode(scope, marker).after : '';
+    const rows = await this.query()
+      .where('algorithms.owner_id', '=', user.id)
+      .where('algorithms.name_lc', '>', after)
+      .orderBy('algorithms.name_lc')
+      .limit(pageSize + 1)
+      .execute();
+    const more = rows.length > pageSize;
+    if (more) rows.length = pageSize;
+    const visible = rows.map(toAlgorithm).filter((a) => isOwner(principal, a.owner) || a.settings.algorithm_callability === 'public');
+    const last = rows[rows.length - 1];
+    return {
+      results: visible,
+      marker: more && last ? this.markers.encode(scope, { phase: 'files', after: last.name.toLowerCase() }) : null,
+    };
+  }
+}
