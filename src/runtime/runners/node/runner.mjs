@@ -1,0 +1,123 @@
+// The Node.js runner: runs inside the sandbox as `node runner.mjs <entry file>`, loads the
+// algorithm once, then answers calls one at a time over the control channel on fd 3
+// (docs/runtime-protocol.md). Plain JavaScript with no dependencies: it runs on the system
+// node with nothing of the server's installed.
+import net from 'node:net';
+import { pathToFileURL } from 'node:url';
+
+const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+
+function send(header, body = Buffer.alloc(0)) {
+  const h = Buffer.from(JSON.stringify(header), 'utf8');
+  const prefix = Buffer.allocUnsafe(8);
+  prefix.writeUInt32LE(h.length, 0);
+  prefix.writeUInt32LE(body.length, 4);
+  channel.write(Buffer.concat([prefix, h, body]));
+}
+
+function describe(err, fallbackType) {
+  const e = err instanceof Error ? err : new Error(String(err));
+  return {
+    message: e.message || String(err),
+    stacktrace: e.stack ?? '',
+    error_type: typeof e.error_type === 'string' ? e.error_type : fallbackType,
+  };
+}
+
+function decodeInput(contentType, body) {
+  if (contentType === 'json') return JSON.parse(body.toString('utf8'));
+  if (contentType === 'text') return body.toString('utf8');
+  return Buffer.from(body);
+}
+
+/** A returned Buffer is binary, a string text, undefined void, anything else JSON. */
+function encodeResult(result) {
+  if (result === undefined) return ['void', Buffer.alloc(0)];
+  if (Buffer.isBuffer(result) || result instanceof Uint8Array) return ['binary', Buffer.from(result)];
+  if (typeof result === 'string') return ['text', Buffer.from(result, 'utf8')];
+  const text = JSON.stringify(result);
+  if (text === undefined) throw Object.assign(new Error('the result cannot be turned into JSON'), { error_type: 'AlgorithmError' });
+  return ['json', Buffer.from(text, 'utf8')];
+}
+
+let apply;
+let loadError;
+
+async function load(entry) {
+  try {
+    const mod = await import(pathToFileURL(entry).href);
+    const def = mod.default;
+    apply = typeof mod.apply === 'function' ? mod.apply : typeof def?.apply === 'function' ? def.apply : typeof def === 'function' ? def : undefined;
+    if (!apply) throw new Error(`${entry.split('/').pop()} exports no apply function`);
+    const init = typeof mod.load === 'function' ? mod.load : typeof def?.load === 'function' ? def.load : undefined;
+    if (init) await init();
+  } catch (err) {
+    loadError = describe(err, 'LoadingError');
+    loadError.error_type = 'LoadingError';
+  }
+}
+
+/**
+ * Calls apply in either of its styles: `apply(input, cb)` calling back (the original
+ * convention) or `apply(input, ctx)` returning a value or a promise. The second argument
+ * serves both: it is a callback with the context's fields on it.
+ */
+function invoke(input) {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const cb = (err, result) => {
+      if (settled) return;
+      settled = true;
+      if (err) reject(err);
+      else resolve(result);
+    };
+    const returned = apply(input, cb);
+    if (returned !== undefined || apply.length < 2) {
+      settled = true;
+      Promise.resolve(returned).then(resolve, reject);
+    }
+  });
+}
+
+async function handleCall(header, body) {
+  const id = header.id;
+  if (loadError) return send({ type: 'error', id, duration_ms: 0, error: loadError });
+  let input;
+  try {
+    input = decodeInput(header.content_type, body);
+  } catch (err) {
+    return send({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
+  }
+  const started = process.hrtime.bigint();
+  try {
+    const result = await invoke(input);
+    const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
+    const [content_type, out] = encodeResult(result);
+    send({ type: 'result', id, content_type, duration_ms }, out);
+  } catch (err) {
+    const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
+    send({ type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError') });
+  }
+}
+
+// Calls arrive one at a time; frames are reassembled from the socket's chunks.
+let pending = Buffer.alloc(0);
+let queue = Promise.resolve();
+channel.on('data', (chunk) => {
+  pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+  while (pending.length >= 8) {
+    const hLen = pending.readUInt32LE(0);
+    const bLen = pending.readUInt32LE(4);
+    if (pending.length < 8 + hLen + bLen) break;
+    const header = JSON.parse(pending.subarray(8, 8 + hLen).toString('utf8'));
+    const body = pending.subarray(8 + hLen, 8 + hLen + bLen);
+    pending = pending.subarray(8 + hLen + bLen);
+    if (header.type === 'call') queue = queue.then(() => handleCall(header, body));
+  }
+});
+// The server closing the channel is the signal to stop.
+channel.on('end', () => process.exit(0));
+channel.on('error', () => process.exit(0));
+
+await load(process.argv[2]);
+send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });

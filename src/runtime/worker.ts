@@ -1,0 +1,192 @@
+import type { ChildProcess } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
+import { FrameDecoder, encodeFrame, type Frame } from './protocol.ts';
+import { spawnSandbox, type SandboxSpec } from './sandbox.ts';
+
+export type ContentType = 'json' | 'text' | 'binary';
+
+export interface AlgorithmErrorInfo {
+  message: string;
+  stacktrace: string;
+  error_type: string;
+}
+
+interface Output {
+  /** What the algorithm printed during the call, at most `maxStdoutBytes`. */
+  stdout: string;
+  stdoutTruncated: boolean;
+  /** Seconds of algorithm execution (not waiting). */
+  durationMs: number;
+}
+
+/**
+ * Everything a call can come to. Algorithm faults are outcomes, never exceptions: the caller
+ * handles each kind in an exhaustive switch.
+ */
+export type Outcome =
+  | ({ kind: 'result'; contentType: ContentType | 'void'; body: Buffer } & Output)
+  | ({ kind: 'algorithm_error'; error: AlgorithmErrorInfo } & Output)
+  | ({ kind: 'timeout' } & Output)
+  | ({ kind: 'out_of_memory' } & Output)
+  | ({ kind: 'crashed'; exitCode: number | null; signal: string | null } & Output);
+
+export interface WorkerOptions {
+  startTimeoutMs?: number;
+  maxStdoutBytes?: number;
+}
+
+const STDERR_KEEP = 16 * 1024;
+
+/**
+ * One sandboxed process running one algorithm version, answering one call at a time. A
+ * worker whose call timed out or whose process died is dead: the pool replaces it.
+ */
+export class Worker {
+  private readonly decoder = new FrameDecoder();
+  private readonly channel: Readable & Writable;
+  private readonly exited: Promise<{ code: number | null; signal: string | null }>;
+  private waiting: ((frame: Frame) => void) | undefined;
+  private stdout: Buffer[] = [];
+  private stdoutBytes = 0;
+  private stdoutTotal = 0;
+  private stderrTail = '';
+  private nextId = 1;
+  private busy = false;
+  dead = false;
+  loadError: AlgorithmErrorInfo | undefined;
+
+  private constructor(
+    private readonly child: ChildProcess,
+    private readonly maxStdout: number,
+  ) {
+    this.channel = child.stdio[3] as Readable & Writable;
+    this.channel.on('data', (chunk: Buffer) => {
+      try {
+        for (const frame of this.decoder.push(chunk)) this.waiting?.(frame);
+      } catch {
+        this.kill();
+      }
+    });
+    this.channel.on('error', () => undefined);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      this.stdoutTotal += chunk.length;
+      if (this.stdoutBytes < this.maxStdout) {
+        const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
+        this.stdout.push(keep);
+        this.stdoutBytes += keep.length;
+      }
+    });
+    child.stderr!.on('data', (chunk: Buffer) => {
+      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_KEEP);
+    });
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.dead = true;
+        resolve({ code, signal });
+      });
+    });
+  }
+
+  /** Starts a worker and waits until its algorithm is loaded (or failed to load). */
+  static async start(spec: SandboxSpec, options: WorkerOptions = {}): Promise<Worker> {
+    const child = spawnSandbox(spec);
+    const worker = new Worker(child, options.maxStdoutBytes ?? 1024 * 1024);
+    const ready = await worker.next(options.startTimeoutMs ?? 30_000);
+    if (ready === 'timeout' || ready === 'exited' || ready.header.type !== 'ready') {
+      const why = ready === 'timeout' ? 'did not start in time' : `exited while starting: ${worker.stderrTail.trim().slice(-2000)}`;
+      worker.kill();
+      throw new Error(`worker ${why}`);
+    }
+    worker.loadError = ready.header.load_error as AlgorithmErrorInfo | undefined;
+    return worker;
+  }
+
+  /** The next frame, or why none came. */
+  private next(timeoutMs: number): Promise<Frame | 'timeout' | 'exited'> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish('timeout'), timeoutMs);
+      const finish = (r: Frame | 'timeout' | 'exited') => {
+        clearTimeout(timer);
+        this.waiting = undefined;
+        resolve(r);
+      };
+      this.waiting = (frame) => finish(frame);
+      void this.exited.then(() => finish('exited'));
+    });
+  }
+
+  /** Runs one call. Never throws for anything the algorithm does. */
+  async call(contentType: ContentType, input: Buffer, timeoutMs: number): Promise<Outcome> {
+    if (this.busy || this.dead) throw new Error('worker is busy or dead');
+    this.busy = true;
+    this.stdout = [];
+    this.stdoutBytes = 0;
+    this.stdoutTotal = 0;
+    const started = performance.now();
+    const id = this.nextId++;
+    try {
+      this.channel.write(encodeFrame({ type: 'call', id, content_type: contentType }, input));
+      const answer = await this.next(timeoutMs);
+      const elapsed = performance.now() - started;
+      if (answer === 'timeout') {
+        this.kill();
+        return { kind: 'timeout', ...this.output(elapsed) };
+      }
+      if (answer === 'exited') {
+        const { code, signal } = await this.exited;
+        if (/heap out of memory|Allocation failed/i.test(this.stderrTail)) return { kind: 'out_of_memory', ...this.output(elapsed) };
+        return { kind: 'crashed', exitCode: code, signal, ...this.output(elapsed) };
+      }
+      // Let what the algorithm printed before answering arrive before we cut it off.
+      await new Promise((r) => setImmediate(r));
+      const h = answer.header;
+      const durationMs = typeof h.duration_ms === 'number' ? h.duration_ms : elapsed;
+      if (h.type === 'result') {
+        return { kind: 'result', contentType: h.content_type as ContentType | 'void', body: answer.body, ...this.output(durationMs) };
+      }
+      return { kind: 'algorithm_error', error: h.error as AlgorithmErrorInfo, ...this.output(durationMs) };
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private output(durationMs: number): Output {
+    return {
+      stdout: Buffer.concat(this.stdout).toString('utf8'),
+      stdoutTruncated: this.stdoutTotal > this.stdoutBytes,
+      durationMs,
+    };
+  }
+
+  /** Kills the whole sandbox at once (its process group; bwrap takes its pid namespace along). */
+  kill(): void {
+    if (this.child.pid !== undefined && !this.dead) {
+      try {
+        process.kill(-this.child.pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
+  }
+
+  /** Stops in stages: close the channel (the runner exits), then SIGTERM, then SIGKILL. */
+  async stop(graceMs = 1000): Promise<void> {
+    if (this.dead) return;
+    this.channel.end();
+    const gone = (ms: number) => Promise.race([this.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+    if (await gone(graceMs)) return;
+    try {
+      process.kill(-this.child.pid!, 'SIGTERM');
+    } catch {
+      /* already gone */
+    }
+    if (await gone(graceMs)) return;
+    this.kill();
+    await this.exited;
+  }
+
+  /** Resolves when the worker's process has exited and been reaped. */
+  get done(): Promise<unknown> {
+    return this.exited;
+  }
+}

@@ -1,0 +1,220 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
+import { Worker, type Outcome } from '../src/runtime/worker.ts';
+
+const support = probeSandbox();
+const skip = support.available ? false : `bubblewrap unavailable: ${support.reason}`;
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-sandbox-'));
+/** A fake server home with a secret in it, which no algorithm may see. */
+const serverHome = path.join(root, 'home');
+let server: http.Server;
+let port = 0;
+const workers: Worker[] = [];
+
+function algorithm(name: string, source: string): SandboxSpec {
+  const dir = path.join(root, 'algos', name);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, 'index.mjs'), source);
+  return { runner: 'node', algoDir: dir, entry: 'index.mjs', network: false, limits: { ...DEFAULT_LIMITS } };
+}
+
+async function start(spec: SandboxSpec, maxStdoutBytes?: number): Promise<Worker> {
+  const w = await Worker.start(spec, { maxStdoutBytes });
+  workers.push(w);
+  return w;
+}
+
+const text = (o: Outcome) => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);
+
+/** The process group of a worker is gone: nothing of the sandbox outlived it. */
+function groupGone(w: Worker): boolean {
+  const pid = (w as unknown as { child: { pid: number } }).child.pid;
+  try {
+    process.kill(-pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
+before(async () => {
+  fs.mkdirSync(serverHome, { recursive: true });
+  fs.writeFileSync(path.join(serverHome, 'secret'), 'server-secret');
+  server = http.createServer((_req, res) => res.end('reachable'));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  port = (server.address() as AddressInfo).port;
+});
+after(async () => {
+  await Promise.all(workers.map((w) => w.stop(200)));
+  server.close();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+describe('the Node runner in the sandbox', { skip }, () => {
+  test('callback-style and async apply, every content type both ways', async () => {
+    const cb = await start(algorithm('cb', `export function apply(input, cb) { cb(null, 'Hello ' + input); }`));
+    const r = await cb.call('text', Buffer.from('world'), 5000);
+    assert.equal(r.kind, 'result');
+    assert.equal(text(r), 'Hello world');
+    assert.equal(r.kind === 'result' && r.contentType, 'text');
+
+    const multi = await start(
+      algorithm(
+        'multi',
+        `export async function apply(input) {
+          if (Buffer.isBuffer(input)) return Buffer.from([...input].reverse());
+          if (input === 'void') return undefined;
+          return { got: input, kind: typeof input };
+        }`,
+      ),
+    );
+    const j = await multi.call('json', Buffer.from('[1,2]'), 5000);
+    assert.equal(j.kind === 'result' && j.contentType, 'json');
+    assert.deepEqual(JSON.parse(text(j)), { got: [1, 2], kind: 'object' });
+    const b = await multi.call('binary', Buffer.from([0, 1, 255]), 5000);
+    assert.equal(b.kind === 'result' && b.contentType, 'binary');
+    assert.deepEqual(b.kind === 'result' && [...b.body], [255, 1, 0]);
+    const v = await multi.call('text', Buffer.from('void'), 5000);
+    assert.equal(v.kind === 'result' && v.contentType, 'void');
+    assert.ok(v.durationMs >= 0 && v.durationMs < 5000);
+  });
+
+  test('load() runs once per worker; a failing load or a missing apply is a LoadingError', async () => {
+    const once = await start(algorithm('once', `let n = 0; export function load() { n++; } export function apply() { return n; }`));
+    await once.call('json', Buffer.from('1'), 5000);
+    assert.equal(text(await once.call('json', Buffer.from('1'), 5000)), '1');
+    for (const [name, src] of [
+      ['badload', `export function load() { throw new Error('no model'); } export function apply() { return 1; }`],
+      ['noapply', `export const x = 1;`],
+      ['syntax', `export function apply( {`],
+    ]) {
+      const w = await start(algorithm(name!, src!));
+      const o = await w.call('json', Buffer.from('1'), 5000);
+      assert.equal(o.kind, 'algorithm_error', name);
+      assert.equal(o.kind === 'algorithm_error' && o.error.error_type, 'LoadingError', name);
+    }
+  });
+
+  test('a thrown error is an algorithm error with message, stack and type; the worker lives on', async () => {
+    const w = await start(
+      algorithm('throws', `export function apply(x) { if (x === 'typed') throw Object.assign(new Error('bad input'), { error_type: 'InputError' }); throw new Error('boom'); }`),
+    );
+    const o = await w.call('text', Buffer.from('x'), 5000);
+    assert.equal(o.kind, 'algorithm_error');
+    if (o.kind === 'algorithm_error') {
+      assert.equal(o.error.message, 'boom');
+      assert.equal(o.error.error_type, 'AlgorithmError');
+      assert.match(o.error.stacktrace, /index\.mjs/);
+    }
+    const t = await w.call('text', Buffer.from('typed'), 5000);
+    assert.equal(t.kind === 'algorithm_error' && t.error.error_type, 'InputError');
+    assert.equal(w.dead, false);
+  });
+});
+
+describe('escape attempts fail', { skip }, () => {
+  test('no network: the host\'s loopback server is unreachable (and reachable with network_access full)', async () => {
+    const src = `export async function apply(port) {
+      const net = await import('node:net');
+      return await new Promise((resolve) => {
+        const s = net.connect({ host: '127.0.0.1', port }, () => { s.destroy(); resolve('connected'); });
+        s.on('error', (e) => resolve('failed: ' + e.code));
+      });
+    }`;
+    const isolated = await start(algorithm('net', src));
+    assert.match(text(await isolated.call('json', Buffer.from(String(port)), 5000)), /^failed: /);
+    const open = await start({ ...algorithm('net2', src), network: true });
+    assert.equal(text(await open.call('json', Buffer.from(String(port)), 5000)), 'connected', 'the probe itself works');
+  });
+
+  test('the server\'s home, the host\'s secrets and environment are invisible; we are nobody with no capabilities', async () => {
+    process.env.ALGOHOST_TEST_SECRET = 'parent-env-secret';
+    const w = await start(
+      algorithm(
+        'snoop',
+        `import fs from 'node:fs';
+        export function apply(paths) {
+          const out = {};
+          for (const p of paths) { try { out[p] = fs.readFileSync(p, 'utf8').slice(0, 40); } catch (e) { out[p] = e.code; } }
+          out.env = Object.keys(process.env).sort();
+          out.uid = process.getuid();
+          out.cap = fs.readFileSync('/proc/self/status', 'utf8').match(/CapEff:\\s*(\\w+)/)[1];
+          out.pids = fs.readdirSync('/proc').filter((d) => /^\\d+$/.test(d)).length;
+          return out;
+        }`,
+      ),
+    );
+    const secret = path.join(serverHome, 'secret');
+    const o = JSON.parse(text(await w.call('json', Buffer.from(JSON.stringify([secret, '/etc/shadow', '/etc/passwd', '/root/.bashrc', '/work/main/package.json'])), 5000)));
+    delete process.env.ALGOHOST_TEST_SECRET;
+    for (const p of [secret, '/etc/shadow', '/etc/passwd', '/root/.bashrc', '/work/main/package.json']) assert.equal(o[p], 'ENOENT', p);
+    assert.deepEqual(o.env, ['HOME', 'LANG', 'PATH', 'PWD'], 'only what the sandbox sets (PWD comes from --chdir)');
+    assert.equal(o.uid, 65534);
+    assert.equal(o.cap, '0000000000000000');
+    assert.ok(o.pids <= 3, `only the sandbox's own processes are visible (${o.pids})`);
+  });
+
+  test('nothing outside /tmp is writable, and /tmp is capped', async () => {
+    const w = await start(
+      algorithm(
+        'write',
+        `import fs from 'node:fs';
+        export function apply() {
+          const out = {};
+          for (const p of ['/algo/x', '/usr/x', '/x', '/runner/x', '/proc/x']) { try { fs.writeFileSync(p, 'x'); out[p] = 'written'; } catch (e) { out[p] = e.code; } }
+          fs.writeFileSync('/tmp/ok', 'x'); out.tmp = fs.readFileSync('/tmp/ok', 'utf8');
+          try { const b = Buffer.alloc(1 << 20); const fd = fs.openSync('/tmp/big', 'w'); for (let i = 0; i < 64; i++) fs.writeSync(fd, b); out.big = 'written'; } catch (e) { out.big = e.code; }
+          return out;
+        }`,
+      ),
+    );
+    const free = JSON.parse(text(await w.call('json', Buffer.from('null'), 10_000)));
+    assert.equal(free.big, 'written', 'with the default /tmp size, 64 MiB fits');
+    const spec = algorithm('write2', fs.readFileSync(path.join(root, 'algos', 'write', 'index.mjs'), 'utf8'));
+    spec.limits = { ...spec.limits, tmpBytes: 16 * 1024 * 1024 };
+    const capped = await start(spec);
+    const o = JSON.parse(text(await capped.call('json', Buffer.from('null'), 10_000)));
+    for (const p of ['/algo/x', '/usr/x', '/x', '/runner/x', '/proc/x']) assert.notEqual(o[p], 'written', p);
+    assert.equal(o.tmp, 'x');
+    assert.equal(o.big, 'ENOSPC', 'a 64 MiB file does not fit a 16 MiB /tmp');
+  });
+
+  test('running forever: a timeout kills the whole sandbox, leaving no process behind', async () => {
+    const w = await start(algorithm('forever', `export function apply() { for (;;) {} }`));
+    const t0 = Date.now();
+    const o = await w.call('json', Buffer.from('1'), 700);
+    assert.equal(o.kind, 'timeout');
+    assert.ok(Date.now() - t0 < 5000);
+    await w.done;
+    assert.equal(w.dead, true);
+    assert.ok(groupGone(w), 'no process of the sandbox survives');
+  });
+
+  test('printing without limit is capped and marked truncated', async () => {
+    const w = await start(
+      algorithm('flood', `export function apply() { const line = 'y'.repeat(1023) + '\\n'; for (let i = 0; i < 8192; i++) process.stdout.write(line); return 'done'; }`),
+      64 * 1024,
+    );
+    const o = await w.call('json', Buffer.from('1'), 20_000);
+    assert.equal(text(o), 'done');
+    assert.equal(o.stdout.length, 64 * 1024);
+    assert.equal(o.stdoutTruncated, true);
+  });
+
+  test('allocating without limit ends in OutOfMemory, not in the server', async () => {
+    const spec = algorithm('hog', `export function apply() { const a = []; for (;;) a.push(new Array(1e6).fill(1.5)); }`);
+    spec.limits = { ...spec.limits, heapMb: 64 };
+    const w = await start(spec);
+    const o = await w.call('json', Buffer.from('1'), 30_000);
+    assert.equal(o.kind, 'out_of_memory');
+    await w.done;
+    assert.ok(groupGone(w));
+  });
+});
