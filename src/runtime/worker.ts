@@ -167,11 +167,16 @@ export class Worker {
         /* already gone */
       }
     }
+    // Dead from now on, not only once the exit is reaped: nobody may hand it another call.
+    this.dead = true;
   }
 
   /** Stops in stages: close the channel (the runner exits), then SIGTERM, then SIGKILL. */
   async stop(graceMs = 1000): Promise<void> {
-    if (this.dead) return;
+    if (this.dead) {
+      await this.exited;
+      return;
+    }
     this.channel.end();
     const gone = (ms: number) => Promise.race([this.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
     if (await gone(graceMs)) return;

@@ -1,0 +1,207 @@
+import type { Worker } from './worker.ts';
+
+export interface PoolOptions {
+  /** Workers alive at once, all versions together. */
+  maxWorkers: number;
+  /** Workers of one algorithm version at once. */
+  maxPerVersion: number;
+  /** An idle worker is stopped after this long. */
+  idleMs: number;
+  /** Calls waiting for a worker at once; more are refused. */
+  maxQueue: number;
+  /** How long a call may wait for a worker. */
+  queueTimeoutMs: number;
+}
+
+export const DEFAULT_POOL: PoolOptions = {
+  maxWorkers: 16,
+  maxPerVersion: 4,
+  idleMs: 5 * 60_000,
+  maxQueue: 1000,
+  queueTimeoutMs: 60_000,
+};
+
+/** No worker could be had: the queue is full, or the wait ran out. */
+export class PoolBusyError extends Error {
+  constructor(readonly reason: 'queue_full' | 'queue_timeout') {
+    super(reason === 'queue_full' ? 'too many calls are waiting for a worker' : 'no worker became free in time');
+  }
+}
+
+interface Entry {
+  key: string;
+  worker: Worker;
+  idleSince: number;
+}
+
+interface Waiter {
+  key: string;
+  start: () => Promise<Worker>;
+  resolve: (w: Worker) => void;
+  reject: (err: unknown) => void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * Warm workers kept per algorithm version (`key`, e.g. the build hash: a new version never
+ * reuses an old version's worker). A call takes an idle worker of its version, or starts one
+ * while under both limits, or makes room by stopping the least recently used idle worker of
+ * another version, or waits in a bounded queue. Idle workers are stopped after `idleMs`.
+ */
+export class WorkerPool {
+  private readonly idle = new Map<string, Entry[]>();
+  private readonly counts = new Map<string, number>();
+  private total = 0;
+  private readonly queue: Waiter[] = [];
+  private readonly sweeper: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly options: PoolOptions = DEFAULT_POOL) {
+    this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(options.idleMs / 2, 30_000)));
+    this.sweeper.unref();
+  }
+
+  /** Workers alive, and of those idle: for /health and tests. */
+  stats(): { total: number; idle: number; waiting: number } {
+    let idle = 0;
+    for (const list of this.idle.values()) idle += list.length;
+    return { total: this.total, idle, waiting: this.queue.length };
+  }
+
+  /** Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it back. */
+  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>): Promise<T> {
+    const worker = await this.acquire(key, start);
+    try {
+      return await fn(worker);
+    } finally {
+      this.release(key, worker);
+    }
+  }
+
+  private acquire(key: string, start: () => Promise<Worker>): Promise<Worker> {
+    if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
+    const warm = this.idle.get(key)?.pop();
+    if (warm) return Promise.resolve(warm.worker);
+    if (this.canStart(key)) return this.launch(key, start);
+    if (this.queue.length >= this.options.maxQueue) return Promise.reject(new PoolBusyError('queue_full'));
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        key,
+        start,
+        resolve,
+        reject,
+        timer: setTimeout(() => {
+          this.queue.splice(this.queue.indexOf(waiter), 1);
+          reject(new PoolBusyError('queue_timeout'));
+        }, this.options.queueTimeoutMs),
+      };
+      this.queue.push(waiter);
+    });
+  }
+
+  /** Under both limits, or at the global one with an idle worker of another version to stop. */
+  private canStart(key: string): boolean {
+    if ((this.counts.get(key) ?? 0) >= this.options.maxPerVersion) return false;
+    if (this.total < this.options.maxWorkers) return true;
+    return this.evictLru(key);
+  }
+
+  private evictLru(except: string): boolean {
+    let oldest: Entry | undefined;
+    for (const [k, list] of this.idle) {
+      if (k === except || list.length === 0) continue;
+      if (!oldest || list[0]!.idleSince < oldest.idleSince) oldest = list[0];
+    }
+    if (!oldest) return false;
+    this.idle.get(oldest.key)!.shift();
+    this.retire(oldest.key, oldest.worker);
+    return true;
+  }
+
+  private async launch(key: string, start: () => Promise<Worker>): Promise<Worker> {
+    this.total++;
+    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+    try {
+      return await start();
+    } catch (err) {
+      this.forget(key);
+      this.serveQueue();
+      throw err;
+    }
+  }
+
+  private release(key: string, worker: Worker): void {
+    if (worker.dead || this.closed) {
+      this.retire(key, worker);
+      this.serveQueue();
+      return;
+    }
+    const same = this.queue.findIndex((w) => w.key === key);
+    if (same >= 0) {
+      const [waiter] = this.queue.splice(same, 1);
+      clearTimeout(waiter!.timer);
+      waiter!.resolve(worker);
+      return;
+    }
+    const list = this.idle.get(key) ?? [];
+    list.push({ key, worker, idleSince: Date.now() });
+    this.idle.set(key, list);
+    this.serveQueue();
+  }
+
+  /** Starts workers for waiting calls while there is room (making room from idle workers). */
+  private serveQueue(): void {
+    for (let i = 0; i < this.queue.length; ) {
+      const waiter = this.queue[i]!;
+      const warm = this.idle.get(waiter.key)?.pop();
+      if (warm || this.canStart(waiter.key)) {
+        this.queue.splice(i, 1);
+        clearTimeout(waiter.timer);
+        if (warm) waiter.resolve(warm.worker);
+        else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
+      } else {
+        i++;
+      }
+    }
+  }
+
+  private retire(key: string, worker: Worker): void {
+    this.forget(key);
+    void worker.stop();
+  }
+
+  private forget(key: string): void {
+    this.total--;
+    const n = (this.counts.get(key) ?? 1) - 1;
+    if (n > 0) this.counts.set(key, n);
+    else this.counts.delete(key);
+  }
+
+  private sweep(): void {
+    const cutoff = Date.now() - this.options.idleMs;
+    for (const [key, list] of this.idle) {
+      while (list.length > 0 && list[0]!.idleSince <= cutoff) this.retire(key, list.shift()!.worker);
+      if (list.length === 0) this.idle.delete(key);
+    }
+    this.serveQueue();
+  }
+
+  /** Stops every idle worker and refuses new calls; busy workers stop when given back. */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweeper);
+    for (const w of this.queue.splice(0)) {
+      clearTimeout(w.timer);
+      w.reject(new Error('the worker pool is closed'));
+    }
+    const stops: Promise<void>[] = [];
+    for (const [key, list] of this.idle) {
+      for (const e of list) {
+        this.forget(key);
+        stops.push(e.worker.stop());
+      }
+    }
+    this.idle.clear();
+    await Promise.all(stops);
+  }
+}

@@ -1,0 +1,115 @@
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import { PoolBusyError, WorkerPool } from '../src/runtime/pool.ts';
+
+const support = probeSandbox();
+const skip = support.available ? false : `bubblewrap unavailable: ${support.reason}`;
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-pool-'));
+const pools: WorkerPool[] = [];
+after(async () => {
+  await Promise.all(pools.map((p) => p.close()));
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** Each version answers its own name and the worker's pid, after sleeping `ms` from the input. */
+function version(name: string): SandboxSpec {
+  const dir = path.join(root, name);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, 'index.mjs'),
+    `export async function apply(ms) { await new Promise((r) => setTimeout(r, ms)); return { v: ${JSON.stringify(name)}, pid: process.pid + ':' + process.ppid + ':' + STARTED }; }
+     const STARTED = Math.random();`,
+  );
+  return { runner: 'node', algoDir: dir, entry: 'index.mjs', network: false, limits: DEFAULT_LIMITS };
+}
+
+function pool(options: Partial<ConstructorParameters<typeof WorkerPool>[0]> = {}): WorkerPool {
+  const p = new WorkerPool({ maxWorkers: 2, maxPerVersion: 2, idleMs: 60_000, maxQueue: 10, queueTimeoutMs: 10_000, ...options });
+  pools.push(p);
+  return p;
+}
+
+async function run(p: WorkerPool, key: string, spec: SandboxSpec, ms = 0): Promise<{ v: string; pid: string }> {
+  return p.with(key, () => Worker.start(spec), async (w) => {
+    const o = await w.call('json', Buffer.from(String(ms)), 10_000);
+    assert.equal(o.kind, 'result');
+    return JSON.parse(o.kind === 'result' ? o.body.toString() : 'null');
+  });
+}
+
+describe('worker pool', { skip }, () => {
+  test('a warm worker is reused; a new version never gets an old version\'s worker', async () => {
+    const p = pool();
+    const a = version('a');
+    const b = version('b');
+    const first = await run(p, 'a', a);
+    const second = await run(p, 'a', a);
+    assert.equal(second.pid, first.pid, 'the same warm worker answered');
+    const other = await run(p, 'b', b);
+    assert.equal(other.v, 'b');
+    assert.notEqual(other.pid, first.pid);
+    assert.deepEqual(p.stats(), { total: 2, idle: 2, waiting: 0 });
+  });
+
+  test('grows to the per-version limit, then queues; the queue is bounded in size and time', async () => {
+    const p = pool({ maxWorkers: 4, maxPerVersion: 2, maxQueue: 1, queueTimeoutMs: 300 });
+    const a = version('q');
+    const busy = [run(p, 'q', a, 1500), run(p, 'q', a, 1500)];
+    await new Promise((r) => setTimeout(r, 100));
+    const queued = run(p, 'q', a, 0).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 50));
+    const refused = await run(p, 'q', a, 0).catch((e: unknown) => e);
+    assert.ok(refused instanceof PoolBusyError && refused.reason === 'queue_full');
+    const timedOut = await queued;
+    assert.ok(timedOut instanceof PoolBusyError && timedOut.reason === 'queue_timeout');
+    const pids = new Set((await Promise.all(busy)).map((r) => r.pid));
+    assert.equal(pids.size, 2, 'two workers of one version ran at once');
+    assert.equal(p.stats().total, 2);
+  });
+
+  test('at the global limit, the least recently used idle worker of another version makes room', async () => {
+    const p = pool({ maxWorkers: 2, maxPerVersion: 2 });
+    const [x, y, z] = [version('x'), version('y'), version('z')];
+    const x1 = await run(p, 'x', x);
+    await run(p, 'y', y);
+    await run(p, 'z', z); // evicts x, the least recently used
+    assert.equal(p.stats().total, 2);
+    const x2 = await run(p, 'x', x); // x starts again (evicting y)
+    assert.notEqual(x2.pid, x1.pid);
+  });
+
+  test('a waiting call gets the worker freed by another version', async () => {
+    const p = pool({ maxWorkers: 1, maxPerVersion: 1 });
+    const [m, n] = [version('m'), version('n')];
+    const slow = run(p, 'm', m, 800);
+    await new Promise((r) => setTimeout(r, 100));
+    const waiting = run(p, 'n', n, 0);
+    assert.equal(p.stats().waiting, 1);
+    assert.equal((await slow).v, 'm');
+    assert.equal((await waiting).v, 'n');
+  });
+
+  test('idle workers are stopped after the idle time; a dead worker is replaced', async () => {
+    const p = pool({ idleMs: 200 });
+    const i = version('idle');
+    await run(p, 'idle', i);
+    assert.equal(p.stats().total, 1);
+    for (let t = 0; t < 40 && p.stats().total > 0; t++) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(p.stats().total, 0, 'the idle worker was stopped');
+
+    const d = version('dies');
+    const before = await run(p, 'dies', d);
+    await p.with('dies', () => Worker.start(d), async (w) => {
+      const o = await w.call('json', Buffer.from('5000'), 100); // times out: the worker is killed
+      assert.equal(o.kind, 'timeout');
+    });
+    assert.equal(p.stats().total, 0, 'the dead worker was not kept');
+    const after = await run(p, 'dies', d);
+    assert.notEqual(after.pid, before.pid);
+  });
+});
