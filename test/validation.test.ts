@@ -83,6 +83,7 @@ const CASES: Case[] = [
   { what: 'PATCH a file', method: 'PATCH', path: '/v1/data/.my/c/file.txt', body: '{"acl":{"read":[]}}', type: json_, status: 409, code: 'type_conflict' },
   { what: 'PATCH ACL of nested directory', method: 'PATCH', path: '/v1/data/.my/c/sub', body: '{"acl":{"read":[]}}', type: json_, status: 400, code: 'invalid_acl' },
   { what: 'PATCH malformed JSON', method: 'PATCH', path: '/v1/data/.my/c', body: '{', type: json_, status: 400, code: 'invalid_json' },
+  { what: 'PATCH null body', method: 'PATCH', path: '/v1/data/.my/c', body: 'null', type: json_, status: 400, code: 'invalid_body' },
   { what: 'PATCH unknown field', method: 'PATCH', path: '/v1/data/.my/c', body: '{"name":"renamed"}', type: json_, status: 400, code: 'invalid_body' },
   { what: 'PATCH bad ACL', method: 'PATCH', path: '/v1/data/.my/c', body: '{"acl":{"read":["*"]}}', type: json_, status: 400, code: 'invalid_acl' },
   { what: 'marker never issued', method: 'GET', path: '/v1/data/.my/c?marker=abc', status: 400, code: 'invalid_marker' },

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.ts';
+import { checkObject } from './body.ts';
 import type { Algorithm, AlgorithmRegistry } from '../algorithms/registry.ts';
 
 interface OwnerParams {
@@ -28,14 +28,7 @@ function present(req: FastifyRequest, a: Algorithm) {
   };
 }
 
-function body(req: FastifyRequest, allowed: readonly string[]): Record<string, unknown> {
-  const b = req.body ?? {};
-  if (typeof b !== 'object' || Array.isArray(b)) throw new AppError('invalid_body', 'the request body must be a JSON object');
-  for (const k of Object.keys(b)) {
-    if (!allowed.includes(k)) throw new AppError('invalid_body', `unknown field "${k.slice(0, 40)}"; this request takes ${allowed.join(', ')}`);
-  }
-  return b as Record<string, unknown>;
-}
+const body = (req: FastifyRequest, allowed: readonly string[]) => checkObject(req.body, allowed);
 
 /** Management of algorithm records: create, read, update, delete, list an owner's. */
 export async function algorithmRoutes(app: FastifyInstance, opts: { registry: AlgorithmRegistry }): Promise<void> {

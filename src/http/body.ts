@@ -21,7 +21,14 @@ export function parseJsonObject(text: string, allowed: readonly string[]): Recor
   } catch {
     throw new AppError('invalid_json', text.trim() === '' ? 'the request body is empty; send a JSON object' : 'the request body is not valid JSON');
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+  if (value === null) throw new AppError('invalid_body', 'the request body must be a JSON object');
+  return checkObject(value, allowed);
+}
+
+/** A parsed body must be a JSON object with only the `allowed` fields (no body, or null: `{}`). */
+export function checkObject(value: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) {
     throw new AppError('invalid_body', 'the request body must be a JSON object');
   }
   for (const key of Object.keys(value)) {

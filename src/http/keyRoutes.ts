@@ -4,6 +4,7 @@ import type { KeyService } from '../auth/keyService.ts';
 import type { UserService } from '../auth/users.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
+import { checkObject } from './body.ts';
 
 interface UserParams {
   username: string;
@@ -31,17 +32,7 @@ export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; 
     return { userId: user.id, principal };
   }
 
-  function body(req: FastifyRequest): { name?: unknown; permissions?: unknown } {
-    const b = req.body;
-    if (b === undefined || b === null) return {};
-    if (typeof b !== 'object' || Array.isArray(b)) throw new AppError('invalid_body', 'the request body must be a JSON object');
-    for (const k of Object.keys(b)) {
-      if (k !== 'name' && k !== 'permissions') {
-        throw new AppError('invalid_body', `unknown field "${k.slice(0, 40)}"; keys take name and permissions`);
-      }
-    }
-    return b as { name?: unknown; permissions?: unknown };
-  }
+  const body = (req: FastifyRequest) => checkObject(req.body, ['name', 'permissions']);
 
   app.get<{ Params: UserParams }>('/v1/users/:username/keys', async (req) => {
     const { userId } = await owner(req);
