@@ -54,7 +54,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   app.setErrorHandler((err, req, reply) => sendError(err, req, reply));
   app.setNotFoundHandler((req, reply) => {
     const path = (req.raw.url ?? '').split('?')[0]!;
-    if (DATA_ROUTE_PREFIXES.some((p) => path.startsWith(p))) {
+    if (path === '/v1/data' || DATA_ROUTE_PREFIXES.some((p) => path.startsWith(p))) {
       reply.header('allow', DATA_METHODS.join(', '));
       return sendError(new AppError('method_not_allowed', `${req.method} is not a data operation; use ${DATA_METHODS.join(', ')}`), req, reply);
     }

@@ -133,8 +133,27 @@ describe('algorithm records (management API)', () => {
     assert.equal(second.next_link, null);
     const names = [...first.results, ...second.results].map((a: { name: string }) => a.name);
     assert.equal(new Set(names).size, 105);
+    const weird = await owner(`/v1/users/carol/algorithms?marker=x.${encodeURIComponent('é'.repeat(22))}`);
+    assert.equal(weird.status, 400);
     const forged = await owner('/v1/users/carol/algorithms?marker=nope');
     assert.equal(forged.status, 400);
     assert.equal((await json(forged)).error.code, 'invalid_marker');
+  });
+
+  test('paging another owner\'s list never reveals a private name, not even in a marker', async () => {
+    const owner = api(s.url, await s.user('dave'));
+    for (let i = 0; i < 101; i++) {
+      const name = `P${String(i).padStart(3, '0')}`;
+      const settings = i === 99 ? { algorithm_callability: 'private' } : {};
+      assert.equal((await send(owner, 'POST', '/v1/algorithms/dave', { name, settings })).status, 201);
+    }
+    const seen = await json(await bob('/v1/users/dave/algorithms'));
+    assert.equal(seen.results.length, 100, 'a full page of visible algorithms');
+    assert.equal(seen.marker, null, 'nothing visible remains');
+    assert.equal(seen.results.some((a: { name: string }) => a.name === 'P099'), false);
+    assert.equal(JSON.stringify(seen).toLowerCase().includes('p099'), false);
+    const own = await json(await owner('/v1/users/dave/algorithms'));
+    assert.equal(own.results.length, 100);
+    assert.ok(own.marker, 'the owner has a second page');
   });
 });

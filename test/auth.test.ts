@@ -155,6 +155,22 @@ describe('key management over HTTP', () => {
     assert.equal((await json(res)).error.code, 'key_permission_denied');
   });
 
+  test('a weaker key cannot change or revoke a stronger one (no lock-out by a leaked key)', async () => {
+    const call = api(s.url, aliceKey);
+    const weak = await json(await call(keysUrl, jsonInit('POST', { name: 'weak', permissions: { allow_data: false, allow_data_write: false, allow_algo: false, allow_web_algo: false } })));
+    const weaker = await json(await call(keysUrl, jsonInit('POST', { name: 'weaker', permissions: { allow_data: false, allow_data_write: false, allow_algo: false, allow_web_algo: false } })));
+    const list = (await json(await call(keysUrl))).results as { id: string; name: string }[];
+    const def = list.find((k) => k.name === 'default-key')!;
+    const w = api(s.url, weak.api_key);
+    const patch = await w(`${keysUrl}/${def.id}`, jsonInit('PATCH', { permissions: { allow_data: false } }));
+    assert.equal(patch.status, 403);
+    assert.equal((await json(patch)).error.code, 'permission_escalation');
+    const del = await w(`${keysUrl}/${def.id}`, { method: 'DELETE' });
+    assert.equal(del.status, 403);
+    assert.equal((await call('/v1/data/.my')).status, 200, 'the default key still works, unchanged');
+    assert.equal((await w(`${keysUrl}/${weaker.id}`, { method: 'DELETE' })).status, 204, 'an equal or weaker key may be revoked');
+  });
+
   test('another user cannot see or manage my keys', async () => {
     const bobKey = await s.user('bob');
     const res = await api(s.url, bobKey)(keysUrl);

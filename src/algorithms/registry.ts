@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { AppError } from '../errors.ts';
 import { isUniqueViolation, type Db } from '../store/db.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -148,18 +149,22 @@ export class AlgorithmRegistry {
     if (!user) throw new AppError('unknown_user', `no user named "${owner.slice(0, 40)}"`);
     const scope = `algorithms:${user.id}`;
     const after = marker ? this.markers.decode(scope, marker).after : '';
-    const rows = await this.query()
+    // Visibility is decided in SQL, before the limit: a marker is made from the last row
+    // returned, and must never carry the name of an algorithm the caller may not see.
+    let q = this.query()
       .where('algorithms.owner_id', '=', user.id)
       .where('algorithms.name_lc', '>', after)
       .orderBy('algorithms.name_lc')
-      .limit(pageSize + 1)
-      .execute();
+      .limit(pageSize + 1);
+    if (user.id !== principal.userId) {
+      q = q.where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public');
+    }
+    const rows = await q.execute();
     const more = rows.length > pageSize;
     if (more) rows.length = pageSize;
-    const visible = rows.map(toAlgorithm).filter((a) => isOwner(principal, a.owner) || a.settings.algorithm_callability === 'public');
     const last = rows[rows.length - 1];
     return {
-      results: visible,
+      results: rows.map(toAlgorithm),
       marker: more && last ? this.markers.encode(scope, { phase: 'files', after: last.name.toLowerCase() }) : null,
     };
   }

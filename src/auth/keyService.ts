@@ -128,6 +128,7 @@ export class KeyService {
 
   async update(userId: number, keyId: string, input: { name?: unknown; permissions?: unknown }, actor?: KeyPermissions): Promise<KeyRecord> {
     const current = await this.get(userId, keyId);
+    if (actor) this.checkTarget(current, actor);
     const name = input.name === undefined ? current.name : validateKeyName(input.name);
     const permissions = parsePermissions(input.permissions, current.permissions);
     if (actor) this.checkSubset(permissions, actor);
@@ -146,7 +147,8 @@ export class KeyService {
   }
 
   /** Revokes a key: it stops authenticating at once. The record stays for the audit trail. */
-  async revoke(userId: number, keyId: string): Promise<void> {
+  async revoke(userId: number, keyId: string, actor?: KeyPermissions): Promise<void> {
+    if (actor) this.checkTarget(await this.get(userId, keyId), actor);
     const res = await this.db
       .updateTable('api_keys')
       .set({ revoked_at: Date.now() })
@@ -155,6 +157,17 @@ export class KeyService {
       .where('revoked_at', 'is', null)
       .executeTakeFirst();
     if (Number(res.numUpdatedRows) === 0) throw new AppError('key_not_found', `no key with id "${keyId.slice(0, 40)}"`);
+  }
+
+  /**
+   * A key may change or revoke only keys no stronger than itself: a leaked low-power key must
+   * not be able to lock its owner out by revoking or downgrading the default key.
+   */
+  private checkTarget(target: KeyRecord, actor: KeyPermissions): void {
+    const over = exceedingPermission(target.permissions, actor);
+    if (over) {
+      throw new AppError('permission_escalation', `key "${target.name}" has "${over}", which the key making this request lacks, so it cannot change or revoke it`);
+    }
   }
 
   private checkSubset(permissions: KeyPermissions, actor: KeyPermissions): void {

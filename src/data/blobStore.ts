@@ -90,7 +90,8 @@ export class LocalBlobStore implements BlobStore {
       });
       const dir = path.dirname(final);
       if (!this.madeDirs.has(dir)) {
-        await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 });
+        // A new prefix directory must itself be on disk before a commit refers into it.
+        if ((await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 })) !== undefined) await fsyncDir(this.blobDir);
         this.madeDirs.add(dir);
       }
       await fs.promises.rename(tmp, final);

@@ -23,13 +23,18 @@ export class MarkerCodec {
 
   decode(scope: string, marker: string): Position {
     const dot = marker.indexOf('.');
+    if (dot < 0) throw invalidMarker();
     const body = marker.slice(0, dot);
-    const sig = marker.slice(dot + 1);
-    const expected = this.sign(scope, body);
-    if (dot < 0 || sig.length !== expected.length || !crypto.timingSafeEqual(Buffer.from(sig), Buffer.from(expected))) {
+    // Compared as bytes of equal length: a signature of other characters is simply wrong.
+    const sig = Buffer.from(marker.slice(dot + 1), 'utf8');
+    const expected = Buffer.from(this.sign(scope, body), 'utf8');
+    if (sig.length !== expected.length || !crypto.timingSafeEqual(sig, expected)) throw invalidMarker();
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
+    } catch {
       throw invalidMarker();
     }
-    const parsed: unknown = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
     if (!Array.isArray(parsed) || (parsed[0] !== 'd' && parsed[0] !== 'f') || typeof parsed[1] !== 'string') {
       throw invalidMarker();
     }

@@ -12,7 +12,7 @@ export const MAX_PATH_BYTES = 1024;
 export const MAX_DEPTH = 32;
 
 /** Route prefixes under which the data API is served; longest first. */
-export const DATA_ROUTE_PREFIXES = ['/v1/data', '/v1/connector/', '/api/v1/connector/'];
+export const DATA_ROUTE_PREFIXES = ['/v1/data/', '/v1/connector/', '/api/v1/connector/'];
 const CONNECTOR_PREFIXES = ['/api/v1/connector/', '/v1/connector/'];
 const DATA_PREFIX = '/v1/data';
 
@@ -82,6 +82,12 @@ export function parseDataPath(rawPath: string): DataTarget {
   if (segments.length > MAX_DEPTH) throw invalidPath(`the path is deeper than ${MAX_DEPTH} levels`);
   for (const s of segments) checkSegment(s);
   return { connector, segments };
+}
+
+/** Checks that a path built from parts (a parent and a new name) stays within the limits. */
+export function checkPathLimits(segments: string[]): void {
+  if (segments.length > MAX_DEPTH) throw invalidPath(`the path would be deeper than ${MAX_DEPTH} levels`);
+  if (Buffer.byteLength(segments.join('/')) > MAX_PATH_BYTES) throw invalidPath(`the path would be longer than ${MAX_PATH_BYTES} bytes`);
 }
 
 /** Checks one name (a path segment, or the name of a directory to create). */

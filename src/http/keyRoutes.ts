@@ -56,8 +56,8 @@ export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; 
   });
 
   app.delete<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req, reply) => {
-    const { userId } = await owner(req);
-    await keys.revoke(userId, req.params.id);
+    const { userId, principal } = await owner(req);
+    await keys.revoke(userId, req.params.id, principal.permissions);
     return reply.code(204).send();
   });
 }

@@ -7,7 +7,7 @@ import { BlobMissingError, type BlobStore } from '../blobStore.ts';
 import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptions } from '../connector.ts';
 import { contentTypeFor } from '../contentType.ts';
 import type { MarkerCodec, Position } from '../marker.ts';
-import { checkSegment } from '../paths.ts';
+import { checkPathLimits, checkSegment } from '../paths.ts';
 
 export interface HostedOptions {
   maxUploadBytes: number;
@@ -295,6 +295,7 @@ export class HostedConnector implements Connector {
     const owner = await this.owner(principal, parentSegments[0]);
     const parentRel = parentSegments.slice(1);
     const rel = [...parentRel, checkSegment(name)];
+    checkPathLimits([...parentSegments, name]);
     this.checkWrite(principal, owner, rel);
     let acl: ReadAcl | null = null;
     if (parentRel.length === 0) {
