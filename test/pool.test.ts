@@ -112,4 +112,22 @@ describe('worker pool', { skip }, () => {
     const after = await run(p, 'dies', d);
     assert.notEqual(after.pid, before.pid);
   });
+
+  test('a worker that died while idle is never handed out', async () => {
+    const p = pool();
+    const dir = path.join(root, 'exits');
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, 'index.mjs'), `export function apply() { setTimeout(() => process.exit(3), 10); return process.pid + ':' + Math.random(); }`);
+    const spec: SandboxSpec = { runner: 'node', algoDir: dir, entry: 'index.mjs', network: false, limits: DEFAULT_LIMITS };
+    const once = () =>
+      p.with('exits', () => Worker.start(spec), async (w) => {
+        const o = await w.call('json', Buffer.from('1'), 5000);
+        assert.equal(o.kind, 'result');
+        return o.kind === 'result' ? o.body.toString() : '';
+      });
+    const first = await once();
+    await new Promise((r) => setTimeout(r, 300));
+    const second = await once();
+    assert.notEqual(second, first);
+  });
 });

@@ -140,13 +140,16 @@ describe('escape attempts fail', { skip }, () => {
       algorithm(
         'snoop',
         `import fs from 'node:fs';
-        export function apply(paths) {
+        export async function apply(paths) {
           const out = {};
           for (const p of paths) { try { out[p] = fs.readFileSync(p, 'utf8').slice(0, 40); } catch (e) { out[p] = e.code; } }
           out.env = Object.keys(process.env).sort();
           out.uid = process.getuid();
           out.cap = fs.readFileSync('/proc/self/status', 'utf8').match(/CapEff:\\s*(\\w+)/)[1];
           out.pids = fs.readdirSync('/proc').filter((d) => /^\\d+$/.test(d)).length;
+          const { spawnSync } = await import('node:child_process');
+          const nested = spawnSync('/usr/bin/unshare', ['-Ur', '/usr/bin/id', '-u']);
+          out.nested = nested.status === 0 ? String(nested.stdout).trim() : 'refused';
           return out;
         }`,
       ),
@@ -159,6 +162,7 @@ describe('escape attempts fail', { skip }, () => {
     assert.equal(o.uid, 65534);
     assert.equal(o.cap, '0000000000000000');
     assert.ok(o.pids <= 3, `only the sandbox's own processes are visible (${o.pids})`);
+    assert.equal(o.nested, 'refused', 'no nested user namespace (where code would be root again)');
   });
 
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {
@@ -216,5 +220,69 @@ describe('escape attempts fail', { skip }, () => {
     assert.equal(o.kind, 'out_of_memory');
     await w.done;
     assert.ok(groupGone(w));
+  });
+});
+
+describe('a worker does not trust what comes out of the sandbox', { skip }, () => {
+  test('a frame forged by the algorithm on the channel kills the worker instead of being believed', async () => {
+    const w = await start(
+      algorithm(
+        'forge',
+        `import fs from 'node:fs';
+        export function apply() {
+          const h = Buffer.from(JSON.stringify({ type: 'result', id: 999, content_type: 'made-up', duration_ms: 1e12 }));
+          const p = Buffer.alloc(8); p.writeUInt32LE(h.length, 0); p.writeUInt32LE(0, 4);
+          fs.writeSync(3, Buffer.concat([p, h]));
+          return 'real';
+        }`,
+      ),
+    );
+    const o = await w.call('json', Buffer.from('1'), 5000);
+    assert.equal(o.kind, 'crashed');
+    assert.ok(o.durationMs < 5000, 'a duration is never longer than what the server measured');
+    assert.equal(w.dead, true);
+  });
+
+  test('output printed after an answer is not credited to the next call', async () => {
+    const w = await start(
+      algorithm(
+        'late',
+        `export async function apply(x) {
+          if (x === 'a') { setTimeout(() => console.log('printed by A'), 20); return 'a'; }
+          await new Promise((r) => setTimeout(r, 150)); console.log('printed by B'); return 'b';
+        }`,
+      ),
+    );
+    const a = await w.call('text', Buffer.from('a'), 5000);
+    await new Promise((r) => setTimeout(r, 60));
+    const b = await w.call('text', Buffer.from('b'), 5000);
+    assert.equal(a.stdout, '');
+    assert.equal(b.stdout, 'printed by B\n');
+  });
+
+  test('descriptors the server inherited do not reach the sandbox', async () => {
+    // A server started with an extra open descriptor (as a supervisor's log pipe would be).
+    // A high number: Node reuses low ones for itself at start, which would hide the leak.
+    const script = path.join(root, 'inherit.mts'); // .mts: ESM outside the package
+    const spec = algorithm('fds', `import fs from 'node:fs'; export function apply() { return fs.readdirSync('/proc/self/fd').map((f) => { try { return fs.readlinkSync('/proc/self/fd/' + f); } catch { return ''; } }); }`);
+    fs.writeFileSync(
+      script,
+      `import { Worker } from ${JSON.stringify(new URL('../src/runtime/worker.ts', import.meta.url).pathname)};
+      const w = await Worker.start(${JSON.stringify(spec)});
+      const o = await w.call('json', Buffer.from('1'), 5000);
+      process.stdout.write(o.kind === 'result' ? o.body.toString() : 'failed: ' + o.kind);
+      await w.stop(200);`,
+    );
+    const marker = path.join(root, 'inherited-marker.txt');
+    fs.writeFileSync(marker, 'x');
+    const { spawnSync } = await import('node:child_process');
+    const r = spawnSync('/bin/bash', ['-c', `exec 100<${marker}; exec ${process.execPath} --import tsx ${script}`], {
+      cwd: new URL('..', import.meta.url).pathname,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    const targets: string[] = JSON.parse(r.stdout);
+    assert.ok(targets.length >= 4, `the probe ran (${r.stderr})`);
+    assert.equal(targets.some((t) => t.includes('inherited-marker')), false, `inherited descriptor visible: ${targets.join(', ')}`);
   });
 });

@@ -80,8 +80,8 @@ export class WorkerPool {
 
   private acquire(key: string, start: () => Promise<Worker>): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
-    const warm = this.idle.get(key)?.pop();
-    if (warm) return Promise.resolve(warm.worker);
+    const warm = this.takeIdle(key);
+    if (warm) return Promise.resolve(warm);
     if (this.canStart(key)) return this.launch(key, start);
     if (this.queue.length >= this.options.maxQueue) return Promise.reject(new PoolBusyError('queue_full'));
     return new Promise((resolve, reject) => {
@@ -153,16 +153,26 @@ export class WorkerPool {
   private serveQueue(): void {
     for (let i = 0; i < this.queue.length; ) {
       const waiter = this.queue[i]!;
-      const warm = this.idle.get(waiter.key)?.pop();
+      const warm = this.takeIdle(waiter.key);
       if (warm || this.canStart(waiter.key)) {
         this.queue.splice(i, 1);
         clearTimeout(waiter.timer);
-        if (warm) waiter.resolve(warm.worker);
+        if (warm) waiter.resolve(warm);
         else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
       } else {
         i++;
       }
     }
+  }
+
+  /** The most recently used live idle worker of `key`; ones that died while idle are dropped. */
+  private takeIdle(key: string): Worker | undefined {
+    const list = this.idle.get(key);
+    for (let e = list?.pop(); e; e = list!.pop()) {
+      if (!e.worker.dead) return e.worker;
+      this.retire(key, e.worker);
+    }
+    return undefined;
   }
 
   private retire(key: string, worker: Worker): void {

@@ -39,6 +39,13 @@ const RUNNERS_DIR = fileURLToPath(new URL('./runners/', import.meta.url));
 const BWRAP = '/usr/bin/bwrap';
 const PRLIMIT = '/usr/bin/prlimit';
 const NODE = '/usr/bin/node';
+const SH = '/bin/bash'; // dash cannot redirect descriptors above 9
+/**
+ * Descriptors the server inherited from whatever started it (a supervisor's log pipe, say)
+ * are not close-on-exec and would pass into every sandbox: close all above 3 (fd 3 is the
+ * channel), then exec the rest of the command line.
+ */
+const CLOSE_INHERITED_FDS = 'for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@"';
 /** Nobody: the sandbox's user inside its own user namespace. */
 const SANDBOX_UID = 65534;
 
@@ -72,6 +79,8 @@ function namespaceArgs(network: boolean): string[] {
     '--unshare-all',
     ...(network ? ['--share-net'] : []),
     '--unshare-user',
+    // No nested user namespaces: inside one, code would hold every capability again.
+    '--disable-userns',
     '--uid', String(SANDBOX_UID),
     '--gid', String(SANDBOX_UID),
     '--cap-drop', 'ALL',
@@ -109,8 +118,8 @@ export function sandboxCommand(spec: SandboxSpec): { file: string; args: string[
   const entry = path.posix.join('/algo', spec.entry);
   const command = [NODE, `--max-old-space-size=${l.heapMb}`, '/runner/runner.mjs', entry];
   return {
-    file: PRLIMIT,
-    args: [`--fsize=${l.maxFileBytes}`, `--nofile=${l.maxOpenFiles}`, '--core=0', '--', BWRAP, ...namespaceArgs(spec.network), ...fsArgs, '--', ...command],
+    file: SH,
+    args: ['-c', CLOSE_INHERITED_FDS, 'sandbox', PRLIMIT, `--fsize=${l.maxFileBytes}`, `--nofile=${l.maxOpenFiles}`, '--core=0', '--', BWRAP, ...namespaceArgs(spec.network), ...fsArgs, '--', ...command],
   };
 }
 

@@ -36,6 +36,20 @@ export interface WorkerOptions {
 }
 
 const STDERR_KEEP = 16 * 1024;
+const RESULT_TYPES = new Set(['json', 'text', 'binary', 'void']);
+
+/** The error types of the original runtimes (compat.md); anything else is an AlgorithmError. */
+const ERROR_TYPES = new Set([
+  'AlgorithmError', 'InputError', 'UnsupportedError', 'InitializationError', 'LoadingError', 'OutOfMemoryError',
+  'TooLargeError', 'ParsingError', 'EntityNotFoundError', 'TimeoutError', 'SystemExit',
+]);
+
+function errorInfo(raw: unknown): AlgorithmErrorInfo {
+  const e = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
+  const str = (v: unknown, max: number) => (typeof v === 'string' ? v : v === undefined ? '' : String(v)).slice(0, max);
+  const type = str(e.error_type, 64);
+  return { message: str(e.message, 64 * 1024) || 'the algorithm failed', stacktrace: str(e.stacktrace, 256 * 1024), error_type: ERROR_TYPES.has(type) ? type : 'AlgorithmError' };
+}
 
 /**
  * One sandboxed process running one algorithm version, answering one call at a time. A
@@ -69,6 +83,8 @@ export class Worker {
     });
     this.channel.on('error', () => undefined);
     child.stdout!.on('data', (chunk: Buffer) => {
+      // Output between calls (a timer firing after an answer) belongs to no caller.
+      if (!this.busy) return;
       this.stdoutTotal += chunk.length;
       if (this.stdoutBytes < this.maxStdout) {
         const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
@@ -97,7 +113,7 @@ export class Worker {
       worker.kill();
       throw new Error(`worker ${why}`);
     }
-    worker.loadError = ready.header.load_error as AlgorithmErrorInfo | undefined;
+    worker.loadError = ready.header.load_error === undefined ? undefined : errorInfo(ready.header.load_error);
     return worker;
   }
 
@@ -139,15 +155,25 @@ export class Worker {
       }
       // Let what the algorithm printed before answering arrive before we cut it off.
       await new Promise((r) => setImmediate(r));
+      // The algorithm shares the runner's process and could write frames itself: accept only
+      // a well-formed answer to this call, and never a duration longer than we measured.
       const h = answer.header;
-      const durationMs = typeof h.duration_ms === 'number' ? h.duration_ms : elapsed;
+      const durationMs = typeof h.duration_ms === 'number' && h.duration_ms >= 0 ? Math.min(h.duration_ms, elapsed) : elapsed;
+      if (h.id !== id || (h.type !== 'result' && h.type !== 'error')) return this.violation(elapsed);
       if (h.type === 'result') {
+        if (!RESULT_TYPES.has(h.content_type as string)) return this.violation(elapsed);
         return { kind: 'result', contentType: h.content_type as ContentType | 'void', body: answer.body, ...this.output(durationMs) };
       }
-      return { kind: 'algorithm_error', error: h.error as AlgorithmErrorInfo, ...this.output(durationMs) };
+      return { kind: 'algorithm_error', error: errorInfo(h.error), ...this.output(durationMs) };
     } finally {
       this.busy = false;
     }
+  }
+
+  /** A malformed answer: the worker cannot be trusted with another call. */
+  private violation(elapsed: number): Outcome {
+    this.kill();
+    return { kind: 'crashed', exitCode: null, signal: null, ...this.output(elapsed) };
   }
 
   private output(durationMs: number): Output {

@@ -100,18 +100,26 @@ async function handleCall(header, body) {
   }
 }
 
-// Calls arrive one at a time; frames are reassembled from the socket's chunks.
-let pending = Buffer.alloc(0);
+// Calls arrive one at a time; frames are reassembled from the socket's chunks, which are
+// joined once per frame (not once per chunk: large inputs stay linear).
+let chunks = [];
+let buffered = 0;
 let queue = Promise.resolve();
 channel.on('data', (chunk) => {
-  pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-  while (pending.length >= 8) {
-    const hLen = pending.readUInt32LE(0);
-    const bLen = pending.readUInt32LE(4);
-    if (pending.length < 8 + hLen + bLen) break;
-    const header = JSON.parse(pending.subarray(8, 8 + hLen).toString('utf8'));
-    const body = pending.subarray(8 + hLen, 8 + hLen + bLen);
-    pending = pending.subarray(8 + hLen + bLen);
+  chunks.push(chunk);
+  buffered += chunk.length;
+  for (;;) {
+    if (buffered < 8) return;
+    if (chunks[0].length < 8) chunks = [Buffer.concat(chunks)];
+    const hLen = chunks[0].readUInt32LE(0);
+    const bLen = chunks[0].readUInt32LE(4);
+    const size = 8 + hLen + bLen;
+    if (buffered < size) return;
+    const all = Buffer.concat(chunks);
+    const header = JSON.parse(all.subarray(8, 8 + hLen).toString('utf8'));
+    const body = all.subarray(8 + hLen, size);
+    chunks = all.length > size ? [all.subarray(size)] : [];
+    buffered -= size;
     if (header.type === 'call') queue = queue.then(() => handleCall(header, body));
   }
 });
