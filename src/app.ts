@@ -75,7 +75,11 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     }
   });
 
-  app.get('/health', async () => ({ status: 'ok' }));
+  // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
+  const sandbox = services.sandbox.available
+    ? { enabled: true }
+    : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
+  app.get('/health', async () => ({ status: 'ok', sandbox }));
 
   // Routes retired by the contract (spec 9.1): say where the same operation lives now.
   const deprecated = (prefix: string, to: string) =>

@@ -22,6 +22,10 @@ export interface Config {
   publicUrl: string | undefined;
   /** ALGOHOST_DEMO: create the `demo` user on first start of an empty home (`--no-demo`). */
   demo: boolean;
+  /** ALGOHOST_SANDBOX: `required` refuses to start without a working bubblewrap; `auto` warns. */
+  sandbox: 'auto' | 'required';
+  /** ALGOHOST_BWRAP: the bubblewrap binary. */
+  bwrapPath: string;
 }
 
 const GiB = 1024 ** 3;
@@ -34,6 +38,8 @@ export const DEFAULTS = {
   maxUploadBytes: 5 * GiB,
   shutdownTimeoutMs: 30_000,
   demo: true,
+  sandbox: 'auto',
+  bwrapPath: '/usr/bin/bwrap',
 } as const;
 
 export class ConfigError extends Error {}
@@ -78,10 +84,18 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     shutdownTimeoutMs: int('ALGOHOST_SHUTDOWN_TIMEOUT_MS', env.ALGOHOST_SHUTDOWN_TIMEOUT_MS, DEFAULTS.shutdownTimeoutMs, 0, 3_600_000),
     publicUrl: env.ALGOHOST_PUBLIC_URL || undefined,
     demo: overrides.demo ?? bool('ALGOHOST_DEMO', env.ALGOHOST_DEMO, DEFAULTS.demo),
+    sandbox: sandboxMode(env.ALGOHOST_SANDBOX),
+    bwrapPath: env.ALGOHOST_BWRAP || DEFAULTS.bwrapPath,
   };
 }
 
 /** Home only, for the admin commands that open the store without serving. */
 export function loadHome(home: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
   return path.resolve(home ?? (env.ALGOHOST_HOME || DEFAULTS.home));
+}
+
+function sandboxMode(raw: string | undefined): 'auto' | 'required' {
+  if (raw === undefined || raw === '' || raw === 'auto') return 'auto';
+  if (raw === 'required') return 'required';
+  throw new ConfigError(`ALGOHOST_SANDBOX must be auto or required, got "${raw}"`);
 }

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import pino from 'pino';
-import type { Config } from './config.ts';
+import { ConfigError, type Config } from './config.ts';
 import { buildApp, LOG_REDACT } from './app.ts';
 import { createServices, type Services } from './services.ts';
 
@@ -14,6 +14,15 @@ const DEMO_USER = 'demo';
 export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
   const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
   const services = await createServices(config);
+  if (!services.sandbox.available) {
+    if (config.sandbox === 'required') {
+      await services.close();
+      throw new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`);
+    }
+    const warning = `WARNING: algorithms are NOT sandboxed: ${services.sandbox.reason}. Set ALGOHOST_SANDBOX=required to refuse to start like this.`;
+    logger.warn(warning);
+    out.write(warning + '\n');
+  }
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   const demoKey = config.demo ? await firstStartDemo(services) : undefined;

@@ -9,6 +9,7 @@ import { HostedConnector, type HostedOptions } from './data/connectors/hosted.ts
 import { DataService } from './data/dataService.ts';
 import { MarkerCodec } from './data/marker.ts';
 import { AlgorithmRegistry } from './algorithms/registry.ts';
+import { probeSandbox, type SandboxSupport } from './runtime/sandbox.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -19,6 +20,8 @@ export interface Services {
   hosted: HostedConnector;
   data: DataService;
   algorithms: AlgorithmRegistry;
+  /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
+  sandbox: SandboxSupport;
   close(): Promise<void>;
 }
 
@@ -55,6 +58,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     hosted,
     data,
     algorithms: new AlgorithmRegistry(store.db, markers),
+    sandbox: probeSandbox(config.bwrapPath),
     close: () => store.close(),
   };
 }

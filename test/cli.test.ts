@@ -4,6 +4,7 @@
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -22,6 +23,8 @@ import {
   within,
   type ServerProcess,
 } from './helpers/process.ts';
+
+const REPO = new URL('..', import.meta.url).pathname;
 
 const KEY_PATTERN = /^sim[0-9A-Za-z]{25}$/;
 const ANY_KEY = /sim[0-9A-Za-z]{25}/;
@@ -139,7 +142,7 @@ test('admin CLI manages users and keys on the home of a running server', async (
     // /health needs no key.
     const health = await fetch(`${server.url}/health`);
     assert.equal(health.status, 200);
-    assert.deepEqual(await health.json(), { status: 'ok' });
+    assert.equal(((await health.json()) as { status: string }).status, 'ok');
 
     const created = await runCli(['user', 'create', 'bob'], home);
     assert.equal(created.code, 0, created.stderr);
@@ -268,5 +271,32 @@ test('SIGTERM lets an upload in flight finish, refuses new connections and exits
     assert.equal(sha256(got.body), sha256(data));
   } finally {
     await stop(again);
+  }
+});
+
+test('without a working bubblewrap: auto starts and warns loudly, required refuses to start', async () => {
+  const home = tempHome();
+  const env = { ALGOHOST_BWRAP: '/nonexistent/bwrap' };
+  try {
+    const refused = spawnSync(process.execPath, [path.join(REPO, 'bin/algohost.mjs'), 'serve', '--port', '0', '--home', home, '--no-demo'], {
+      env: { ...process.env, ...env, ALGOHOST_SANDBOX: 'required', ALGOHOST_LOG_LEVEL: 'warn' },
+      encoding: 'utf8',
+      timeout: WAIT_MS,
+    });
+    assert.equal(refused.status, 1);
+    assert.match(refused.stderr, /ALGOHOST_SANDBOX=required, but \/nonexistent\/bwrap is not installed/);
+
+    const server = await startServerProcess({ home, env });
+    try {
+      assert.match(server.stderr(), /WARNING: algorithms are NOT sandboxed/);
+      const health = (await (await fetch(`${server.url}/health`)).json()) as { status: string; sandbox: { enabled: boolean; warning: string } };
+      assert.equal(health.status, 'ok');
+      assert.equal(health.sandbox.enabled, false);
+      assert.match(health.sandbox.warning, /NOT sandboxed/);
+    } finally {
+      await server.kill('SIGKILL');
+    }
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
   }
 });

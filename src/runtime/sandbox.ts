@@ -55,9 +55,9 @@ export interface SandboxSupport {
 }
 
 /** Whether bubblewrap is installed and can create a sandbox here (checked by running it). */
-export function probeSandbox(): SandboxSupport {
-  if (!fs.existsSync(BWRAP)) return { available: false, reason: `${BWRAP} is not installed (apt-get install bubblewrap)` };
-  const r = spawnSync(BWRAP, [...namespaceArgs(false), ...SYSTEM_FS, '--', '/usr/bin/true'], {
+export function probeSandbox(bwrap: string = BWRAP): SandboxSupport {
+  if (!fs.existsSync(bwrap)) return { available: false, reason: `${bwrap} is not installed (apt-get install bubblewrap)` };
+  const r = spawnSync(bwrap, [...namespaceArgs(false), ...SYSTEM_FS, '--', '/usr/bin/true'], {
     timeout: 10_000,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
