@@ -4,8 +4,8 @@ import type { Principal } from './auth/principal.ts';
 import type { Services } from './services.ts';
 import { AppError } from './errors.ts';
 import { sendError } from './http/errorHandler.ts';
-import { DATA_METHODS, dataRoutes } from './http/dataRoutes.ts';
-import { DATA_ROUTE_PREFIXES } from './data/paths.ts';
+import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts';
+import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 
@@ -39,7 +39,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     // Errors fastify raises before routing (a malformed URL) get our envelope too.
     frameworkErrors: (err, req, reply) =>
       sendError(
-        err.code === 'FST_ERR_BAD_URL' ? new AppError('invalid_path', 'the path has a malformed percent-encoding (a "%" not followed by two hex digits)') : err,
+        err.code === 'FST_ERR_BAD_URL' ? malformedEncoding() : err,
         req,
         reply,
       ),
@@ -54,9 +54,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   app.setErrorHandler((err, req, reply) => sendError(err, req, reply));
   app.setNotFoundHandler((req, reply) => {
     const path = (req.raw.url ?? '').split('?')[0]!;
-    if (path === '/v1/data' || DATA_ROUTE_PREFIXES.some((p) => path.startsWith(p))) {
+    if (isDataPath(path)) {
       reply.header('allow', DATA_METHODS.join(', '));
-      return sendError(new AppError('method_not_allowed', `${req.method} is not a data operation; use ${DATA_METHODS.join(', ')}`), req, reply);
+      return sendError(methodNotAllowed(req.method), req, reply);
     }
     return sendError(new AppError('route_not_found', `no route ${req.method} ${path.slice(0, 200)}`), req, reply);
   });

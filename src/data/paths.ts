@@ -12,7 +12,6 @@ export const MAX_PATH_BYTES = 1024;
 export const MAX_DEPTH = 32;
 
 /** Route prefixes under which the data API is served; longest first. */
-export const DATA_ROUTE_PREFIXES = ['/v1/data/', '/v1/connector/', '/api/v1/connector/'];
 const CONNECTOR_PREFIXES = ['/api/v1/connector/', '/v1/connector/'];
 const DATA_PREFIX = '/v1/data';
 
@@ -25,12 +24,21 @@ function invalidPath(message: string): AppError {
   return new AppError('invalid_path', message);
 }
 
+export function malformedEncoding(): AppError {
+  return invalidPath('the path has a malformed percent-encoding (a "%" not followed by two hex digits)');
+}
+
 function decode(raw: string): string {
   try {
     return decodeURIComponent(raw);
   } catch {
-    throw invalidPath('the path has a malformed percent-encoding (a "%" not followed by two hex digits)');
+    throw malformedEncoding();
   }
+}
+
+/** Is this raw request path under one of the data API's prefixes? */
+export function isDataPath(rawPath: string): boolean {
+  return rawPath === DATA_PREFIX || rawPath.startsWith(DATA_PREFIX + '/') || CONNECTOR_PREFIXES.some((p) => rawPath.startsWith(p));
 }
 
 /**

@@ -9,6 +9,10 @@ import { parseJsonObject, readSmallBody } from './body.ts';
 
 export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
+export function methodNotAllowed(method: string): AppError {
+  return new AppError('method_not_allowed', `${method} is not a data operation; use ${DATA_METHODS.join(', ')}`);
+}
+
 /** The raw path (still percent-encoded) and the query of a request. */
 function splitUrl(url: string): { path: string; query: URLSearchParams } {
   const q = url.indexOf('?');
@@ -81,7 +85,7 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
         return reply.type('application/json').send({ result: { deleted } });
       }
       default:
-        throw new AppError('method_not_allowed', `${req.method} is not a data operation; use ${DATA_METHODS.join(', ')}`);
+        throw methodNotAllowed(req.method);
     }
   };
 
