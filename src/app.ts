@@ -8,6 +8,7 @@ import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts
 import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
+import { callRoutes, webPreflight } from './http/callRoutes.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -90,6 +91,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   deprecated('/api', '/v1');
   deprecated('/data', '/v1/data');
 
+  app.register(webPreflight);
+
   // Everything below needs an API key. Authentication runs before any body is read.
   app.register(async (authed) => {
     authed.decorateRequest('principal', undefined);
@@ -97,7 +100,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
       req.principal = await services.keys.authenticate(req.headers.authorization);
     });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
-    await authed.register(algorithmRoutes, { registry: services.algorithms });
+    await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
+    await authed.register(callRoutes, { calls: services.calls });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   return app;

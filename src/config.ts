@@ -26,6 +26,18 @@ export interface Config {
   sandbox: 'auto' | 'required';
   /** ALGOHOST_BWRAP: the bubblewrap binary. */
   bwrapPath: string;
+  /** ALGOHOST_WORKERS: warm algorithm workers alive at once, all algorithms together. */
+  maxWorkers: number;
+  /** ALGOHOST_WORKERS_PER_VERSION: workers of one algorithm version at once (its parallel calls). */
+  workersPerVersion: number;
+  /** ALGOHOST_WORKER_IDLE_MS: an idle worker is stopped after this long. */
+  workerIdleMs: number;
+  /** ALGOHOST_WORKER_MEMORY_MB: memory an algorithm may use (V8 heap for Node, address space for Python). */
+  workerMemoryMb: number;
+  /** ALGOHOST_MAX_SOURCE_BYTES: largest source archive (compressed) an upload may send. */
+  maxSourceBytes: number;
+  /** ALGOHOST_BUILD_TIMEOUT_MS: longest a dependency install (npm, pip) may take. */
+  buildTimeoutMs: number;
 }
 
 const GiB = 1024 ** 3;
@@ -40,6 +52,12 @@ export const DEFAULTS = {
   demo: true,
   sandbox: 'auto',
   bwrapPath: '/usr/bin/bwrap',
+  maxWorkers: 16,
+  workersPerVersion: 4,
+  workerIdleMs: 5 * 60_000,
+  workerMemoryMb: 512,
+  maxSourceBytes: 50 * 1024 * 1024,
+  buildTimeoutMs: 10 * 60_000,
 } as const;
 
 export class ConfigError extends Error {}
@@ -86,6 +104,12 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     demo: overrides.demo ?? bool('ALGOHOST_DEMO', env.ALGOHOST_DEMO, DEFAULTS.demo),
     sandbox: sandboxMode(env.ALGOHOST_SANDBOX),
     bwrapPath: env.ALGOHOST_BWRAP || DEFAULTS.bwrapPath,
+    maxWorkers: int('ALGOHOST_WORKERS', env.ALGOHOST_WORKERS, DEFAULTS.maxWorkers, 1, 10_000),
+    workersPerVersion: int('ALGOHOST_WORKERS_PER_VERSION', env.ALGOHOST_WORKERS_PER_VERSION, DEFAULTS.workersPerVersion, 1, 10_000),
+    workerIdleMs: int('ALGOHOST_WORKER_IDLE_MS', env.ALGOHOST_WORKER_IDLE_MS, DEFAULTS.workerIdleMs, 100, 86_400_000),
+    workerMemoryMb: int('ALGOHOST_WORKER_MEMORY_MB', env.ALGOHOST_WORKER_MEMORY_MB, DEFAULTS.workerMemoryMb, 64, 1_048_576),
+    maxSourceBytes: int('ALGOHOST_MAX_SOURCE_BYTES', env.ALGOHOST_MAX_SOURCE_BYTES, DEFAULTS.maxSourceBytes, 1024, 4 * GiB),
+    buildTimeoutMs: int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
   };
 }
 

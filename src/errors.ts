@@ -5,6 +5,7 @@
  */
 export const ERROR_CODES = {
   auth_required: 401,
+  algo_not_allowed: 401,
   invalid_authorization: 401,
   invalid_api_key: 401,
   api_key_revoked: 401,
@@ -18,10 +19,14 @@ export const ERROR_CODES = {
   unknown_connector: 404,
   key_not_found: 404,
   algorithm_not_found: 404,
+  build_not_found: 404,
+  version_not_found: 404,
   method_not_allowed: 405,
   already_exists: 409,
   type_conflict: 409,
   directory_not_empty: 409,
+  no_build: 409,
+  already_published: 409,
   deprecated_route: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
@@ -38,10 +43,12 @@ export const ERROR_CODES = {
   invalid_key_name: 400,
   invalid_permissions: 400,
   invalid_version: 400,
+  invalid_archive: 400,
   user_exists: 409,
   delete_incomplete: 500,
   internal_error: 500,
   shutting_down: 503,
+  server_busy: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -4,6 +4,8 @@ import pino from 'pino';
 import { ConfigError, type Config } from './config.ts';
 import { buildApp, LOG_REDACT } from './app.ts';
 import { createServices, type Services } from './services.ts';
+import { publishDemoAlgorithms } from './algorithms/demo.ts';
+import { FULL_PERMISSIONS } from './auth/permissions.ts';
 
 const DEMO_USER = 'demo';
 
@@ -25,7 +27,8 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   }
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
-  const demoKey = config.demo ? await firstStartDemo(services) : undefined;
+  await services.builds.recover();
+  const demoKey = config.demo ? await firstStartDemo(services, logger) : undefined;
 
   const app = buildApp(services, { logger });
   const address = await app.listen({ port: config.port, host: config.host });
@@ -36,7 +39,12 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     lines.push(`Created user "${DEMO_USER}"; its API key (shown once here, kept in ${keyFile}): ${demoKey}`);
   }
   if (fs.existsSync(keyFile)) {
-    lines.push('Try it:', `  curl -H "Authorization: Simple $(cat ${keyFile})" ${base}/v1/data/.my`);
+    const auth = `-H "Authorization: Simple $(cat ${keyFile})"`;
+    lines.push(
+      'Try it:',
+      `  curl ${auth} -H 'Content-Type: text/plain' -d 'world' ${base}/v1/algo/${DEMO_USER}/Hello`,
+      `  curl ${auth} ${base}/v1/data/.my`,
+    );
   }
   out.write(lines.join('\n') + '\n');
 
@@ -66,13 +74,23 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
 }
 
 /** On a home that was never started before: create `demo` and keep its key (mode 0600). */
-async function firstStartDemo(services: Services): Promise<string | undefined> {
+async function firstStartDemo(services: Services, logger: pino.Logger): Promise<string | undefined> {
   const db = services.store.db;
   const done = await db.selectFrom('meta').select('value').where('key', '=', 'demo_created').executeTakeFirst();
   if (done) return undefined;
   const anyUser = await db.selectFrom('users').select('id').limit(1).executeTakeFirst();
   if (anyUser) return undefined;
-  const { apiKey } = await services.users.create(DEMO_USER);
+  const { apiKey, user } = await services.users.create(DEMO_USER);
+  const principal = { userId: user.id, username: user.username, keyId: 'server', permissions: { ...FULL_PERMISSIONS } };
+  const scratch = await services.builds.files.scratch('demo-');
+  try {
+    await publishDemoAlgorithms(principal, services, scratch);
+  } catch (err) {
+    // A server without its demo is still a server: say why and carry on.
+    logger.warn({ err }, 'could not publish the demo algorithms');
+  } finally {
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
   fs.writeFileSync(path.join(services.config.home, 'demo-key'), apiKey + '\n', { mode: 0o600 });
   await db.insertInto('meta').values({ key: 'demo_created', value: new Date().toISOString() }).execute();
   return apiKey;

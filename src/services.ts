@@ -9,7 +9,13 @@ import { HostedConnector, type HostedOptions } from './data/connectors/hosted.ts
 import { DataService } from './data/dataService.ts';
 import { MarkerCodec } from './data/marker.ts';
 import { AlgorithmRegistry } from './algorithms/registry.ts';
-import { probeSandbox, type SandboxSupport } from './runtime/sandbox.ts';
+import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/sandbox.ts';
+import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
+import { DEFAULT_POOL } from './runtime/pool.ts';
+import { Builder } from './algorithms/builder.ts';
+import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
+import { ReleaseService } from './algorithms/releases.ts';
+import { CallService } from './algorithms/calls.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -20,6 +26,10 @@ export interface Services {
   hosted: HostedConnector;
   data: DataService;
   algorithms: AlgorithmRegistry;
+  builds: BuildService;
+  releases: ReleaseService;
+  runtime: AlgorithmRuntime;
+  calls: CallService;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
   sandbox: SandboxSupport;
   close(): Promise<void>;
@@ -28,6 +38,8 @@ export interface Services {
 export interface ServiceOptions {
   /** Tuning for tests and benchmarks (page size, delete batch); defaults otherwise. */
   hosted?: Partial<Omit<HostedOptions, 'maxUploadBytes'>>;
+  /** Worker pool and limits for tests and benchmarks; the config's otherwise. */
+  runtime?: Partial<RuntimeOptions>;
 }
 
 /**
@@ -50,6 +62,23 @@ export async function createServices(config: Config, options: ServiceOptions = {
     (trx, ownerId) => hosted.purgeOwner(trx, ownerId),
     (blobIds) => hosted.releaseBlobs(blobIds),
   );
+  const sandbox = probeSandbox(config.bwrapPath);
+  // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
+  // require it (the server refuses to start otherwise, in main).
+  const unsandboxed = !sandbox.available;
+  const algorithms = new AlgorithmRegistry(store.db, markers);
+  const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
+  const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs });
+  const builds = new BuildService(store.db, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
+  const releases = new ReleaseService(store.db, algorithms, builds, markers);
+  const runtime = new AlgorithmRuntime({
+    ...DEFAULT_RUNTIME,
+    pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
+    limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
+    unsandboxed,
+    ...options.runtime,
+  });
+  const calls = new CallService(releases, files, runtime);
   return {
     config,
     store,
@@ -57,8 +86,15 @@ export async function createServices(config: Config, options: ServiceOptions = {
     users,
     hosted,
     data,
-    algorithms: new AlgorithmRegistry(store.db, markers),
-    sandbox: probeSandbox(config.bwrapPath),
-    close: () => store.close(),
+    algorithms,
+    builds,
+    releases,
+    runtime,
+    calls,
+    sandbox,
+    close: async () => {
+      await runtime.close();
+      await store.close();
+    },
   };
 }

@@ -21,6 +21,10 @@ export interface Algorithm {
   settings: AlgorithmSettings;
   created_at: number;
   updated_at: number;
+  /** Content hash of the uploaded source; null while the algorithm has only its template. */
+  source_hash: string | null;
+  /** The build the last compile produced, when it succeeded: what a publish publishes. */
+  build_hash: string | null;
 }
 
 interface Row {
@@ -30,6 +34,8 @@ interface Row {
   settings: string;
   created_at: number;
   updated_at: number;
+  source_hash: string | null;
+  build_hash: string | null;
   owner: string;
 }
 
@@ -42,6 +48,8 @@ function toAlgorithm(row: Row): Algorithm {
     settings: { ...DEFAULT_SETTINGS, ...(JSON.parse(row.settings) as Partial<AlgorithmSettings>) },
     created_at: row.created_at,
     updated_at: row.updated_at,
+    source_hash: row.source_hash,
+    build_hash: row.build_hash,
   };
 }
 
@@ -61,6 +69,22 @@ export class AlgorithmRegistry {
     private readonly markers: MarkerCodec,
   ) {}
 
+  /** The algorithm, for its owner acting with a key that may manage algorithms. */
+  async manage(principal: Principal, owner: string, name: string): Promise<Algorithm> {
+    this.requireManager(principal, owner);
+    return this.require(principal, owner, name);
+  }
+
+  /** Records what the last compile produced (null: it failed). */
+  async setBuild(id: number, hash: string | null): Promise<void> {
+    await this.db.updateTable('algorithms').set({ build_hash: hash }).where('id', '=', id).execute();
+  }
+
+  /** Records a newly uploaded source. */
+  async setSource(id: number, hash: string): Promise<void> {
+    await this.db.updateTable('algorithms').set({ source_hash: hash, updated_at: Date.now() }).where('id', '=', id).execute();
+  }
+
   private requireManager(principal: Principal, owner: string): void {
     if (!principal.permissions.allow_algo_management) {
       throw new AppError('key_permission_denied', 'this API key may not manage algorithms (allow_algo_management is off)');
@@ -79,6 +103,8 @@ export class AlgorithmRegistry {
         'algorithms.settings',
         'algorithms.created_at',
         'algorithms.updated_at',
+        'algorithms.source_hash',
+        'algorithms.build_hash',
         'users.username as owner',
       ]);
   }
@@ -100,6 +126,8 @@ export class AlgorithmRegistry {
           settings: JSON.stringify(settings),
           created_at: now,
           updated_at: now,
+          source_hash: null,
+          build_hash: null,
         })
         .execute();
     } catch (err) {
@@ -141,6 +169,34 @@ export class AlgorithmRegistry {
     this.requireManager(principal, owner);
     const current = await this.require(principal, owner, name);
     await this.db.deleteFrom('algorithms').where('id', '=', current.id).execute();
+  }
+
+  /**
+   * One page of the public catalogue: publicly callable algorithms with at least one public
+   * version, whose name or description contains `text` (any case), oldest first.
+   */
+  async searchPublic(text: string, marker: string | undefined, pageSize = 50): Promise<{ results: Algorithm[]; marker: string | null }> {
+    const needle = text.trim().toLowerCase().slice(0, 200);
+    const scope = `catalogue:${needle}`;
+    const after = marker ? Number(this.markers.decode(scope, marker).after) : 0;
+    let q = this.query()
+      .where('algorithms.id', '>', after)
+      .where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public')
+      .where(({ exists, selectFrom }) =>
+        exists(selectFrom('versions').select('versions.id').whereRef('versions.algorithm_id', '=', 'algorithms.id').where('versions.callability', '=', 'public')),
+      )
+      .orderBy('algorithms.id')
+      .limit(pageSize + 1);
+    if (needle !== '') {
+      // LIKE with the pattern characters escaped: a search for "100%" means those characters.
+      const pattern = `%${needle.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+      q = q.where(({ or, eb }) => or([eb(sql`lower(algorithms.name)`, 'like', sql`${pattern} escape '\\'`), eb(sql`lower(algorithms.details)`, 'like', sql`${pattern} escape '\\'`)]));
+    }
+    const rows = await q.execute();
+    const more = rows.length > pageSize;
+    if (more) rows.length = pageSize;
+    const last = rows[rows.length - 1];
+    return { results: rows.map(toAlgorithm), marker: more && last ? this.markers.encode(scope, { phase: 'files', after: String(last.id) }) : null };
   }
 
   /** One page of an owner's algorithms that `principal` may see, by name. */

@@ -63,9 +63,9 @@ export function formatSemVer(v: SemVer): string {
  * may also pick a private one, for the owner only. Build hashes are resolved by the caller
  * (they name builds, not versions). Undefined when nothing matches.
  */
-export function resolveVersion(versions: readonly PublishedVersion[], selector: Selector, isOwner: boolean): PublishedVersion | undefined {
-  const highest = (candidates: PublishedVersion[]) =>
-    candidates.reduce<PublishedVersion | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
+export function resolveVersion<V extends PublishedVersion>(versions: readonly V[], selector: Selector, isOwner: boolean): V | undefined {
+  const highest = (candidates: V[]) =>
+    candidates.reduce<V | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
   switch (selector.kind) {
     case 'latest':
       return highest(versions.filter((v) => v.public));

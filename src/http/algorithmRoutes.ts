@@ -1,6 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { checkObject } from './body.ts';
 import type { Algorithm, AlgorithmRegistry } from '../algorithms/registry.ts';
+import type { Build, BuildService } from '../algorithms/builds.ts';
+import type { ReleaseService, Version } from '../algorithms/releases.ts';
+import { formatSemVer } from '../algorithms/versions.ts';
+import { AppError } from '../errors.ts';
 
 interface OwnerParams {
   owner: string;
@@ -30,9 +34,45 @@ function present(req: FastifyRequest, a: Algorithm) {
 
 const body = (req: FastifyRequest, allowed: readonly string[]) => checkObject(req.body, allowed);
 
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/** A build as the original API's build records look (compat.md), plus our status and entry. */
+function presentBuild(b: Build) {
+  return {
+    build_id: b.hash,
+    commit_sha: b.hash,
+    status: b.status === 'building' ? 'in-progress' : b.status,
+    language: b.language,
+    entry: b.entry,
+    started_at: iso(b.started_at),
+    finished_at: iso(b.finished_at),
+    resource_type: 'algorithm_build',
+    version_info: { git_hash: b.hash },
+  };
+}
+
+/** An algorithm as published in a version: its settings then, and the version's facts. */
+function presentVersion(req: FastifyRequest, a: Algorithm, v: Version) {
+  return {
+    ...present(req, { ...a, settings: { ...v.settings, algorithm_callability: v.callability } }),
+    version_info: {
+      semantic_version: formatSemVer(v),
+      git_hash: v.buildHash,
+      release_notes: v.release_notes,
+      sample_input: v.sample_input,
+    },
+    published_at: iso(v.created_at),
+  };
+}
+
+/** Source archives: gzip by any of its usual names (tar.gz has no single registered type). */
+const ARCHIVE_TYPES = ['application/gzip', 'application/x-gzip', 'application/tar+gzip', 'application/x-tar+gzip', 'application/x-compressed-tar', 'application/octet-stream'];
+
 /** Management of algorithm records: create, read, update, delete, list an owner's. */
-export async function algorithmRoutes(app: FastifyInstance, opts: { registry: AlgorithmRegistry }): Promise<void> {
-  const { registry } = opts;
+export async function algorithmRoutes(app: FastifyInstance, opts: { registry: AlgorithmRegistry; builds: BuildService; releases: ReleaseService }): Promise<void> {
+  const { registry, builds, releases } = opts;
+  // Archives are streamed to the extractor by the route, not parsed here.
+  app.addContentTypeParser(ARCHIVE_TYPES, (_req, _payload, done) => done(null, undefined));
 
   app.post<{ Params: OwnerParams }>('/v1/algorithms/:owner', async (req, reply) => {
     const algo = await registry.create(req.principal!, req.params.owner, body(req, ['name', 'details', 'settings']));
@@ -51,8 +91,68 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   });
 
   app.delete<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name', async (req, reply) => {
-    await registry.delete(req.principal!, req.params.owner, req.params.name);
+    await builds.remove(req.principal!, req.params.owner, req.params.name);
     return reply.code(204).send();
+  });
+
+  app.put<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name/source', async (req) => {
+    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (!ARCHIVE_TYPES.includes(type)) {
+      throw new AppError('unsupported_media_type', 'send the source as a tar.gz archive with Content-Type: application/gzip');
+    }
+    const source = await builds.uploadSource(req.principal!, req.params.owner, req.params.name, req.raw);
+    return { source: { hash: source.hash, files: source.files, bytes: source.bytes } };
+  });
+
+  app.post<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name/compile', async (req) => {
+    const { algorithm, build } = await builds.compile(req.principal!, req.params.owner, req.params.name);
+    return {
+      ...present(req, algorithm),
+      version_info: { git_hash: build.hash },
+      compilation: { successful: build.status === 'succeeded', output: build.logs },
+      build: presentBuild(build),
+    };
+  });
+
+  app.get<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name/builds', async (req) => {
+    const list = await builds.list(req.principal!, req.params.owner, req.params.name);
+    return { marker: null, next_link: null, results: list.map(presentBuild) };
+  });
+
+  app.get<{ Params: AlgoParams & { id: string } }>('/v1/algorithms/:owner/:name/builds/:id', async (req) =>
+    presentBuild(await builds.get(req.principal!, req.params.owner, req.params.name, req.params.id)),
+  );
+
+  app.get<{ Params: AlgoParams & { id: string } }>('/v1/algorithms/:owner/:name/builds/:id/logs', async (req) => {
+    const build = await builds.get(req.principal!, req.params.owner, req.params.name, req.params.id);
+    return { logs: build.logs };
+  });
+
+  // The TypeScript client posts to .../version (singular).
+  for (const route of ['/v1/algorithms/:owner/:name/versions', '/v1/algorithms/:owner/:name/version']) {
+    app.post<{ Params: AlgoParams }>(route, async (req, reply) => {
+      const input = body(req, ['details', 'settings', 'version_info']);
+      const { algorithm, version } = await releases.publish(req.principal!, req.params.owner, req.params.name, input);
+      return reply.code(200).send(presentVersion(req, algorithm, version));
+    });
+  }
+
+  app.get<{ Params: AlgoParams; Querystring: { marker?: string } }>('/v1/algorithms/:owner/:name/versions', async (req) => {
+    const page = await releases.list(req.principal!, req.params.owner, req.params.name, req.query.marker || undefined);
+    const next = page.marker ? `${baseUrl(req)}/v1/algorithms/${page.algorithm.owner}/${page.algorithm.name}/versions?marker=${encodeURIComponent(page.marker)}` : null;
+    return { marker: page.marker, next_link: next, results: page.results.map((v) => presentVersion(req, page.algorithm, v)) };
+  });
+
+  app.get<{ Params: AlgoParams & { ref: string } }>('/v1/algorithms/:owner/:name/versions/:ref', async (req) => {
+    const { algorithm, version } = await releases.get(req.principal!, req.params.owner, req.params.name, req.params.ref);
+    return presentVersion(req, algorithm, version);
+  });
+
+  app.get<{ Querystring: { q?: string; marker?: string } }>('/v1/algorithms', async (req) => {
+    const q = typeof req.query.q === 'string' ? req.query.q : '';
+    const page = await registry.searchPublic(q, req.query.marker || undefined);
+    const next = page.marker ? `${baseUrl(req)}/v1/algorithms?${new URLSearchParams({ ...(q ? { q } : {}), marker: page.marker }).toString()}` : null;
+    return { marker: page.marker, next_link: next, results: page.results.map((a) => present(req, a)) };
   });
 
   app.get<{ Params: OwnerParams; Querystring: { marker?: string } }>('/v1/users/:owner/algorithms', async (req) => {

@@ -1,13 +1,17 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export type RunnerKind = 'node';
+export type RunnerKind = 'node' | 'python';
 
 /** What one sandboxed worker may use. */
 export interface SandboxLimits {
-  /** V8 heap cap for Node workers (MiB). */
+  /**
+   * Memory cap (MiB): the V8 heap of Node workers; the address space of Python workers
+   * (plus PYTHON_AS_SLACK_MB for the interpreter's own mappings).
+   */
   heapMb: number;
   /** Size of the private /tmp (bytes). */
   tmpBytes: number;
@@ -33,12 +37,32 @@ export interface SandboxSpec {
   /** `network_access: full`; otherwise the worker has no network at all. */
   network: boolean;
   limits: SandboxLimits;
+  /** Run without bubblewrap (only where none works and the operator allowed it). */
+  unsandboxed?: boolean;
+  /** Only load the entry file and check it exports apply (builds), without running load(). */
+  check?: boolean;
 }
 
-const RUNNERS_DIR = fileURLToPath(new URL('./runners/', import.meta.url));
+/** A build step (installing dependencies, say): a command run with /algo writable. */
+export interface ToolSpec {
+  /** Mounted read-write at /algo; the command runs there. */
+  algoDir: string;
+  /** The command, given where the algorithm directory is (`/algo` inside the sandbox). */
+  argv: (algo: string) => string[];
+  network: boolean;
+  limits: SandboxLimits;
+  unsandboxed?: boolean;
+  /** Host files made visible read-only inside (host path → sandbox path), e.g. a compiler. */
+  binds?: Record<string, string>;
+}
+
+const RUNNERS_DIR = fileURLToPath(new URL('./runners', import.meta.url));
 const BWRAP = '/usr/bin/bwrap';
 const PRLIMIT = '/usr/bin/prlimit';
 const NODE = '/usr/bin/node';
+const PYTHON = '/usr/bin/python3';
+/** Address space Python needs beyond what the algorithm may allocate (interpreter, libraries). */
+const PYTHON_AS_SLACK_MB = 256;
 const SH = '/bin/bash'; // dash cannot redirect descriptors above 9
 /**
  * Descriptors the server inherited from whatever started it (a supervisor's log pipe, say)
@@ -89,42 +113,120 @@ function namespaceArgs(network: boolean): string[] {
   ];
 }
 
+interface Launch {
+  algoDir: string;
+  writable: boolean;
+  network: boolean;
+  limits: SandboxLimits;
+  /** Extra prlimit options (Python's address space). */
+  rlimits: string[];
+  binds?: Record<string, string>;
+  argv: (mounts: { algo: string; runner: string }) => string[];
+}
+
 /**
- * The command line of one worker. The file system is built from nothing: the system's /usr
- * read-only (interpreters and libraries), /proc, a minimal /dev, a size-capped private
- * tmpfs /tmp (the only writable place), the algorithm read-only at /algo and the runner at
- * /runner. The server's home, other algorithms and the host's /etc, /root and /home do not
- * exist inside. The environment is cleared.
+ * The command line of one sandboxed process. The file system is built from nothing: the
+ * system's /usr read-only (interpreters and libraries), /proc, a minimal /dev, a size-capped
+ * private tmpfs /tmp (the only writable place), the algorithm at /algo (read-only, except for
+ * build steps) and the runners at /runner. The server's home, other algorithms and the host's
+ * /etc, /root and /home do not exist inside. The environment is cleared.
  */
-export function sandboxCommand(spec: SandboxSpec): { file: string; args: string[] } {
-  const l = spec.limits;
+function bwrapCommand(l: Launch): { file: string; args: string[] } {
+  const lim = l.limits;
   const fsArgs = [
     ...SYSTEM_FS,
     '--proc', '/proc',
     '--dev', '/dev',
-    '--size', String(l.tmpBytes), '--tmpfs', '/tmp',
-    '--ro-bind', path.resolve(spec.algoDir), '/algo',
-    '--ro-bind', path.join(RUNNERS_DIR, spec.runner), '/runner',
-    ...(spec.network ? ['--ro-bind-try', '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/ssl', '/etc/ssl', '--ro-bind-try', '/etc/hosts', '/etc/hosts'] : []),
+    '--size', String(lim.tmpBytes), '--tmpfs', '/tmp',
+    l.writable ? '--bind' : '--ro-bind', path.resolve(l.algoDir), '/algo',
+    '--ro-bind', RUNNERS_DIR, '/runner',
+    ...Object.entries(l.binds ?? {}).flatMap(([host, inside]) => ['--ro-bind', host, inside]),
+    ...(l.network ? ['--ro-bind-try', '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/ssl', '/etc/ssl', '--ro-bind-try', '/etc/hosts', '/etc/hosts'] : []),
     // bwrap builds the tree on a writable tmpfs root: make that root read-only, so /tmp
     // (a mount of its own) stays the only writable place.
     '--remount-ro', '/',
-    '--chdir', '/tmp',
+    '--chdir', l.writable ? '/algo' : '/tmp',
     '--clearenv',
-    '--setenv', 'HOME', '/tmp',
-    '--setenv', 'PATH', '/usr/bin:/bin',
-    '--setenv', 'LANG', 'C.UTF-8',
+    ...ENV.flatMap(([k, v]) => ['--setenv', k, v]),
   ];
-  const entry = path.posix.join('/algo', spec.entry);
-  const command = [NODE, `--max-old-space-size=${l.heapMb}`, '/runner/runner.mjs', entry];
   return {
     file: SH,
-    args: ['-c', CLOSE_INHERITED_FDS, 'sandbox', PRLIMIT, `--fsize=${l.maxFileBytes}`, `--nofile=${l.maxOpenFiles}`, '--core=0', '--', BWRAP, ...namespaceArgs(spec.network), ...fsArgs, '--', ...command],
+    args: ['-c', CLOSE_INHERITED_FDS, 'sandbox', ...prlimitArgs(l), '--', BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
   };
 }
 
-/** Starts a sandboxed worker process: stdin closed, stdout and stderr piped, fd 3 the channel. */
-export function spawnSandbox(spec: SandboxSpec): ChildProcess {
-  const { file, args } = sandboxCommand(spec);
+const ENV: ReadonlyArray<[string, string]> = [
+  ['HOME', '/tmp'],
+  ['PATH', '/usr/bin:/bin'],
+  ['LANG', 'C.UTF-8'],
+];
+
+function prlimitArgs(l: Launch): string[] {
+  return [PRLIMIT, `--fsize=${l.limits.maxFileBytes}`, `--nofile=${l.limits.maxOpenFiles}`, '--core=0', ...l.rlimits];
+}
+
+function runnerArgv(spec: SandboxSpec): Launch['argv'] {
+  const l = spec.limits;
+  const mode = spec.check ? ['--check'] : [];
+  return ({ algo, runner }) => {
+    const entry = path.posix.join(algo, spec.entry);
+    switch (spec.runner) {
+      case 'node':
+        return [NODE, `--max-old-space-size=${l.heapMb}`, path.posix.join(runner, 'node', 'runner.mjs'), ...mode, entry];
+      case 'python':
+        // -I: no user site, no PYTHON* variables, the script's directory not on sys.path.
+        return [PYTHON, '-I', '-X', 'utf8', path.posix.join(runner, 'python', 'runner.py'), ...mode, entry];
+    }
+  };
+}
+
+function workerLaunch(spec: SandboxSpec): Launch {
+  return {
+    algoDir: spec.algoDir,
+    writable: false,
+    network: spec.network,
+    limits: spec.limits,
+    rlimits: spec.runner === 'python' ? [`--as=${(spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024}`] : [],
+    argv: runnerArgv(spec),
+  };
+}
+
+/** The command line of one worker (exported for tests and the docs). */
+export function sandboxCommand(spec: SandboxSpec): { file: string; args: string[] } {
+  return bwrapCommand(workerLaunch(spec));
+}
+
+/**
+ * Without bubblewrap (ALGOHOST_SANDBOX=auto on a host where it does not work): the same
+ * command with its rlimits, a cleared environment and a private working directory, but no
+ * isolation at all. The server says so loudly at start and in /health.
+ */
+function spawnUnsandboxed(l: Launch): ChildProcess {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-worker-'));
+  const argv = l.argv({ algo: path.resolve(l.algoDir), runner: RUNNERS_DIR.replace(/\/$/, '') });
+  const env = Object.fromEntries(ENV.map(([k, v]) => [k, k === 'HOME' ? tmp : v]));
+  const child = spawn(SH, ['-c', CLOSE_INHERITED_FDS, 'worker', ...prlimitArgs(l), '--', ...argv], {
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+    env,
+    cwd: l.writable ? l.algoDir : tmp,
+    detached: true,
+  });
+  child.once('exit', () => fs.rm(tmp, { recursive: true, force: true }, () => undefined));
+  return child;
+}
+
+function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
+  if (unsandboxed) return spawnUnsandboxed(l);
+  const { file, args } = bwrapCommand(l);
   return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
+}
+
+/** Starts a worker process: stdin closed, stdout and stderr piped, fd 3 the channel. */
+export function spawnSandbox(spec: SandboxSpec): ChildProcess {
+  return launch(workerLaunch(spec), spec.unsandboxed);
+}
+
+/** Starts a build step with /algo writable; stdout and stderr piped. */
+export function spawnTool(spec: ToolSpec): ChildProcess {
+  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
 }

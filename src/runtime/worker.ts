@@ -36,6 +36,8 @@ export interface WorkerOptions {
 }
 
 const STDERR_KEEP = 16 * 1024;
+/** Longest wait for stdout a runner says it wrote before answering. */
+const STDOUT_WAIT_MS = 1000;
 const RESULT_TYPES = new Set(['json', 'text', 'binary', 'void']);
 
 /** The error types of the original runtimes (compat.md); anything else is an AlgorithmError. */
@@ -64,6 +66,8 @@ export class Worker {
   private stdoutBytes = 0;
   private stdoutTotal = 0;
   private stderrTail = '';
+  /** Set while waiting for output the runner says it wrote before answering. */
+  private stdoutWanted: { bytes: number; resolve: () => void } | undefined;
   private nextId = 1;
   private busy = false;
   dead = false;
@@ -86,6 +90,7 @@ export class Worker {
       // Output between calls (a timer firing after an answer) belongs to no caller.
       if (!this.busy) return;
       this.stdoutTotal += chunk.length;
+      if (this.stdoutWanted !== undefined && this.stdoutTotal >= this.stdoutWanted.bytes) this.stdoutWanted.resolve();
       if (this.stdoutBytes < this.maxStdout) {
         const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
         this.stdout.push(keep);
@@ -153,11 +158,12 @@ export class Worker {
         if (/heap out of memory|Allocation failed/i.test(this.stderrTail)) return { kind: 'out_of_memory', ...this.output(elapsed) };
         return { kind: 'crashed', exitCode: code, signal, ...this.output(elapsed) };
       }
-      // Let what the algorithm printed before answering arrive before we cut it off.
-      await new Promise((r) => setImmediate(r));
+      // The channel and stdout are separate pipes: what the algorithm printed before answering
+      // may arrive after the answer. Runners say how much they wrote; wait for it, briefly.
+      const h = answer.header;
+      await this.stdoutArrived(typeof h.stdout_bytes === 'number' ? h.stdout_bytes : 0);
       // The algorithm shares the runner's process and could write frames itself: accept only
       // a well-formed answer to this call, and never a duration longer than we measured.
-      const h = answer.header;
       const durationMs = typeof h.duration_ms === 'number' && h.duration_ms >= 0 ? Math.min(h.duration_ms, elapsed) : elapsed;
       if (h.id !== id || (h.type !== 'result' && h.type !== 'error')) return this.violation(elapsed);
       if (h.type === 'result') {
@@ -168,6 +174,26 @@ export class Worker {
     } finally {
       this.busy = false;
     }
+  }
+
+  /** Until `bytes` of stdout arrived this call (bounded: the count comes from the sandbox). */
+  private async stdoutArrived(bytes: number): Promise<void> {
+    const wanted = Math.min(bytes, this.maxStdout + 1);
+    if (this.stdoutTotal < wanted) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, STDOUT_WAIT_MS);
+        this.stdoutWanted = {
+          bytes: wanted,
+          resolve: () => {
+            clearTimeout(timer);
+            resolve();
+          },
+        };
+      });
+      this.stdoutWanted = undefined;
+    }
+    // And whatever is already on its way.
+    await new Promise((r) => setImmediate(r));
   }
 
   /** A malformed answer: the worker cannot be trusted with another call. */

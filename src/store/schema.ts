@@ -67,9 +67,49 @@ export interface AlgorithmsTable {
   settings: string;
   created_at: number;
   updated_at: number;
+  /** Content hash of the uploaded source; null until a source is uploaded (the template). */
+  source_hash: string | null;
+  /** The build the last compile produced, when it succeeded: what a publish publishes. */
+  build_hash: string | null;
+}
+
+export type BuildStatus = 'building' | 'succeeded' | 'failed';
+
+export interface BuildsTable {
+  id: Generated<number>;
+  algorithm_id: number;
+  /** 40 hex: the hash of the build's content (source and language); `version_info.git_hash`. */
+  hash: string;
+  status: BuildStatus;
+  language: string;
+  /** 'node' | 'python': which runner loads the entry. */
+  runner: string | null;
+  /** Entry file relative to the build directory. */
+  entry: string | null;
+  logs: string;
+  started_at: number;
+  finished_at: number | null;
+}
+
+export interface VersionsTable {
+  id: Generated<number>;
+  algorithm_id: number;
+  build_id: number;
+  major: number;
+  minor: number;
+  patch: number;
+  callability: 'public' | 'private';
+  release_notes: string;
+  /** JSON text or null. */
+  sample_input: string | null;
+  /** The algorithm's settings when it was published (a version keeps how it runs). */
+  settings: string;
+  created_at: number;
 }
 
 export interface Schema {
+  builds: BuildsTable;
+  versions: VersionsTable;
   algorithms: AlgorithmsTable;
   users: UsersTable;
   api_keys: ApiKeysTable;

@@ -60,4 +60,36 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   );
   CREATE UNIQUE INDEX algorithms_name ON algorithms(owner_id, name_lc);
   `,
+  `
+  ALTER TABLE algorithms ADD COLUMN source_hash TEXT;
+  ALTER TABLE algorithms ADD COLUMN build_hash TEXT;
+  CREATE TABLE builds (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    algorithm_id INTEGER NOT NULL REFERENCES algorithms(id) ON DELETE CASCADE,
+    hash TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('building', 'succeeded', 'failed')),
+    language TEXT NOT NULL,
+    runner TEXT,
+    entry TEXT,
+    logs TEXT NOT NULL DEFAULT '',
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER
+  );
+  CREATE UNIQUE INDEX builds_hash ON builds(algorithm_id, hash);
+  CREATE TABLE versions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    algorithm_id INTEGER NOT NULL REFERENCES algorithms(id) ON DELETE CASCADE,
+    build_id INTEGER NOT NULL REFERENCES builds(id),
+    major INTEGER NOT NULL,
+    minor INTEGER NOT NULL,
+    patch INTEGER NOT NULL,
+    callability TEXT NOT NULL CHECK (callability IN ('public', 'private')),
+    release_notes TEXT NOT NULL DEFAULT '',
+    sample_input TEXT,
+    settings TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+  );
+  CREATE UNIQUE INDEX versions_number ON versions(algorithm_id, major, minor, patch);
+  CREATE UNIQUE INDEX versions_build ON versions(algorithm_id, build_id);
+  `,
 ];

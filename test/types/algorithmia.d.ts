@@ -58,13 +58,28 @@ declare module 'algorithmia' {
       delete(force: boolean, callback: ReqCallback): void;
     }
 
+    interface AlgoResponse {
+      status: number;
+      result: unknown;
+      error?: ErrorObject;
+      metadata?: { content_type?: string; duration?: number; stdout?: string; [field: string]: unknown };
+      /** The result decoded by content_type (binary → Buffer); throws the error message on an error. */
+      get(): unknown;
+    }
+
+    interface Algorithm {
+      /** Buffer → octet-stream, string → text/plain, anything else → JSON. */
+      pipe(input: unknown): { then(callback: (response: AlgoResponse) => void): void };
+      pipeJson(input: string): { then(callback: (response: AlgoResponse) => void): void };
+    }
+
     interface Client {
       apiAddress: string;
       /** `Simple <key>`, or '' when no key was given. */
       apiKey: string;
       file(path: string): File;
       dir(path: string): Dir;
-      algo(path: string): unknown;
+      algo(path: string): Algorithm;
     }
 
     function client(key?: string, address?: string): Client;

@@ -40,16 +40,43 @@ function encodeResult(result) {
   return ['json', Buffer.from(text, 'utf8')];
 }
 
+// Counts what the algorithm writes to stdout during a call: the server waits for that much
+// before it cuts the call's output off (stdout is a separate pipe from the channel).
+let stdoutBytes = 0;
+const stdoutWrite = process.stdout.write.bind(process.stdout);
+process.stdout.write = (chunk, encoding, cb) => {
+  stdoutBytes += typeof chunk === 'string' ? Buffer.byteLength(chunk, typeof encoding === 'string' ? encoding : 'utf8') : chunk.length;
+  return stdoutWrite(chunk, encoding, cb);
+};
+/** Resolves once everything written to stdout so far has been handed to the pipe. */
+const stdoutFlushed = () => new Promise((resolve) => stdoutWrite('', resolve));
+
 let apply;
 let loadError;
+/** Input types the algorithm accepts (`export const input_types = ['text']`); all when unset. */
+let inputTypes;
+const INPUT_MISMATCH = 'apply() functions do not match input data';
+
+async function importEntry(entry) {
+  const mod = await import(pathToFileURL(entry).href);
+  const def = mod.default;
+  const pick = (name) => (typeof mod[name] === 'function' ? mod[name] : typeof def?.[name] === 'function' ? def[name] : undefined);
+  apply = pick('apply') ?? (typeof def === 'function' ? def : undefined);
+  if (!apply) throw new Error(`${entry.split('/').pop()} exports no apply function`);
+  const declared = mod.input_types ?? mod.inputTypes ?? def?.input_types ?? def?.inputTypes;
+  if (declared !== undefined) {
+    const known = ['text', 'json', 'binary'];
+    if (!Array.isArray(declared) || declared.some((t) => !known.includes(t))) {
+      throw new Error(`input_types must be an array of ${known.map((t) => `"${t}"`).join(', ')}`);
+    }
+    inputTypes = new Set(declared);
+  }
+  return pick('load');
+}
 
 async function load(entry) {
   try {
-    const mod = await import(pathToFileURL(entry).href);
-    const def = mod.default;
-    apply = typeof mod.apply === 'function' ? mod.apply : typeof def?.apply === 'function' ? def.apply : typeof def === 'function' ? def : undefined;
-    if (!apply) throw new Error(`${entry.split('/').pop()} exports no apply function`);
-    const init = typeof mod.load === 'function' ? mod.load : typeof def?.load === 'function' ? def.load : undefined;
+    const init = await importEntry(entry);
     if (init) await init();
   } catch (err) {
     loadError = describe(err, 'LoadingError');
@@ -82,22 +109,31 @@ function invoke(input) {
 async function handleCall(header, body) {
   const id = header.id;
   if (loadError) return send({ type: 'error', id, duration_ms: 0, error: loadError });
+  if (inputTypes && !inputTypes.has(header.content_type)) {
+    return send({ type: 'error', id, duration_ms: 0, error: { message: INPUT_MISMATCH, stacktrace: '', error_type: 'InputError' } });
+  }
   let input;
   try {
     input = decodeInput(header.content_type, body);
   } catch (err) {
     return send({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
   }
+  stdoutBytes = 0;
   const started = process.hrtime.bigint();
+  let answer;
+  let out;
   try {
     const result = await invoke(input);
     const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
-    const [content_type, out] = encodeResult(result);
-    send({ type: 'result', id, content_type, duration_ms }, out);
+    const [content_type, body] = encodeResult(result);
+    answer = { type: 'result', id, content_type, duration_ms };
+    out = body;
   } catch (err) {
     const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
-    send({ type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError') });
+    answer = { type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError') };
   }
+  await stdoutFlushed();
+  send({ ...answer, stdout_bytes: stdoutBytes }, out);
 }
 
 // Calls arrive one at a time; frames are reassembled from the socket's chunks, which are
@@ -126,6 +162,17 @@ channel.on('data', (chunk) => {
 // The server closing the channel is the signal to stop.
 channel.on('end', () => process.exit(0));
 channel.on('error', () => process.exit(0));
+
+// `--check <entry>` (builds): the entry file imports and exports apply; load() is not run.
+if (process.argv[2] === '--check') {
+  try {
+    await importEntry(process.argv[3]);
+    process.exit(0);
+  } catch (err) {
+    process.stderr.write(`${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+}
 
 await load(process.argv[2]);
 send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });

@@ -1,0 +1,211 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { spawnSandbox, spawnTool, DEFAULT_LIMITS, type RunnerKind, type SandboxLimits } from '../runtime/sandbox.ts';
+import type { ChildProcess } from 'node:child_process';
+import type { Language } from './manifest.ts';
+
+export interface BuildRequest {
+  /** Algorithm name: the original layout names the entry file after it. */
+  name: string;
+  language: Language;
+  /** The uploaded source (or template), copied into `outDir` by the builder. */
+  sourceDir: string;
+  /** Empty directory the build is made in. */
+  outDir: string;
+}
+
+export type BuildResult =
+  | { ok: true; runner: RunnerKind; entry: string; logs: string }
+  | { ok: false; logs: string };
+
+export interface BuilderOptions {
+  /** Run build steps without bubblewrap (only where none works and the operator allowed it). */
+  unsandboxed: boolean;
+  /** Longest a dependency install may take. */
+  installTimeoutMs: number;
+}
+
+const MAX_LOG = 256 * 1024;
+/** Build steps get more room than calls: package managers unpack into their caches. */
+const BUILD_LIMITS: SandboxLimits = { ...DEFAULT_LIMITS, heapMb: 1024, tmpBytes: 2 * 1024 * 1024 * 1024, maxFileBytes: 1024 * 1024 * 1024, maxOpenFiles: 4096 };
+const NPM_CLI = '/usr/lib/node_modules/npm/bin/npm-cli.js';
+
+/** The esbuild executable (a static binary): run inside the sandbox for TypeScript. */
+function esbuildBinary(): string | undefined {
+  const require = createRequire(import.meta.url);
+  const candidates = [`@esbuild/${process.platform}-${process.arch}/bin/esbuild`, 'esbuild/bin/esbuild'];
+  for (const c of candidates) {
+    try {
+      const file = require.resolve(c);
+      const head = Buffer.alloc(4);
+      const fd = fs.openSync(file, 'r');
+      fs.readSync(fd, head, 0, 4, 0);
+      fs.closeSync(fd);
+      if (head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return file; // ELF, not a JS shim
+    } catch {
+      /* try the next */
+    }
+  }
+  return undefined;
+}
+
+/** Entry files tried in order, per language (the original layout first). */
+function entryCandidates(language: Language, name: string): string[] {
+  switch (language) {
+    case 'python3':
+      return [`src/${name}.py`, 'src/main.py'];
+    case 'javascript':
+      return [`src/${name}.js`, `src/${name}.mjs`, `src/${name}.cjs`, 'src/index.js', 'src/index.mjs', 'src/index.cjs'];
+    case 'typescript':
+      return ['src/index.ts', 'src/index.mts', `src/${name}.ts`, `src/${name}.mts`];
+  }
+}
+
+/** Build logs: what each step said, capped (the head and the tail survive). */
+class Log {
+  private text = '';
+  private dropped = 0;
+  line(s: string): void {
+    this.add(`${s}\n`);
+  }
+  add(s: string): void {
+    if (this.text.length + s.length <= MAX_LOG) {
+      this.text += s;
+      return;
+    }
+    this.dropped += s.length;
+    this.tail = (this.tail + s).slice(-MAX_LOG / 2);
+  }
+  private tail = '';
+  toString(): string {
+    return this.dropped === 0 ? this.text : `${this.text.slice(0, MAX_LOG / 2)}\n[... ${this.dropped} characters of output left out ...]\n${this.tail}`;
+  }
+}
+
+/** Waits for a build step, feeding its output to the log; kills its whole sandbox on timeout. */
+function finish(child: ChildProcess, log: Log, timeoutMs: number): Promise<{ code: number | null; timedOut: boolean }> {
+  return new Promise((resolve) => {
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }, timeoutMs);
+    child.stdout?.on('data', (c: Buffer) => log.add(c.toString('utf8')));
+    child.stderr?.on('data', (c: Buffer) => log.add(c.toString('utf8')));
+    child.once('error', (err) => log.line(`could not start: ${err.message}`));
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, timedOut });
+    });
+  });
+}
+
+function hasLines(file: string): boolean {
+  try {
+    return fs
+      .readFileSync(file, 'utf8')
+      .split('\n')
+      .some((l) => l.trim() !== '' && !l.trim().startsWith('#'));
+  } catch {
+    return false;
+  }
+}
+
+function hasDependencies(file: string): boolean {
+  try {
+    const pkg = JSON.parse(fs.readFileSync(file, 'utf8')) as { dependencies?: Record<string, string> };
+    return typeof pkg.dependencies === 'object' && pkg.dependencies !== null && Object.keys(pkg.dependencies).length > 0;
+  } catch {
+    return true; // let npm say what is wrong with it
+  }
+}
+
+/**
+ * Turns a source tree into a runnable build: copies it, installs dependencies (npm for
+ * package.json, pip for requirements.txt), bundles TypeScript with esbuild, and checks that
+ * the entry file loads and exports apply. Every step that reads the user's files runs in the
+ * sandbox (a bundler on the host would follow `import "/etc/shadow"`); installers get the
+ * network, the entry check does not.
+ */
+export class Builder {
+  private readonly esbuild = esbuildBinary();
+
+  constructor(private readonly options: BuilderOptions) {}
+
+  async build(req: BuildRequest): Promise<BuildResult> {
+    const log = new Log();
+    const started = Date.now();
+    const fail = (why: string): BuildResult => {
+      log.line(`build failed: ${why}`);
+      return { ok: false, logs: log.toString() };
+    };
+    log.line(`building ${req.name} (${req.language})${this.options.unsandboxed ? ' WITHOUT a sandbox' : ''}`);
+    await fs.promises.cp(req.sourceDir, req.outDir, { recursive: true, verbatimSymlinks: true, errorOnExist: true, force: false });
+    const out = req.outDir;
+
+    const candidates = entryCandidates(req.language, req.name);
+    const source = candidates.find((c) => {
+      const st = fs.lstatSync(path.join(out, c), { throwIfNoEntry: false });
+      return st?.isFile() === true;
+    });
+    if (!source) return fail(`no entry point; expected one of ${candidates.join(', ')}`);
+    log.line(`entry point: ${source}`);
+    await fs.promises.mkdir(path.join(out, '.algohost'), { recursive: true });
+
+    const packageJson = path.join(out, 'package.json');
+    if (req.language !== 'python3' && fs.existsSync(packageJson) && hasDependencies(packageJson)) {
+      if (!fs.existsSync(NPM_CLI)) return fail(`package.json lists dependencies, but npm is not installed on this server (${NPM_CLI})`);
+      log.line('$ npm install --omit=dev');
+      const r = await this.tool(out, (algo) => ['/usr/bin/node', NPM_CLI, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log);
+      if (r) return fail(`npm install ${r}`);
+    }
+    const requirements = path.join(out, 'requirements.txt');
+    if (req.language === 'python3' && hasLines(requirements)) {
+      log.line('$ pip install --target .algohost/python -r requirements.txt');
+      const r = await this.tool(
+        out,
+        (algo) => ['/usr/bin/python3', '-m', 'pip', 'install', '--no-cache-dir', '--disable-pip-version-check', '--no-input', '--retries', '1', '--timeout', '15', '--target', `${algo}/.algohost/python`, '-r', `${algo}/requirements.txt`],
+        true,
+        log,
+      );
+      if (r) return fail(`pip install ${r} (is a package index reachable from this server?)`);
+    }
+
+    let entry = source;
+    if (req.language === 'typescript') {
+      if (!this.esbuild) return fail('esbuild is not installed on this server (npm install in the server directory)');
+      log.line('$ esbuild --bundle (TypeScript to JavaScript)');
+      const bin = this.esbuild;
+      const r = await this.tool(
+        out,
+        (algo) => [algo === '/algo' ? '/tools/esbuild' : bin, `${algo}/${source}`, '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', '--sourcemap=inline', '--log-level=warning', `--outfile=${algo}/.algohost/entry.mjs`],
+        false,
+        log,
+        { [bin]: '/tools/esbuild' },
+      );
+      if (r) return fail(`TypeScript did not compile: esbuild ${r}`);
+      entry = '.algohost/entry.mjs';
+    }
+
+    const runner: RunnerKind = req.language === 'python3' ? 'python' : 'node';
+    log.line(`checking that ${source} loads and exports apply`);
+    const check = await finish(spawnSandbox({ runner, algoDir: out, entry, network: false, limits: DEFAULT_LIMITS, unsandboxed: this.options.unsandboxed, check: true }), log, 60_000);
+    if (check.timedOut) return fail(`loading ${source} took longer than 60 s`);
+    if (check.code !== 0) return fail(`${source} does not load (see above)`);
+    log.line(`build succeeded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    return { ok: true, runner, entry, logs: log.toString() };
+  }
+
+  /** Runs one build step; undefined when it succeeded, else what went wrong. */
+  private async tool(dir: string, argv: (algo: string) => string[], network: boolean, log: Log, binds: Record<string, string> = {}): Promise<string | undefined> {
+    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds });
+    const r = await finish(child, log, this.options.installTimeoutMs);
+    if (r.timedOut) return `took longer than ${Math.round(this.options.installTimeoutMs / 1000)} s`;
+    return r.code === 0 ? undefined : `exited with code ${r.code}`;
+  }
+}

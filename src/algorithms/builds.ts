@@ -1,0 +1,260 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { AppError } from '../errors.ts';
+import type { Db } from '../store/db.ts';
+import type { BuildStatus } from '../store/schema.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { RunnerKind } from '../runtime/sandbox.ts';
+import type { Algorithm, AlgorithmRegistry } from './registry.ts';
+import { extractTarGz, hashTree, type ExtractLimits } from './archive.ts';
+import { writeTemplate } from './templates.ts';
+import type { Builder } from './builder.ts';
+import { KeyedLock } from './keyedLock.ts';
+
+export interface Build {
+  id: number;
+  algorithmId: number;
+  /** 40 hex, `version_info.git_hash`. */
+  hash: string;
+  status: BuildStatus;
+  language: string;
+  runner: RunnerKind | null;
+  entry: string | null;
+  logs: string;
+  started_at: number;
+  finished_at: number | null;
+}
+
+const HASH = /^[0-9a-f]{40}$/;
+
+/**
+ * Where an algorithm's files live under the home: `algorithms/<id>/source-<hash>/` (the
+ * uploaded tree) and `algorithms/<id>/builds/<hash>/` (immutable builds). Everything is made
+ * in `algorithms/.tmp/` first and renamed into place, so a crash never leaves half a tree
+ * where a reader would look; `.tmp` is emptied at start.
+ */
+export class AlgorithmFiles {
+  constructor(readonly root: string) {}
+
+  get tmp(): string {
+    return path.join(this.root, '.tmp');
+  }
+  algorithmDir(id: number): string {
+    return path.join(this.root, String(id));
+  }
+  sourceDir(id: number, hash: string): string {
+    return path.join(this.algorithmDir(id), `source-${hash}`);
+  }
+  buildDir(id: number, hash: string): string {
+    return path.join(this.algorithmDir(id), 'builds', hash);
+  }
+  async scratch(prefix: string): Promise<string> {
+    await fs.promises.mkdir(this.tmp, { recursive: true });
+    return fs.promises.mkdtemp(path.join(this.tmp, prefix));
+  }
+  /** At start: what an interrupted upload or build left behind. */
+  recover(): void {
+    fs.rmSync(this.tmp, { recursive: true, force: true });
+  }
+  async removeAlgorithm(id: number): Promise<void> {
+    await fs.promises.rm(this.algorithmDir(id), { recursive: true, force: true });
+  }
+}
+
+/** A build's id: the hash of everything that decides what it contains. */
+function buildHash(algo: Algorithm, sourceHash: string): string {
+  return crypto.createHash('sha1').update(`algohost-build 1\n${algo.settings.language}\n${algo.name}\n${sourceHash}\n`).digest('hex');
+}
+
+function toBuild(row: {
+  id: number;
+  algorithm_id: number;
+  hash: string;
+  status: BuildStatus;
+  language: string;
+  runner: string | null;
+  entry: string | null;
+  logs: string;
+  started_at: number;
+  finished_at: number | null;
+}): Build {
+  return { ...row, algorithmId: row.algorithm_id, runner: row.runner as RunnerKind | null };
+}
+
+/**
+ * Sources and builds: an owner uploads a tar.gz of the source, then compiles it into an
+ * immutable build named by the hash of its content. Compiling the same source again answers
+ * the existing build. One upload, build or publish of an algorithm runs at a time.
+ */
+export class BuildService {
+  readonly lock = new KeyedLock();
+
+  constructor(
+    private readonly db: Db,
+    private readonly registry: AlgorithmRegistry,
+    readonly files: AlgorithmFiles,
+    private readonly builder: Builder,
+    private readonly extractLimits: Partial<ExtractLimits>,
+  ) {}
+
+  async uploadSource(principal: Principal, owner: string, name: string, body: Readable): Promise<{ hash: string; files: number; bytes: number }> {
+    const algo = await this.registry.manage(principal, owner, name);
+    const dir = await this.files.scratch('source-');
+    try {
+      const r = await extractTarGz(body, dir, this.extractLimits);
+      await this.lock.run(algo.id, async () => {
+        const target = this.files.sourceDir(algo.id, r.hash);
+        await fs.promises.mkdir(this.files.algorithmDir(algo.id), { recursive: true });
+        if (!fs.existsSync(target)) await fs.promises.rename(dir, target);
+        await this.registry.setSource(algo.id, r.hash);
+        // Earlier sources are replaced: builds keep their own copies.
+        for (const entry of await fs.promises.readdir(this.files.algorithmDir(algo.id))) {
+          if (entry.startsWith('source-') && entry !== `source-${r.hash}`) {
+            await fs.promises.rm(path.join(this.files.algorithmDir(algo.id), entry), { recursive: true, force: true });
+          }
+        }
+      });
+      return r;
+    } finally {
+      await fs.promises.rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /** Makes a directory on this machine the algorithm's source (demo algorithms). */
+  async useSourceTree(algo: Algorithm, dir: string): Promise<string> {
+    const hash = await hashTree(dir);
+    await this.lock.run(algo.id, async () => {
+      const target = this.files.sourceDir(algo.id, hash);
+      if (!fs.existsSync(target)) await fs.promises.cp(dir, target, { recursive: true, verbatimSymlinks: true });
+      await this.registry.setSource(algo.id, hash);
+    });
+    return hash;
+  }
+
+  /** Builds the current source (or the language's template when none was uploaded). */
+  async compile(principal: Principal, owner: string, name: string): Promise<{ algorithm: Algorithm; build: Build }> {
+    const first = await this.registry.manage(principal, owner, name);
+    return this.lock.run(first.id, async () => {
+      // Read again under the lock: an upload may have finished while we waited.
+      const algo = await this.registry.manage(principal, owner, name);
+      let sourceDir: string;
+      let template: string | undefined;
+      if (algo.source_hash) {
+        sourceDir = this.files.sourceDir(algo.id, algo.source_hash);
+      } else {
+        template = await this.files.scratch('template-');
+        await writeTemplate(template, algo.settings.language, algo.name);
+        sourceDir = template;
+      }
+      try {
+        const sourceHash = algo.source_hash ?? (await hashTree(sourceDir));
+        const hash = buildHash(algo, sourceHash);
+        const existing = await this.find(algo.id, hash);
+        const reusable = existing?.status === 'succeeded' && fs.existsSync(this.files.buildDir(algo.id, hash));
+        const build = reusable ? existing : await this.run(algo, hash, sourceDir, existing);
+        // A failed compile leaves nothing to publish: what the owner has now does not build.
+        await this.registry.setBuild(algo.id, build.status === 'succeeded' ? build.hash : null);
+        return { algorithm: { ...algo, build_hash: build.status === 'succeeded' ? build.hash : null }, build };
+      } finally {
+        if (template) await fs.promises.rm(template, { recursive: true, force: true });
+      }
+    });
+  }
+
+  private async run(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {
+    const now = Date.now();
+    if (existing) {
+      await this.db
+        .updateTable('builds')
+        .set({ status: 'building', logs: '', runner: null, entry: null, started_at: now, finished_at: null, language: algo.settings.language })
+        .where('id', '=', existing.id)
+        .execute();
+    } else {
+      await this.db
+        .insertInto('builds')
+        .values({ algorithm_id: algo.id, hash, status: 'building', language: algo.settings.language, runner: null, entry: null, logs: '', started_at: now, finished_at: null })
+        .execute();
+    }
+    const work = await this.files.scratch('build-');
+    const out = path.join(work, 'out');
+    let result;
+    try {
+      result = await this.builder.build({ name: algo.name, language: algo.settings.language, sourceDir, outDir: out });
+      if (result.ok) {
+        const target = this.files.buildDir(algo.id, hash);
+        await fs.promises.mkdir(path.dirname(target), { recursive: true });
+        await fs.promises.rm(target, { recursive: true, force: true });
+        await fs.promises.rename(out, target);
+      }
+    } catch (err) {
+      result = { ok: false as const, logs: `build failed: ${(err as Error).message}\n` };
+    } finally {
+      await fs.promises.rm(work, { recursive: true, force: true });
+    }
+    await this.db
+      .updateTable('builds')
+      .set({
+        status: result.ok ? 'succeeded' : 'failed',
+        logs: result.logs,
+        runner: result.ok ? result.runner : null,
+        entry: result.ok ? result.entry : null,
+        finished_at: Date.now(),
+      })
+      .where('algorithm_id', '=', algo.id)
+      .where('hash', '=', hash)
+      .execute();
+    return (await this.find(algo.id, hash))!;
+  }
+
+  private async find(algorithmId: number, hash: string): Promise<Build | undefined> {
+    const row = await this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', algorithmId).where('hash', '=', hash).executeTakeFirst();
+    return row ? toBuild(row) : undefined;
+  }
+
+  /** A build of an algorithm the principal manages. */
+  async get(principal: Principal, owner: string, name: string, hash: string): Promise<Build> {
+    const algo = await this.registry.manage(principal, owner, name);
+    const build = HASH.test(hash) ? await this.find(algo.id, hash) : undefined;
+    if (!build) throw new AppError('build_not_found', `algorithm algo://${algo.owner}/${algo.name} has no build ${hash.slice(0, 60)}`);
+    return build;
+  }
+
+  /** A successful build by hash, for calls by build hash and for publishing. */
+  async succeeded(algorithmId: number, hash: string): Promise<Build | undefined> {
+    const build = await this.find(algorithmId, hash);
+    return build?.status === 'succeeded' ? build : undefined;
+  }
+
+  /** What a publish publishes: the build of the last compile, if it succeeded. */
+  async current(algo: Algorithm): Promise<Build | undefined> {
+    return algo.build_hash ? this.succeeded(algo.id, algo.build_hash) : undefined;
+  }
+
+  async list(principal: Principal, owner: string, name: string): Promise<Build[]> {
+    const algo = await this.registry.manage(principal, owner, name);
+    const rows = await this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', algo.id).orderBy('started_at', 'desc').orderBy('id', 'desc').limit(100).execute();
+    return rows.map(toBuild);
+  }
+
+  /** Deletes an algorithm with its sources, builds and versions. */
+  async remove(principal: Principal, owner: string, name: string): Promise<void> {
+    const algo = await this.registry.manage(principal, owner, name);
+    await this.lock.run(algo.id, async () => {
+      await this.registry.delete(principal, owner, name);
+      // Running workers keep their mounts; idle ones are evicted in time.
+      await this.files.removeAlgorithm(algo.id);
+    });
+  }
+
+  /** At start: builds interrupted by a crash are failed, with a word why. */
+  async recover(): Promise<void> {
+    this.files.recover();
+    await this.db
+      .updateTable('builds')
+      .set({ status: 'failed', logs: 'build interrupted: the server stopped while building; compile again\n', finished_at: Date.now() })
+      .where('status', '=', 'building')
+      .execute();
+  }
+}

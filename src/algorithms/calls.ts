@@ -1,0 +1,114 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { AppError } from '../errors.ts';
+import type { Principal } from '../auth/principal.ts';
+import { isOwner } from '../data/acl.ts';
+import { PoolBusyError } from '../runtime/pool.ts';
+import { WorkerStartError, type AlgorithmRuntime } from '../runtime/runtime.ts';
+import type { ContentType, Outcome } from '../runtime/worker.ts';
+import type { AlgorithmFiles } from './builds.ts';
+import type { CallTarget, ReleaseService } from './releases.ts';
+
+export const DEFAULT_TIMEOUT_S = 300;
+export const MAX_TIMEOUT_S = 3000;
+
+export interface CallRequest {
+  owner: string;
+  name: string;
+  /** The version segment as sent (undefined when there was none). */
+  version: string | undefined;
+  contentType: ContentType;
+  input: Buffer;
+  timeoutS: number;
+  /** `stdout=true`: honoured for the owner only. */
+  stdout: boolean;
+}
+
+/** What the HTTP layer needs to answer a call. */
+export interface CallResult {
+  outcome: Outcome;
+  /** Null when the algorithm could not be resolved (the outcome then says why). */
+  target: CallTarget | null;
+  /** The caller may see stdout (owner who asked). */
+  showStdout: boolean;
+  /** The caller may see stack traces (owner, or the source is open). */
+  showTrace: boolean;
+}
+
+/** Whether a key's `algo_acl` admits `owner/name` (entries compare without regard to case). */
+export function aclAdmits(acl: readonly string[], owner: string, name: string): boolean {
+  const o = owner.toLowerCase();
+  const n = name.toLowerCase();
+  return acl.some((entry) => {
+    const e = entry.toLowerCase();
+    return e === 'algo://*' || e === `algo://${o}/*` || e === `algo://${o}/${n}/*`;
+  });
+}
+
+function failure(error_type: string, message: string): Outcome {
+  return { kind: 'algorithm_error', error: { error_type, message, stacktrace: '' }, stdout: '', stdoutTruncated: false, durationMs: 0 };
+}
+
+/**
+ * Calls: checks the key, resolves the version, runs it on a warm worker. Everything the
+ * algorithm does, and an algorithm or version that is not there, is an outcome (HTTP 200 with
+ * an error envelope, spec 7); only a key that may not call, or a server out of workers, is an
+ * HTTP error.
+ */
+export class CallService {
+  constructor(
+    private readonly releases: ReleaseService,
+    private readonly files: AlgorithmFiles,
+    private readonly runtime: AlgorithmRuntime,
+  ) {}
+
+  async call(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult> {
+    const p = principal.permissions;
+    if (!p.allow_algo) throw new AppError('algo_not_allowed', 'this API key may not call algorithms (allow_algo is off)');
+    if (!aclAdmits(p.algo_acl, req.owner, req.name)) {
+      throw new AppError('algo_not_allowed', `this API key may not call algo://${req.owner}/${req.name} (its algo_acl allows ${p.algo_acl.join(', ') || 'nothing'})`);
+    }
+    let target: CallTarget;
+    try {
+      target = await this.releases.resolveCall(principal, req.owner, req.name, req.version);
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'algorithm_not_found') {
+        return { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false };
+      }
+      throw err;
+    }
+    const mine = isOwner(principal, target.algorithm.owner);
+    const result = (outcome: Outcome): CallResult => ({
+      outcome,
+      target,
+      showStdout: mine && req.stdout,
+      showTrace: mine || target.settings.source_visibility === 'open',
+    });
+    const timeoutMs = req.timeoutS * 1000;
+    const started = performance.now();
+    try {
+      const outcome = await this.runtime.run(
+        {
+          key: `${target.algorithm.id}:${target.build.hash}`,
+          dir: this.files.buildDir(target.algorithm.id, target.build.hash),
+          runner: target.build.runner!,
+          entry: target.build.entry!,
+          network: target.settings.network_access === 'full',
+        },
+        req.contentType,
+        req.input,
+        timeoutMs,
+      );
+      return result(outcome);
+    } catch (err) {
+      if (err instanceof PoolBusyError) {
+        throw new AppError('server_busy', `${err.message}; retry shortly`);
+      }
+      if (err instanceof WorkerStartError) {
+        log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');
+        if (performance.now() - started >= timeoutMs) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
+        return result(failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
+      }
+      throw err;
+    }
+  }
+}

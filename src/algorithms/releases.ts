@@ -1,0 +1,234 @@
+import { AppError } from '../errors.ts';
+import { isUniqueViolation, type Db } from '../store/db.ts';
+import type { Principal } from '../auth/principal.ts';
+import { isOwner } from '../data/acl.ts';
+import type { MarkerCodec } from '../data/marker.ts';
+import type { Algorithm, AlgorithmRegistry } from './registry.ts';
+import type { Build, BuildService } from './builds.ts';
+import { DEFAULT_SETTINGS, type AlgorithmSettings } from './manifest.ts';
+import { compareSemVer, formatSemVer, nextVersion, parseSelector, resolveVersion, type PublishedVersion, type SemVer, type VersionType } from './versions.ts';
+
+export interface Version extends SemVer {
+  id: number;
+  algorithmId: number;
+  buildHash: string;
+  callability: 'public' | 'private';
+  release_notes: string;
+  sample_input: unknown;
+  /** How the algorithm ran when this version was published. */
+  settings: AlgorithmSettings;
+  created_at: number;
+}
+
+/** What a call runs: a published version, or (for the owner) a build by hash. */
+export interface CallTarget {
+  algorithm: Algorithm;
+  build: Build;
+  /** `1.2.3`, or null when called by build hash. */
+  version: string | null;
+  settings: AlgorithmSettings;
+}
+
+const VERSION_TYPES = new Set<VersionType>(['major', 'minor', 'revision']);
+
+interface VersionRow {
+  id: number;
+  algorithm_id: number;
+  major: number;
+  minor: number;
+  patch: number;
+  callability: 'public' | 'private';
+  release_notes: string;
+  sample_input: string | null;
+  settings: string;
+  created_at: number;
+  build_hash: string;
+}
+
+function toVersion(r: VersionRow): Version {
+  return {
+    id: r.id,
+    algorithmId: r.algorithm_id,
+    major: r.major,
+    minor: r.minor,
+    patch: r.patch,
+    buildHash: r.build_hash,
+    callability: r.callability,
+    release_notes: r.release_notes,
+    sample_input: r.sample_input === null ? null : (JSON.parse(r.sample_input) as unknown),
+    settings: { ...DEFAULT_SETTINGS, ...(JSON.parse(r.settings) as Partial<AlgorithmSettings>) },
+    created_at: r.created_at,
+  };
+}
+
+function notFound(owner: string, name: string, version?: string): AppError {
+  // The original's message for a call to an algorithm that is not there (compat.md).
+  return new AppError('algorithm_not_found', `algorithm algo://${owner}/${name}${version ? `/${version}` : ''} not found`);
+}
+
+/**
+ * Published versions: publishing makes the last successful build callable under the next
+ * semantic version; calls resolve a version selector to a build.
+ */
+export class ReleaseService {
+  constructor(
+    private readonly db: Db,
+    private readonly registry: AlgorithmRegistry,
+    private readonly builds: BuildService,
+    private readonly markers: MarkerCodec,
+  ) {}
+
+  private versions() {
+    return this.db
+      .selectFrom('versions')
+      .innerJoin('builds', 'builds.id', 'versions.build_id')
+      .select([
+        'versions.id',
+        'versions.algorithm_id',
+        'versions.major',
+        'versions.minor',
+        'versions.patch',
+        'versions.callability',
+        'versions.release_notes',
+        'versions.sample_input',
+        'versions.settings',
+        'versions.created_at',
+        'builds.hash as build_hash',
+      ]);
+  }
+
+  /**
+   * Publishes the last successful build. `details` and `settings` sent along update the
+   * algorithm first (the original API's publish body); `version_info` says how to number it.
+   */
+  async publish(
+    principal: Principal,
+    owner: string,
+    name: string,
+    input: { details?: unknown; settings?: unknown; version_info?: unknown },
+  ): Promise<{ algorithm: Algorithm; version: Version }> {
+    const info = parseVersionInfo(input.version_info);
+    const first = await this.registry.manage(principal, owner, name);
+    return this.builds.lock.run(first.id, async () => {
+      const algo =
+        input.details !== undefined || input.settings !== undefined
+          ? await this.registry.update(principal, owner, name, { details: input.details, settings: input.settings })
+          : await this.registry.manage(principal, owner, name);
+      const build = await this.builds.current(algo);
+      if (!build) {
+        throw new AppError('no_build', `algo://${algo.owner}/${algo.name} has nothing to publish: its last compile failed or it was never compiled; compile it first`);
+      }
+      const all = await this.versions().where('versions.algorithm_id', '=', algo.id).execute();
+      const same = all.find((v) => v.build_hash === build.hash);
+      if (same) {
+        throw new AppError(
+          'already_published',
+          `build ${build.hash} is already published as version ${formatSemVer(same)}; change the source and compile again to publish a new version`,
+        );
+      }
+      const latest = all.reduce<SemVer | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
+      const next = nextVersion(latest, info.version_type);
+      try {
+        await this.db
+          .insertInto('versions')
+          .values({
+            algorithm_id: algo.id,
+            build_id: build.id,
+            ...next,
+            callability: algo.settings.algorithm_callability,
+            release_notes: info.release_notes,
+            sample_input: info.sample_input === undefined ? null : JSON.stringify(info.sample_input),
+            settings: JSON.stringify(algo.settings),
+            created_at: Date.now(),
+          })
+          .execute();
+      } catch (err) {
+        if (isUniqueViolation(err)) throw new AppError('already_published', `version ${formatSemVer(next)} of algo://${algo.owner}/${algo.name} was published at the same time; try again`);
+        throw err;
+      }
+      const row = await this.versions().where('versions.algorithm_id', '=', algo.id).where('versions.build_id', '=', build.id).executeTakeFirstOrThrow();
+      return { algorithm: algo, version: toVersion(row) };
+    });
+  }
+
+  /** One page of versions, newest first; others see public versions only. */
+  async list(principal: Principal, owner: string, name: string, marker: string | undefined, pageSize = 50): Promise<{ algorithm: Algorithm; results: Version[]; marker: string | null }> {
+    const algo = await this.registry.require(principal, owner, name);
+    const scope = `versions:${algo.id}`;
+    const before = marker ? Number(this.markers.decode(scope, marker).after) : Number.MAX_SAFE_INTEGER;
+    let q = this.versions().where('versions.algorithm_id', '=', algo.id).where('versions.id', '<', before).orderBy('versions.id', 'desc').limit(pageSize + 1);
+    if (!isOwner(principal, algo.owner)) q = q.where('versions.callability', '=', 'public');
+    const rows = await q.execute();
+    const more = rows.length > pageSize;
+    if (more) rows.length = pageSize;
+    const last = rows[rows.length - 1];
+    return { algorithm: algo, results: rows.map(toVersion), marker: more && last ? this.markers.encode(scope, { phase: 'files', after: String(last.id) }) : null };
+  }
+
+  /** One version, by build hash (`git_hash`) or by number. */
+  async get(principal: Principal, owner: string, name: string, ref: string): Promise<{ algorithm: Algorithm; version: Version }> {
+    const algo = await this.registry.require(principal, owner, name);
+    const selector = parseSelector(ref);
+    const rows = (await this.versions().where('versions.algorithm_id', '=', algo.id).execute()).map(toVersion);
+    const mine = isOwner(principal, algo.owner);
+    const v =
+      selector.kind === 'build'
+        ? rows.find((r) => r.buildHash === selector.hash && (mine || r.callability === 'public'))
+        : rows.find((r) => r.id === resolveVersion(rows.map(published), selector, mine)?.id);
+    if (!v) throw new AppError('version_not_found', `algo://${algo.owner}/${algo.name} has no version ${ref.slice(0, 60)}`);
+    return { algorithm: algo, version: v };
+  }
+
+  /**
+   * What a call of `owner/name/selector` runs, as `principal` may see it. Anything the
+   * caller may not call is "not found", like what does not exist: private names do not leak.
+   */
+  async resolveCall(principal: Principal, owner: string, name: string, selectorText: string | undefined): Promise<CallTarget> {
+    const selector = parseSelector(selectorText);
+    let algo: Algorithm;
+    try {
+      algo = await this.registry.require(principal, owner, name);
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'algorithm_not_found') throw notFound(owner, name, selectorText);
+      throw err;
+    }
+    const mine = isOwner(principal, algo.owner);
+    if (selector.kind === 'build') {
+      const build = mine ? await this.builds.succeeded(algo.id, selector.hash) : undefined;
+      if (!build) throw notFound(algo.owner, algo.name, selectorText);
+      return { algorithm: algo, build, version: null, settings: algo.settings };
+    }
+    const rows = (await this.versions().where('versions.algorithm_id', '=', algo.id).execute()).map(toVersion);
+    // A private algorithm has no public versions: its owner's "latest" is its latest private one.
+    const effective = selector.kind === 'latest' && mine && algo.settings.algorithm_callability === 'private' ? { kind: 'latestPrivate' as const } : selector;
+    const chosen = resolveVersion(rows.map(published), effective, mine);
+    const version = chosen && rows.find((r) => r.id === chosen.id);
+    if (!version) throw notFound(algo.owner, algo.name, selectorText);
+    const build = await this.builds.succeeded(algo.id, version.buildHash);
+    if (!build) throw notFound(algo.owner, algo.name, selectorText);
+    return { algorithm: algo, build, version: formatSemVer(version), settings: version.settings };
+  }
+}
+
+function published(v: Version): PublishedVersion & { id: number } {
+  return { id: v.id, major: v.major, minor: v.minor, patch: v.patch, buildHash: v.buildHash, public: v.callability === 'public' };
+}
+
+function parseVersionInfo(raw: unknown): { version_type: VersionType; release_notes: string; sample_input: unknown } {
+  if (raw === undefined || raw === null) return { version_type: 'minor', release_notes: '', sample_input: undefined };
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw new AppError('invalid_body', 'version_info must be a JSON object');
+  const v = raw as Record<string, unknown>;
+  for (const k of Object.keys(v)) {
+    if (!['version_type', 'release_notes', 'sample_input', 'semantic_version', 'git_hash'].includes(k)) {
+      throw new AppError('invalid_body', `unknown field version_info.${k.slice(0, 40)}; it takes version_type, release_notes, sample_input`);
+    }
+  }
+  const type = v.version_type ?? 'minor';
+  if (typeof type !== 'string' || !VERSION_TYPES.has(type as VersionType)) {
+    throw new AppError('invalid_version', 'version_info.version_type must be "major", "minor" or "revision"');
+  }
+  if (v.release_notes !== undefined && typeof v.release_notes !== 'string') throw new AppError('invalid_body', 'version_info.release_notes must be a string');
+  const notes = (v.release_notes as string | undefined) ?? '';
+  if (notes.length > 64 * 1024) throw new AppError('invalid_body', 'version_info.release_notes may be at most 65536 characters');
+  return { version_type: type as VersionType, release_notes: notes, sample_input: v.sample_input };
+}

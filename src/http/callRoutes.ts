@@ -1,0 +1,251 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Readable } from 'node:stream';
+import { AppError } from '../errors.ts';
+import type { CallService} from '../algorithms/calls.ts';
+import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms/calls.ts';
+import type { ContentType } from '../runtime/worker.ts';
+import { queryBool } from '../data/paths.ts';
+
+/** Spec 8: the largest call input. Larger inputs go through the data API. */
+export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
+
+/** The input type a Content-Type names (spec 4.1; compat.md adds text/plain and charsets). */
+export function inputType(header: string | undefined): ContentType {
+  const type = (header ?? '').split(';')[0]!.trim().toLowerCase();
+  // No Content-Type: RFC 9110 lets a recipient assume application/octet-stream.
+  if (type === '' || type === 'application/octet-stream') return 'binary';
+  if (type === 'application/json' || type.endsWith('+json')) return 'json';
+  if (type === 'application/text' || type.startsWith('text/')) return 'text';
+  throw new AppError('unsupported_media_type', `Content-Type "${type.slice(0, 80)}" is not an algorithm input; send application/json, text/plain or application/octet-stream`);
+}
+
+/**
+ * Reads the input while it streams in, refusing it as soon as it passes the limit (chunked
+ * bodies too). On refusal the stream is paused, not destroyed: the 413 still reaches the
+ * client, and the connection is closed after it (errorHandler).
+ */
+function readInput(req: FastifyRequest, stream: Readable): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  const tooLarge = () => new AppError('payload_too_large', `an algorithm input may be at most 10 MiB; pass larger inputs as a data:// file`);
+  if (Number.isFinite(declared) && declared > MAX_INPUT_BYTES) return Promise.reject(tooLarge());
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (err?: Error) => {
+      stream.off('data', onData).off('end', onEnd).off('error', done);
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_INPUT_BYTES) {
+        stream.pause();
+        done(tooLarge());
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => done();
+    stream.on('data', onData).on('end', onEnd).on('error', done);
+  });
+}
+
+function parseTimeout(raw: string | undefined): number {
+  if (raw === undefined || raw === '') return DEFAULT_TIMEOUT_S;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0 || n > MAX_TIMEOUT_S) {
+    throw new AppError('invalid_query', `timeout must be a number of seconds above 0 and at most ${MAX_TIMEOUT_S}, got "${raw.slice(0, 40)}"`);
+  }
+  return n;
+}
+
+/**
+ * `owner/name[/version]` from the part of the path after `/v1/algo/`. npm 0.3.10 sends the
+ * reference verbatim (`algo://demo/Hello`), and a proxy may collapse its `//`: both tolerated.
+ */
+export function parseAlgoRef(rest: string): { owner: string; name: string; version: string | undefined } {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(rest);
+  } catch {
+    throw new AppError('invalid_path', 'the algorithm path is not valid percent-encoding');
+  }
+  const parts = decoded.replace(/^algo:\/*/i, '').split('/').filter((s, i, all) => s !== '' || i < all.length - 1);
+  while (parts.length > 0 && parts[parts.length - 1] === '') parts.pop();
+  if (parts.length < 2 || parts.length > 3 || parts.some((p) => p === '')) {
+    throw new AppError('invalid_path', `"${decoded.slice(0, 120)}" is not an algorithm; call /v1/algo/OWNER/NAME[/VERSION]`);
+  }
+  return { owner: parts[0]!, name: parts[1]!, version: parts[2] };
+}
+
+const seconds = (ms: number) => Math.round(ms * 1000) / 1_000_000;
+
+function describeFailure(r: CallResult, timeoutS: number): { message: string; error_type: string; stacktrace: string } {
+  const o = r.outcome;
+  const ref = r.target ? `algo://${r.target.algorithm.owner}/${r.target.algorithm.name}` : 'the algorithm';
+  switch (o.kind) {
+    case 'algorithm_error':
+      return o.error;
+    case 'timeout':
+      return { message: `${ref} timed out after ${timeoutS} seconds`, error_type: 'TimeoutError', stacktrace: '' };
+    case 'out_of_memory':
+      return { message: `${ref} ran out of memory`, error_type: 'OutOfMemoryError', stacktrace: '' };
+    case 'crashed':
+      return {
+        message: o.signal ? `${ref} was killed by signal ${o.signal}` : o.exitCode !== null ? `${ref} exited with code ${o.exitCode}` : `${ref} broke the runtime protocol and was stopped`,
+        error_type: 'SystemExit',
+        stacktrace: '',
+      };
+    case 'result':
+      throw new Error('not a failure');
+  }
+}
+
+/** The JSON text of a result, by content type; undefined when a json result is not JSON. */
+function resultJson(contentType: string, body: Buffer): string | undefined {
+  switch (contentType) {
+    case 'void':
+      return 'null';
+    case 'text':
+      return JSON.stringify(body.toString('utf8'));
+    case 'binary':
+      return `"${body.toString('base64')}"`;
+    default: {
+      const text = body.toString('utf8');
+      try {
+        JSON.parse(text);
+      } catch {
+        return undefined;
+      }
+      return text;
+    }
+  }
+}
+
+/** Spec 2.2: `{result, metadata}` or `{error, metadata}`, as JSON text. */
+export function envelope(r: CallResult, timeoutS: number): string {
+  const o = r.outcome;
+  const metadata: Record<string, unknown> = {};
+  if (o.kind === 'result') {
+    const json = resultJson(o.contentType, o.body);
+    if (json !== undefined) {
+      metadata.content_type = o.contentType;
+      metadata.duration = seconds(o.durationMs);
+      addStdout(metadata, r);
+      return `{"result":${json},"metadata":${JSON.stringify(metadata)}}`;
+    }
+    r = { ...r, outcome: { ...o, kind: 'algorithm_error', error: { message: 'the algorithm returned a json result that is not JSON', error_type: 'AlgorithmError', stacktrace: '' } } };
+  }
+  const f = describeFailure(r, timeoutS);
+  const error: Record<string, unknown> = { message: f.message, error_type: f.error_type };
+  if (r.showTrace && f.stacktrace) {
+    error.stacktrace = f.stacktrace;
+    error.stack_trace = f.stacktrace; // the Python client reads this spelling
+  }
+  metadata.duration = seconds(r.outcome.durationMs);
+  addStdout(metadata, r);
+  return JSON.stringify({ error, metadata });
+}
+
+function addStdout(metadata: Record<string, unknown>, r: CallResult): void {
+  if (!r.showStdout) return;
+  metadata.stdout = r.outcome.stdout;
+  if (r.outcome.stdoutTruncated) metadata.stdout_truncated = true;
+}
+
+/** `output=raw`: the result itself with a fitting type; a failure is a 400 with its message. */
+function sendRaw(reply: FastifyReply, r: CallResult, timeoutS: number): FastifyReply {
+  const o = r.outcome;
+  if (o.kind === 'result') {
+    switch (o.contentType) {
+      case 'void':
+        return reply.code(200).type('text/plain; charset=utf-8').send('');
+      case 'text':
+        return reply.type('text/plain; charset=utf-8').send(o.body);
+      case 'binary':
+        return reply.type('application/octet-stream').send(o.body);
+      default:
+        if (resultJson('json', o.body) !== undefined) return reply.type('application/json').send(o.body);
+    }
+  }
+  const message = o.kind === 'result' ? 'the algorithm returned a json result that is not JSON' : describeFailure(r, timeoutS).message;
+  return reply.code(400).type('text/plain; charset=utf-8').send(message);
+}
+
+/** Whether a browser page at `origin` may call with a key restricted to `allowed` (`host` or `*.host`). */
+export function originAllowed(allowed: string | null, origin: string | undefined): boolean {
+  if (allowed === null) return true;
+  if (!origin) return false;
+  let host: string;
+  try {
+    host = new URL(origin).host.toLowerCase();
+  } catch {
+    return false;
+  }
+  if (allowed.startsWith('*.')) return host.endsWith(allowed.slice(1)) && host.length > allowed.length - 1;
+  return host === allowed;
+}
+
+/** The call API (spec 4.1): `/v1/algo/...` and the browser variant `/v1/web/algo/...`. */
+export async function callRoutes(app: FastifyInstance, opts: { calls: CallService }): Promise<void> {
+  // The body is the algorithm's input, read here as it streams, whatever its type.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
+
+  const handle = (web: boolean) => async (req: FastifyRequest, reply: FastifyReply) => {
+    const principal = req.principal!;
+    const url = req.raw.url ?? '';
+    const q = url.indexOf('?');
+    const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
+    const prefix = web ? '/v1/web/algo/' : '/v1/algo/';
+    const ref = parseAlgoRef((q < 0 ? url : url.slice(0, q)).slice(prefix.length));
+    if (web) {
+      const origin = req.headers.origin ?? req.headers.referer;
+      if (!principal.permissions.allow_web_algo) throw new AppError('algo_not_allowed', 'this API key may not be used from a browser (allow_web_algo is off)');
+      if (!originAllowed(principal.permissions.referer_host, origin)) {
+        throw new AppError('algo_not_allowed', `this API key may only be used from pages on ${principal.permissions.referer_host}`);
+      }
+      if (req.headers.origin) reply.header('access-control-allow-origin', req.headers.origin).header('vary', 'Origin');
+    }
+    const timeoutS = parseTimeout(query.get('timeout') ?? undefined);
+    const stdout = queryBool('stdout', query.get('stdout') ?? undefined);
+    const output = query.get('output');
+    if (output !== null && output !== 'raw' && output !== 'void') {
+      throw new AppError('invalid_query', `output must be "raw" or "void", got "${output.slice(0, 40)}"`);
+    }
+    const contentType = inputType(req.headers['content-type']);
+    const input = await readInput(req, req.raw);
+    if (contentType === 'json') {
+      try {
+        JSON.parse(input.toString('utf8'));
+      } catch {
+        throw new AppError('invalid_json', 'the input is declared application/json but is not valid JSON');
+      }
+    }
+    const call = opts.calls.call(principal, { ...ref, contentType, input, timeoutS, stdout }, req.log);
+    if (output === 'void') {
+      // The call runs on; its answer goes nowhere. Failures are logged, not lost silently.
+      call.catch((err: unknown) => req.log.warn({ err }, 'asynchronous call failed'));
+      return reply.type('application/json').send({ async: true, request_id: req.id });
+    }
+    const result = await call;
+    if (output === 'raw') return sendRaw(reply, result, timeoutS);
+    return reply.type('application/json').send(envelope(result, timeoutS));
+  };
+
+  app.post('/v1/algo/*', handle(false));
+  app.post('/v1/web/algo/*', handle(true));
+}
+
+/** Browser preflight for `/v1/web/algo`: carries no key, so it lives outside authentication. */
+export async function webPreflight(app: FastifyInstance): Promise<void> {
+  app.options('/v1/web/algo/*', async (req, reply) => {
+    if (req.headers.origin) reply.header('access-control-allow-origin', req.headers.origin).header('vary', 'Origin');
+    return reply
+      .code(204)
+      .header('access-control-allow-methods', 'POST')
+      .header('access-control-allow-headers', 'Authorization, Content-Type')
+      .header('access-control-max-age', '600')
+      .send();
+  });
+}
