@@ -9,12 +9,18 @@ import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 import { callRoutes, webPreflight } from './http/callRoutes.ts';
+import type { CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal;
+    /** Set on requests an algorithm makes through the SDK while it runs. */
+    callContext?: CallContext;
   }
 }
+
+/** Carries the one-time id of a request made from inside an algorithm (hostRequests.ts). */
+const INTERNAL_HEADER = 'x-algohost-internal';
 
 export interface AppOptions {
   logger?: FastifyServerOptions['logger'] | FastifyServerOptions['loggerInstance'];
@@ -96,7 +102,18 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   // Everything below needs an API key. Authentication runs before any body is read.
   app.register(async (authed) => {
     authed.decorateRequest('principal', undefined);
+    authed.decorateRequest('callContext', undefined);
     authed.addHook('onRequest', async (req) => {
+      const internal = req.headers[INTERNAL_HEADER];
+      if (internal !== undefined) {
+        // Only the server writes this header, on requests it runs itself; an unknown id is
+        // someone guessing from outside.
+        const ctx = typeof internal === 'string' ? services.calls.internal.lookup(internal) : undefined;
+        if (!ctx) throw new AppError('invalid_authorization', 'this request header is reserved for the server');
+        req.principal = ctx.principal;
+        req.callContext = ctx;
+        return;
+      }
       req.principal = await services.keys.authenticate(req.headers.authorization);
     });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
@@ -104,5 +121,12 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(callRoutes, { calls: services.calls });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
+  // Requests from inside algorithms run through these same routes, as their call's identity.
+  services.calls.internal.gateway = async (id, r) => {
+    const res = await app.inject({ method: r.method as 'GET', url: r.url, headers: { ...r.headers, [INTERNAL_HEADER]: id }, payload: r.body });
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') headers[k] = v;
+    return { status: res.statusCode, headers, body: res.rawPayload };
+  };
   return app;
 }

@@ -7,6 +7,7 @@ import { WorkerStartError, type AlgorithmRuntime } from '../runtime/runtime.ts';
 import type { ContentType, Outcome } from '../runtime/worker.ts';
 import type { AlgorithmFiles } from './builds.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
+import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -21,6 +22,8 @@ export interface CallRequest {
   timeoutS: number;
   /** `stdout=true`: honoured for the owner only. */
   stdout: boolean;
+  /** Set when an algorithm makes this call through the SDK. */
+  parent?: CallContext | undefined;
 }
 
 /** What the HTTP layer needs to answer a call. */
@@ -55,6 +58,9 @@ function failure(error_type: string, message: string): Outcome {
  * HTTP error.
  */
 export class CallService {
+  /** Requests from inside running algorithms (the SDK). */
+  readonly internal = new InternalRequests();
+
   constructor(
     private readonly releases: ReleaseService,
     private readonly files: AlgorithmFiles,
@@ -62,6 +68,11 @@ export class CallService {
   ) {}
 
   async call(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult> {
+    const parent = req.parent;
+    if (parent) {
+      if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
+      if (parent.depth + 1 > MAX_CALL_DEPTH) throw new AppError('call_depth_exceeded', `algorithms may call each other at most ${MAX_CALL_DEPTH} deep`);
+    }
     const p = principal.permissions;
     if (!p.allow_algo) throw new AppError('algo_not_allowed', 'this API key may not call algorithms (allow_algo is off)');
     if (!aclAdmits(p.algo_acl, req.owner, req.name)) {
@@ -83,8 +94,17 @@ export class CallService {
       showStdout: mine && req.stdout,
       showTrace: mine || target.settings.source_visibility === 'open',
     });
-    const timeoutMs = req.timeoutS * 1000;
+    // A nested call gets at most what is left of its parent's time.
+    const timeoutMs = Math.min(req.timeoutS * 1000, parent ? parent.deadline - Date.now() : Infinity);
+    if (timeoutMs <= 0) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
     const started = performance.now();
+    const { algorithm: _outer, ...caller } = principal;
+    const context: CallContext = {
+      principal: { ...caller, algorithm: { owner: target.algorithm.owner, name: target.algorithm.name } },
+      depth: (parent?.depth ?? 0) + 1,
+      deadline: Date.now() + timeoutMs,
+      pipelineEnabled: target.settings.pipeline_enabled,
+    };
     try {
       const outcome = await this.runtime.run(
         {
@@ -97,6 +117,8 @@ export class CallService {
         req.contentType,
         req.input,
         timeoutMs,
+        this.internal.handler(context),
+        context.depth - 1,
       );
       return result(outcome);
     } catch (err) {

@@ -33,7 +33,8 @@ const MAJOR = new RegExp(`^${NUM}\\.\\*$`);
 const HASH = /^[0-9a-f]{40}$/;
 
 export function parseSelector(text: string | undefined): Selector {
-  const s = (text ?? '').trim();
+  // `1.x` and `1.2.x` are common spellings of `1.*` and `1.2.*`.
+  const s = (text ?? '').trim().replace(/\.x$/i, '.*');
   if (s === '' || s === 'latest') return { kind: 'latest' };
   if (s === 'latestPrivate') return { kind: 'latestPrivate' };
   let m = EXACT.exec(s);

@@ -222,7 +222,7 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
         throw new AppError('invalid_json', 'the input is declared application/json but is not valid JSON');
       }
     }
-    const call = opts.calls.call(principal, { ...ref, contentType, input, timeoutS, stdout }, req.log);
+    const call = opts.calls.call(principal, { ...ref, contentType, input, timeoutS, stdout, parent: req.callContext }, req.log);
     if (output === 'void') {
       // The call runs on; its answer goes nowhere. Failures are logged, not lost silently.
       call.catch((err: unknown) => req.log.warn({ err }, 'asynchronous call failed'));

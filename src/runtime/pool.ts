@@ -36,6 +36,7 @@ interface Entry {
 
 interface Waiter {
   key: string;
+  extra: number;
   start: () => Promise<Worker>;
   resolve: (w: Worker) => void;
   reject: (err: unknown) => void;
@@ -68,9 +69,13 @@ export class WorkerPool {
     return { total: this.total, idle, waiting: this.queue.length };
   }
 
-  /** Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it back. */
-  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>): Promise<T> {
-    const worker = await this.acquire(key, start);
+  /**
+   * Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it
+   * back. `extra` raises both limits for this call: a nested call may go over by as many
+   * workers as its callers hold, or an algorithm calling itself would wait for itself forever.
+   */
+  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0): Promise<T> {
+    const worker = await this.acquire(key, start, extra);
     try {
       return await fn(worker);
     } finally {
@@ -78,15 +83,16 @@ export class WorkerPool {
     }
   }
 
-  private acquire(key: string, start: () => Promise<Worker>): Promise<Worker> {
+  private acquire(key: string, start: () => Promise<Worker>, extra: number): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
     const warm = this.takeIdle(key);
     if (warm) return Promise.resolve(warm);
-    if (this.canStart(key)) return this.launch(key, start);
+    if (this.canStart(key, extra)) return this.launch(key, start);
     if (this.queue.length >= this.options.maxQueue) return Promise.reject(new PoolBusyError('queue_full'));
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         key,
+        extra,
         start,
         resolve,
         reject,
@@ -100,9 +106,9 @@ export class WorkerPool {
   }
 
   /** Under both limits, or at the global one with an idle worker of another version to stop. */
-  private canStart(key: string): boolean {
-    if ((this.counts.get(key) ?? 0) >= this.options.maxPerVersion) return false;
-    if (this.total < this.options.maxWorkers) return true;
+  private canStart(key: string, extra: number): boolean {
+    if ((this.counts.get(key) ?? 0) >= this.options.maxPerVersion + extra) return false;
+    if (this.total < this.options.maxWorkers + extra) return true;
     return this.evictLru(key);
   }
 
@@ -154,7 +160,7 @@ export class WorkerPool {
     for (let i = 0; i < this.queue.length; ) {
       const waiter = this.queue[i]!;
       const warm = this.takeIdle(waiter.key);
-      if (warm || this.canStart(waiter.key)) {
+      if (warm || this.canStart(waiter.key, waiter.extra)) {
         this.queue.splice(i, 1);
         clearTimeout(waiter.timer);
         if (warm) waiter.resolve(warm);

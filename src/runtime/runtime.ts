@@ -1,5 +1,5 @@
 import { WorkerPool, DEFAULT_POOL, type PoolOptions } from './pool.ts';
-import { Worker, type ContentType, type Outcome } from './worker.ts';
+import { Worker, type ContentType, type HostHandler, type Outcome } from './worker.ts';
 import { DEFAULT_LIMITS, type RunnerKind, type SandboxLimits } from './sandbox.ts';
 
 /** One runnable build: where its files are and how to start it. */
@@ -46,7 +46,8 @@ export class AlgorithmRuntime {
     this.pool = new WorkerPool(options.pool);
   }
 
-  async run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number): Promise<Outcome> {
+  /** `nesting`: how many calls up the chain hold workers while they wait for this one. */
+  async run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, nesting = 0): Promise<Outcome> {
     const deadline = performance.now() + timeoutMs;
     const start = async () => {
       try {
@@ -65,7 +66,7 @@ export class AlgorithmRuntime {
         throw new WorkerStartError((err as Error).message);
       }
     };
-    return this.pool.with(target.key, start, (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now())));
+    return this.pool.with(target.key, start, (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host), nesting);
   }
 
   close(): Promise<void> {

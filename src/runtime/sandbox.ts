@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
 
 export type RunnerKind = 'node' | 'python';
 
@@ -19,6 +20,18 @@ export interface SandboxLimits {
   maxFileBytes: number;
   /** Open files at once. */
   maxOpenFiles: number;
+  /**
+   * Tasks (processes and threads: Node alone runs about a dozen) the worker may have at once,
+   * enforced by the cgroup pids controller where the host has one. Not RLIMIT_NPROC: that
+   * counts every process of the real uid on the whole host.
+   */
+  maxPids: number;
+  /**
+   * Memory of the whole worker in MiB (every process in it, heap or not, its /tmp pages and
+   * the page cache it fills), enforced by the cgroup memory controller where the host has
+   * one. Default: heapMb + NON_HEAP_MB + the size of /tmp (see workerMemoryBytes).
+   */
+  memoryMb?: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = {
@@ -26,7 +39,20 @@ export const DEFAULT_LIMITS: SandboxLimits = {
   tmpBytes: 256 * 1024 * 1024,
   maxFileBytes: 256 * 1024 * 1024,
   maxOpenFiles: 256,
+  maxPids: 128,
 };
+
+/** Memory a worker needs beyond its heap cap: Node's or Python's own, buffers, native code. */
+export const NON_HEAP_MB = 256;
+
+/**
+ * The cgroup memory limit of a worker: `memoryMb`, or heapMb + NON_HEAP_MB plus the size of
+ * its /tmp, because tmpfs pages are charged to the group of whoever wrote them: without it, a
+ * worker filling its /tmp as allowed would be killed for it.
+ */
+export function workerMemoryBytes(limits: SandboxLimits): number {
+  return limits.memoryMb !== undefined ? limits.memoryMb * 1024 * 1024 : (limits.heapMb + NON_HEAP_MB) * 1024 * 1024 + limits.tmpBytes;
+}
 
 export interface SandboxSpec {
   runner: RunnerKind;
@@ -41,6 +67,11 @@ export interface SandboxSpec {
   unsandboxed?: boolean;
   /** Only load the entry file and check it exports apply (builds), without running load(). */
   check?: boolean;
+  /**
+   * Put the worker in a cgroup of its own with `limits.maxPids` and workerMemoryBytes(limits)
+   * where the host supports cgroups (default true; false: rlimits and the heap cap only).
+   */
+  cgroup?: boolean;
 }
 
 /** A build step (installing dependencies, say): a command run with /algo writable. */
@@ -70,6 +101,13 @@ const SH = '/bin/bash'; // dash cannot redirect descriptors above 9
  * channel), then exec the rest of the command line.
  */
 const CLOSE_INHERITED_FDS = 'for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@"';
+/**
+ * Before that, the shell joins the worker's cgroup (its first argument: how many cgroup.procs
+ * files follow), so that prlimit, bwrap and everything inside inherit it. A failed join ends
+ * the worker with exit code 125 and a message: it never runs without its limits.
+ */
+const JOIN_CGROUPS = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || { echo "algohost: cannot join the worker\'s cgroup ($1): not starting it without its limits" >&2; exit 125; }; shift; n=$((n-1)); done; ';
+const PRELUDE = JOIN_CGROUPS + CLOSE_INHERITED_FDS;
 /** Nobody: the sandbox's user inside its own user namespace. */
 const SANDBOX_UID = 65534;
 
@@ -122,6 +160,14 @@ interface Launch {
   rlimits: string[];
   binds?: Record<string, string>;
   argv: (mounts: { algo: string; runner: string }) => string[];
+  /** The cgroup.procs files the process joins first. */
+  cgroupProcs?: readonly string[];
+}
+
+/** The shell prelude's arguments: the cgroup.procs files to join, counted. */
+function joinArgs(l: Launch): string[] {
+  const files = l.cgroupProcs ?? [];
+  return [String(files.length), ...files];
 }
 
 /**
@@ -151,7 +197,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
   ];
   return {
     file: SH,
-    args: ['-c', CLOSE_INHERITED_FDS, 'sandbox', ...prlimitArgs(l), '--', BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
+    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
   };
 }
 
@@ -191,9 +237,12 @@ function workerLaunch(spec: SandboxSpec): Launch {
   };
 }
 
-/** The command line of one worker (exported for tests and the docs). */
-export function sandboxCommand(spec: SandboxSpec): { file: string; args: string[] } {
-  return bwrapCommand(workerLaunch(spec));
+/**
+ * The command line of one worker (exported for tests and the docs), joining the cgroups
+ * whose cgroup.procs files are given first.
+ */
+export function sandboxCommand(spec: SandboxSpec, cgroupProcs: readonly string[] = []): { file: string; args: string[] } {
+  return bwrapCommand({ ...workerLaunch(spec), cgroupProcs });
 }
 
 /**
@@ -205,7 +254,7 @@ function spawnUnsandboxed(l: Launch): ChildProcess {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-worker-'));
   const argv = l.argv({ algo: path.resolve(l.algoDir), runner: RUNNERS_DIR.replace(/\/$/, '') });
   const env = Object.fromEntries(ENV.map(([k, v]) => [k, k === 'HOME' ? tmp : v]));
-  const child = spawn(SH, ['-c', CLOSE_INHERITED_FDS, 'worker', ...prlimitArgs(l), '--', ...argv], {
+  const child = spawn(SH, ['-c', PRELUDE, 'worker', ...joinArgs(l), ...prlimitArgs(l), '--', ...argv], {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
     env,
     cwd: l.writable ? l.algoDir : tmp,
@@ -221,9 +270,42 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
   return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
 }
 
-/** Starts a worker process: stdin closed, stdout and stderr piped, fd 3 the channel. */
+const cgroups = new WeakMap<ChildProcess, WorkerCgroup>();
+
+/**
+ * The cgroup of a worker started by spawnSandbox, if it has one: `oomKilled()` tells whether
+ * the kernel killed it for exceeding its memory limit (ask once it has exited), and
+ * `peakMemoryBytes()` its highest memory use. Both still answer after the group is removed.
+ */
+export function cgroupOf(child: ChildProcess): WorkerCgroup | undefined {
+  return cgroups.get(child);
+}
+
+/**
+ * Starts a worker process: stdin closed, stdout and stderr piped, fd 3 the channel. Where
+ * the host supports cgroups (and unless `spec.cgroup` is false), the worker runs in a group
+ * of its own with its memory and task limits (see cgroupOf), removed once it has exited.
+ * Throws if the host supports cgroups and the group cannot be created.
+ */
 export function spawnSandbox(spec: SandboxSpec): ChildProcess {
-  return launch(workerLaunch(spec), spec.unsandboxed);
+  const l = workerLaunch(spec);
+  const group = spec.cgroup === false ? undefined : createWorkerCgroup(undefined, { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids });
+  if (group === undefined) return launch(l, spec.unsandboxed);
+  let child: ChildProcess;
+  try {
+    child = launch({ ...l, cgroupProcs: group.procsFiles }, spec.unsandboxed);
+  } catch (err) {
+    void group.remove();
+    throw err;
+  }
+  cgroups.set(child, group);
+  const remove = () => void group.remove();
+  child.once('exit', remove);
+  // A process that could not be spawned at all emits 'error' and no 'exit'.
+  child.once('error', () => {
+    if (child.pid === undefined) remove();
+  });
+  return child;
 }
 
 /** Starts a build step with /algo writable; stdout and stderr piped. */

@@ -30,6 +30,15 @@ export type Outcome =
   | ({ kind: 'out_of_memory' } & Output)
   | ({ kind: 'crashed'; exitCode: number | null; signal: string | null } & Output);
 
+/**
+ * Serves what an algorithm asks of the platform during a call (the in-algorithm SDK: data,
+ * nested calls): a `request` frame in, a `response` frame out, as the call's identity.
+ */
+export type HostHandler = (header: Record<string, unknown>, body: Buffer) => Promise<{ header: Record<string, unknown>; body: Buffer }>;
+
+/** Requests one call may have in flight at once. */
+const MAX_HOST_REQUESTS = 16;
+
 export interface WorkerOptions {
   startTimeoutMs?: number;
   maxStdoutBytes?: number;
@@ -70,6 +79,10 @@ export class Worker {
   private stdoutWanted: { bytes: number; resolve: () => void } | undefined;
   private nextId = 1;
   private busy = false;
+  private host: HostHandler | undefined;
+  private hostInFlight = 0;
+  /** The call whose requests are being served; answers to an earlier call's are dropped. */
+  private callId = 0;
   dead = false;
   loadError: AlgorithmErrorInfo | undefined;
 
@@ -80,7 +93,10 @@ export class Worker {
     this.channel = child.stdio[3] as Readable & Writable;
     this.channel.on('data', (chunk: Buffer) => {
       try {
-        for (const frame of this.decoder.push(chunk)) this.waiting?.(frame);
+        for (const frame of this.decoder.push(chunk)) {
+          if (frame.header.type === 'request') this.hostRequest(frame);
+          else this.waiting?.(frame);
+        }
       } catch {
         this.kill();
       }
@@ -137,14 +153,16 @@ export class Worker {
   }
 
   /** Runs one call. Never throws for anything the algorithm does. */
-  async call(contentType: ContentType, input: Buffer, timeoutMs: number): Promise<Outcome> {
+  async call(contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler): Promise<Outcome> {
     if (this.busy || this.dead) throw new Error('worker is busy or dead');
     this.busy = true;
+    this.host = host;
     this.stdout = [];
     this.stdoutBytes = 0;
     this.stdoutTotal = 0;
     const started = performance.now();
     const id = this.nextId++;
+    this.callId = id;
     try {
       this.channel.write(encodeFrame({ type: 'call', id, content_type: contentType }, input));
       const answer = await this.next(timeoutMs);
@@ -173,7 +191,36 @@ export class Worker {
       return { kind: 'algorithm_error', error: errorInfo(h.error), ...this.output(durationMs) };
     } finally {
       this.busy = false;
+      this.host = undefined;
+      this.hostInFlight = 0;
     }
+  }
+
+  /** A request from the algorithm: served for the call in progress only, a few at a time. */
+  private hostRequest(frame: Frame): void {
+    const rid = frame.header.rid;
+    const reply = (header: Record<string, unknown>, body: Buffer = Buffer.alloc(0)) => {
+      if (this.dead) return;
+      this.channel.write(encodeFrame({ ...header, type: 'response', rid }, body));
+    };
+    if (typeof rid !== 'number' && typeof rid !== 'string') return void this.kill();
+    const host = this.host;
+    if (!this.busy || !host) return reply({ status: 0, error: 'no call is in progress' });
+    if (this.hostInFlight >= MAX_HOST_REQUESTS) return reply({ status: 0, error: `at most ${MAX_HOST_REQUESTS} requests at once` });
+    this.hostInFlight++;
+    const call = this.callId;
+    host(frame.header, frame.body).then(
+      (r) => {
+        if (call !== this.callId || !this.busy) return;
+        this.hostInFlight--;
+        reply(r.header, r.body);
+      },
+      (err: unknown) => {
+        if (call !== this.callId || !this.busy) return;
+        this.hostInFlight--;
+        reply({ status: 0, error: err instanceof Error ? err.message : String(err) });
+      },
+    );
   }
 
   /** Until `bytes` of stdout arrived this call (bounded: the count comes from the sandbox). */

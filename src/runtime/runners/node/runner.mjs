@@ -4,6 +4,7 @@
 // node with nothing of the server's installed.
 import net from 'node:net';
 import { pathToFileURL } from 'node:url';
+import { createClient } from './sdk.mjs';
 
 const channel = new net.Socket({ fd: 3, readable: true, writable: true });
 
@@ -14,6 +15,19 @@ function send(header, body = Buffer.alloc(0)) {
   prefix.writeUInt32LE(body.length, 4);
   channel.write(Buffer.concat([prefix, h, body]));
 }
+
+// Requests to the platform (the SDK), answered by `response` frames with the same rid.
+const pending = new Map();
+let nextRid = 1;
+function request(method, url, headers, body) {
+  return new Promise((resolve) => {
+    const rid = nextRid++;
+    pending.set(rid, resolve);
+    send({ type: 'request', rid, method, url, headers }, body);
+  });
+}
+const client = createClient(request);
+globalThis.algohost = Object.freeze({ client: () => client });
 
 function describe(err, fallbackType) {
   const e = err instanceof Error ? err : new Error(String(err));
@@ -98,6 +112,7 @@ function invoke(input) {
       if (err) reject(err);
       else resolve(result);
     };
+    cb.client = client;
     const returned = apply(input, cb);
     if (returned !== undefined || apply.length < 2) {
       settled = true;
@@ -157,6 +172,11 @@ channel.on('data', (chunk) => {
     chunks = all.length > size ? [all.subarray(size)] : [];
     buffered -= size;
     if (header.type === 'call') queue = queue.then(() => handleCall(header, body));
+    else if (header.type === 'response' && pending.has(header.rid)) {
+      const resolve = pending.get(header.rid);
+      pending.delete(header.rid);
+      resolve({ status: header.status, headers: header.headers ?? {}, error: header.error, body: Buffer.from(body) });
+    }
   }
 });
 // The server closing the channel is the signal to stop.

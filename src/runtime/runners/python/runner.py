@@ -16,6 +16,7 @@ KNOWN_TYPES = ('text', 'json', 'binary')
 INPUT_MISMATCH = 'apply() functions do not match input data'
 
 json = None  # imported lazily, see _json()
+_RUNNER_FILE = sys._getframe().f_code.co_filename
 
 
 def _json():
@@ -33,7 +34,8 @@ def _json():
 class Channel:
     def __init__(self, fd):
         self.fd = fd
-        # Programs the algorithm starts (os.system, a fork) do not get the channel.
+        os.set_blocking(fd, True)
+        # Programs the algorithm starts (os.system, say) do not get the channel.
         os.set_inheritable(fd, False)
 
     def read_exactly(self, n):
@@ -81,8 +83,13 @@ class Channel:
 
 
 def _format_exception(exc):
+    """The traceback text, starting at the algorithm's code: the runner's own frames (and the
+    import machinery's, for errors while loading) above it are left out."""
     import traceback
-    return ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == _RUNNER_FILE or tb.tb_frame.f_code.co_filename.startswith('<frozen importlib')):
+        tb = tb.tb_next
+    return ''.join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _release_frames(exc):
@@ -106,7 +113,10 @@ def describe(exc, fallback_type):
         error_type = 'SystemExit'
         message = f'the algorithm called sys.exit({exc.code!r})'
     else:
-        declared = getattr(exc, 'error_type', None)
+        try:
+            declared = getattr(exc, 'error_type', None)
+        except Exception:  # a property that fails
+            declared = None
         error_type = declared if isinstance(declared, str) else fallback_type
         try:
             message = str(exc)
@@ -160,14 +170,18 @@ def _import_entry(entry):
         except OSError:
             pass
     sys.argv[:] = [entry]
-    from importlib.machinery import SourceFileLoader
-    from importlib.util import module_from_spec, spec_from_file_location
+    # What importlib.util.spec_from_file_location and module_from_spec do, without the
+    # milliseconds importlib.util takes to import.
+    from importlib.machinery import ModuleSpec, SourceFileLoader
     path = os.path.abspath(entry)
-    spec = spec_from_file_location(MODULE_NAME, path, loader=SourceFileLoader(MODULE_NAME, path))
-    module = module_from_spec(spec)
+    loader = SourceFileLoader(MODULE_NAME, path)
+    spec = ModuleSpec(MODULE_NAME, loader, origin=path)
+    spec.has_location = True
+    module = type(sys)(MODULE_NAME)
+    module.__spec__, module.__loader__, module.__file__, module.__cached__ = spec, loader, path, spec.cached
     sys.modules[MODULE_NAME] = module  # pickle, dataclasses and friends look modules up here
     try:
-        spec.loader.exec_module(module)
+        loader.exec_module(module)
     except BaseException:
         sys.modules.pop(MODULE_NAME, None)
         raise
@@ -232,7 +246,7 @@ def load_algorithm(entry):
     try:
         algo = _import_entry(entry)
         if algo.load is not None:
-            algo.load()
+            _run(algo.load)
     except BaseException as exc:
         algo = Algorithm()
         algo.load_error = describe(exc, 'LoadingError')
@@ -288,9 +302,10 @@ def _flush_output():
             pass
 
 
-def _run(apply, value):
-    result = apply(value)
-    if type(result).__name__ == 'coroutine' and hasattr(result, '__await__'):  # async def apply
+def _run(fn, *args):
+    """fn(*args), run to completion when it is an `async def`."""
+    result = fn(*args)
+    if type(result).__name__ == 'coroutine' and hasattr(result, '__await__'):
         import asyncio
         result = asyncio.run(result)
     return result
@@ -313,7 +328,7 @@ def handle_call(channel, algo, header, body, perf_counter):
     try:
         value = decode_input(content_type, body)
     except Exception as exc:
-        return fail(input_error(f'the input is not valid {content_type}: {exc}', _format_exception(exc)))
+        return fail(input_error(f'the input is not valid {content_type}: {exc}'))
     del body
 
     started = perf_counter()

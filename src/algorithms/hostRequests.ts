@@ -1,0 +1,91 @@
+import crypto from 'node:crypto';
+import type { Principal } from '../auth/principal.ts';
+import type { HostHandler } from '../runtime/worker.ts';
+
+/** Nested calls deeper than this are refused (a loop of algorithms calling each other). */
+export const MAX_CALL_DEPTH = 5;
+/** Largest body an algorithm may send or receive through the SDK (one frame). */
+export const MAX_SDK_BODY = 64 * 1024 * 1024;
+
+/**
+ * Who an algorithm acts as while it runs: the caller (`.my` is the caller's space, with the
+ * caller key's permissions), through this algorithm (data ACLs for "my algorithms" see it),
+ * at this depth of nesting, until the call's deadline.
+ */
+export interface CallContext {
+  principal: Principal;
+  depth: number;
+  /** Date.now() by which the call must be answered: nested calls get what is left. */
+  deadline: number;
+  /** `pipeline_enabled`: whether this algorithm may call others. */
+  pipelineEnabled: boolean;
+}
+
+/** What the SDK may reach: calls and data, never key or algorithm management. */
+const ALLOWED_PATHS = [/^\/v1\/algo\//, /^\/v1\/data(\/|$)/, /^\/v1\/connector\//];
+const ALLOWED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']);
+const FORWARDED_HEADERS = ['content-type', 'accept', 'range', 'if-none-match', 'if-range'];
+
+export interface GatewayRequest {
+  method: string;
+  /** Path and query, e.g. `/v1/data/.my/c/x.txt?acl=true`. */
+  url: string;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+export interface GatewayResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+/** Runs a request through the HTTP API itself, as `internalId` (see InternalRequests). */
+export type Gateway = (internalId: string, request: GatewayRequest) => Promise<GatewayResponse>;
+
+/**
+ * Requests made from inside algorithms go through the same routes, checks and errors as any
+ * client's. They carry no key: each gets a one-time random id the server registers with the
+ * call's context just before and forgets right after. The id travels in a header only the
+ * server writes; the algorithm never sees it.
+ */
+export class InternalRequests {
+  private readonly live = new Map<string, CallContext>();
+  gateway: Gateway | undefined;
+
+  lookup(id: string): CallContext | undefined {
+    return this.live.get(id);
+  }
+
+  /** The handler that serves one call's SDK requests. */
+  handler(ctx: CallContext): HostHandler {
+    return async (header, body) => {
+      const method = typeof header.method === 'string' ? header.method.toUpperCase() : '';
+      const url = typeof header.url === 'string' ? header.url : '';
+      if (!ALLOWED_METHODS.has(method)) return refuse(`method ${method.slice(0, 20)} is not available to algorithms`);
+      if (!url.startsWith('/') || !ALLOWED_PATHS.some((p) => p.test(url))) {
+        return refuse(`${url.slice(0, 100)} is not available to algorithms (only /v1/algo, /v1/data and /v1/connector)`);
+      }
+      if (body.length > MAX_SDK_BODY) return refuse('the request body is too large');
+      const headers: Record<string, string> = {};
+      const given = (typeof header.headers === 'object' && header.headers !== null ? header.headers : {}) as Record<string, unknown>;
+      for (const name of FORWARDED_HEADERS) {
+        const v = given[name];
+        if (typeof v === 'string') headers[name] = v.slice(0, 1000);
+      }
+      if (!this.gateway) return refuse('the server is not ready for requests from algorithms');
+      const id = crypto.randomBytes(24).toString('base64url');
+      this.live.set(id, ctx);
+      try {
+        const r = await this.gateway(id, { method, url, headers, body });
+        return { header: { status: r.status, headers: r.headers }, body: r.body };
+      } finally {
+        this.live.delete(id);
+      }
+    };
+  }
+}
+
+function refuse(message: string) {
+  return Promise.resolve({ header: { status: 400, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code: 'invalid_path', message } })) });
+}

@@ -1,0 +1,198 @@
+/**
+ * The in-algorithm SDK: algorithms reading and writing data and calling other algorithms, as
+ * their caller, through the control channel, with the data ACL rules of docs/data.md.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { callAlgo, release } from './helpers/algorithms.ts';
+import { InternalRequests } from '../src/algorithms/hostRequests.ts';
+import { FULL_PERMISSIONS } from '../src/auth/permissions.ts';
+
+let s: TestServer;
+let alice: ReturnType<typeof api>;
+let bob: ReturnType<typeof api>;
+let carol: ReturnType<typeof api>;
+
+const js = { language: 'javascript' };
+
+/** Reads the data URI it is given, as text. */
+const READER = `export async function apply(uri, ctx) { return await ctx.client.file(uri).getString(); }\n`;
+
+before(async () => {
+  s = await startServer();
+  alice = api(s.url, await s.user('alice'));
+  bob = api(s.url, await s.user('bob'));
+  carol = api(s.url, await s.user('carol'));
+  const mk = async (who: typeof alice, name: string, acl?: string[]) => {
+    const r = await who('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name, ...(acl ? { acl: { read: acl } } : {}) }) });
+    assert.equal(r.status, 200, await r.text());
+  };
+  await mk(alice, 'private', []);
+  await mk(alice, 'algos', ['algo://.my/*']);
+  await mk(alice, 'open', ['user://*']);
+  for (const c of ['private', 'algos', 'open']) {
+    const r = await alice(`/v1/data/.my/${c}/note.txt`, { method: 'PUT', body: `alice ${c}` });
+    assert.equal(r.status, 200);
+  }
+  await release(alice, 'alice', 'Reader', { 'src/index.js': READER }, { settings: js });
+  await release(carol, 'carol', 'Reader', { 'src/index.js': READER }, { settings: js });
+  await release(
+    alice,
+    'alice',
+    'Writer',
+    {
+      'src/index.js': `export async function apply(input, ctx) {
+  const c = ctx.client;
+  const dir = c.dir('data://.my/written');
+  if (!(await dir.exists())) await dir.create();
+  await c.file('data://.my/written/out.json').put({ got: input });
+  await c.file('data://.my/written/raw.bin').put(Buffer.from([1, 2, 3]));
+  const names = [];
+  for await (const e of dir.list()) names.push(e.type + ':' + e.name);
+  const back = await c.file('data://.my/written/out.json').getJson();
+  const bytes = await c.file('data://.my/written/raw.bin').get();
+  const exists = [await c.file('data://.my/written/raw.bin').exists(), await c.file('data://.my/written/none').exists()];
+  await c.file('data://.my/written/raw.bin').delete();
+  return { names: names.sort(), back, bytes: [...bytes], exists, after: await c.file('data://.my/written/raw.bin').exists() };
+}
+`,
+    },
+    { settings: js },
+  );
+  await release(alice, 'alice', 'Twice', { 'src/index.js': "export const apply = (n) => n * 2;\n" }, { settings: js });
+  await release(
+    alice,
+    'alice',
+    'Pipeline',
+    {
+      'src/index.js': `export async function apply(input, ctx) {
+  const r = await ctx.client.algo(input.ref).pipe(input.value, input.options);
+  return { result: r.result, content_type: r.metadata.content_type };
+}
+`,
+    },
+    { settings: js },
+  );
+  await release(
+    alice,
+    'alice',
+    'Recurse',
+    {
+      'src/index.js': `export async function apply(n, ctx) {
+  try {
+    return await globalThis.algohost.client().algo('alice/Recurse').pipe(n + 1).then((r) => r.result);
+  } catch (e) {
+    return { depth: n, error: e.message, code: e.code };
+  }
+}
+`,
+    },
+    { settings: js },
+  );
+  await release(alice, 'alice', 'Sleepy', { 'src/index.js': 'export const apply = (ms) => new Promise((r) => setTimeout(() => r(`slept ${ms}`), ms));\n' }, { settings: js });
+  await release(
+    alice,
+    'alice',
+    'Lonely',
+    { 'src/index.js': "export async function apply(x, ctx) { try { await ctx.client.algo('alice/Twice').pipe(1); return 'called'; } catch (e) { return e.message; } }\n" },
+    { settings: { ...js, pipeline_enabled: false } },
+  );
+});
+after(() => s.close());
+
+const result = async (r: Response) => {
+  const body = await json(r);
+  assert.equal(r.status, 200, JSON.stringify(body));
+  return body.result ?? { error: body.error };
+};
+
+describe('data from inside an algorithm', () => {
+  test('.my is the caller: files land in the caller\'s space, every operation works', async () => {
+    const out = await result(await callAlgo(bob, 'alice/Writer', '{"x":1}', 'application/json'));
+    assert.deepEqual(out, { names: ['file:out.json', 'file:raw.bin'], back: { got: { x: 1 } }, bytes: [1, 2, 3], exists: [true, false], after: false });
+    // In bob's space, not alice's.
+    assert.deepEqual(await json(await bob('/v1/data/.my/written/out.json')), { got: { x: 1 } });
+    assert.equal((await alice('/v1/data/.my/written/out.json')).status, 404);
+  });
+
+  test('a private collection is readable by algorithms its owner calls, and nobody else\'s', async () => {
+    assert.equal(await result(await callAlgo(alice, 'alice/Reader', 'data://alice/private/note.txt')), 'alice private');
+    const viaBob = await result(await callAlgo(bob, 'alice/Reader', 'data://alice/private/note.txt'));
+    assert.match(viaBob.error.message, /does not exist/);
+  });
+
+  test('algo://.my/* collections: readable by the owner\'s algorithms whoever calls, not by the caller directly or others\' algorithms', async () => {
+    assert.equal(await result(await callAlgo(bob, 'alice/Reader', 'data://alice/algos/note.txt')), 'alice algos');
+    assert.equal((await bob('/v1/data/alice/algos/note.txt')).status, 404);
+    const viaCarol = await result(await callAlgo(bob, 'carol/Reader', 'data://alice/algos/note.txt'));
+    assert.match(viaCarol.error.message, /does not exist/);
+    assert.equal(await result(await callAlgo(bob, 'carol/Reader', 'data://alice/open/note.txt')), 'alice open');
+  });
+
+  test('the caller key\'s permissions apply: a key without allow_data cannot read through an algorithm', async () => {
+    const r = await bob('/v1/users/bob/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'nodata', permissions: { allow_data: false, allow_data_write: false } }) });
+    const noData = api(s.url, (await json(r)).api_key);
+    const out = await result(await callAlgo(noData, 'alice/Reader', 'data://alice/open/note.txt'));
+    assert.match(out.error.message, /allow_data/);
+  });
+});
+
+describe('calling algorithms from algorithms', () => {
+  test('a nested call: text, JSON and binary results come back decoded', async () => {
+    let out = await result(await callAlgo(bob, 'alice/Pipeline', JSON.stringify({ ref: 'alice/Twice/0.1.x', value: 21 }), 'application/json'));
+    assert.deepEqual(out, { result: 42, content_type: 'json' });
+    out = await result(await callAlgo(bob, 'alice/Pipeline', JSON.stringify({ ref: 'algo://alice/Reader', value: 'data://alice/open/note.txt' }), 'application/json'));
+    assert.deepEqual(out, { result: 'alice open', content_type: 'text' });
+  });
+
+  test('a nested error surfaces as an exception in the caller', async () => {
+    const out = await result(await callAlgo(bob, 'alice/Pipeline', JSON.stringify({ ref: 'alice/Missing', value: 1 }), 'application/json'));
+    assert.equal(out.error.message, 'algorithm algo://alice/Missing not found');
+  });
+
+  test('nesting is limited in depth', async () => {
+    const out = await result(await callAlgo(bob, 'alice/Recurse', '1', 'application/json'));
+    assert.equal(out.depth, 5, JSON.stringify(out));
+    assert.equal(out.code, 'call_depth_exceeded');
+    assert.match(out.error, /at most 5 deep/);
+  });
+
+  test('a nested call gets at most what is left of its parent\'s time', async () => {
+    const started = Date.now();
+    const body = await json(await callAlgo(bob, 'alice/Pipeline', JSON.stringify({ ref: 'alice/Sleepy', value: 10_000, options: { timeout: 60 } }), 'application/json', '?timeout=1.5'));
+    const took = Date.now() - started;
+    // The child times out within the parent's 1.5 s, and the parent sees that as an error.
+    assert.ok(took < 8_000, `took ${took} ms`);
+    const message = body.result?.error ?? body.error?.message;
+    assert.match(String(message ?? JSON.stringify(body)), /timed out/);
+  });
+
+  test('pipeline_enabled off: the algorithm may not call others', async () => {
+    assert.match(await result(await callAlgo(bob, 'alice/Lonely', 'x')), /pipeline_enabled setting is off/);
+  });
+});
+
+describe('what the SDK may reach', () => {
+  test('only calls and data, never management; an outside request cannot pose as an algorithm', async () => {
+    const internal = new InternalRequests();
+    const seen: string[] = [];
+    internal.gateway = async (_id, r) => {
+      seen.push(`${r.method} ${r.url} ${JSON.stringify(r.headers)}`);
+      return { status: 200, headers: {}, body: Buffer.alloc(0) };
+    };
+    const handler = internal.handler({ principal: { userId: 1, username: 'x', keyId: 'k', permissions: { ...FULL_PERMISSIONS } }, depth: 1, deadline: Date.now() + 1000, pipelineEnabled: true });
+    for (const url of ['/v1/users/x/keys', '/v1/algorithms/x', '/health', 'v1/data/x', '/v1/datax']) {
+      const r = await handler({ method: 'GET', url }, Buffer.alloc(0));
+      assert.equal(r.header.status, 400, url);
+    }
+    assert.equal((await handler({ method: 'TRACE', url: '/v1/data/.my' }, Buffer.alloc(0))).header.status, 400);
+    const ok = await handler({ method: 'GET', url: '/v1/data/.my/c', headers: { accept: 'application/json', authorization: 'Simple stolen', 'x-algohost-internal': 'forged' } }, Buffer.alloc(0));
+    assert.equal(ok.header.status, 200);
+    // Only the allowed headers pass; the identity comes from the server, not the algorithm.
+    assert.deepEqual(seen, ['GET /v1/data/.my/c {"accept":"application/json"}']);
+
+    const forged = await fetch(`${s.url}/v1/data/.my`, { headers: { 'x-algohost-internal': 'guess' } });
+    assert.equal(forged.status, 401);
+  });
+});
