@@ -196,3 +196,70 @@ describe('what the SDK may reach', () => {
     assert.equal(forged.status, 401);
   });
 });
+
+describe('the Python SDK', () => {
+  before(async () => {
+    await release(
+      alice,
+      'alice',
+      'PyWriter',
+      {
+        'src/PyWriter.py': `import Algorithmia
+import algohost
+
+client = Algorithmia.client()
+
+
+def apply(input):
+    d = client.dir('data://.my/py')
+    if not d.exists():
+        d.create()
+    client.file('data://.my/py/in.json').putJson(input)
+    client.file('data://.my/py/raw.bin').put(bytes([0, 1, 255]))
+    print('wrote two files')
+    names = sorted(e.path.rsplit('/', 1)[1] for e in d.list())
+    nested = client.algo('alice/Twice/0.1.x').pipe(input['n']).result
+    try:
+        client.algo('alice/Missing').pipe(1)
+        missing = None
+    except algohost.AlgohostError as e:
+        missing = e.message
+    try:
+        client.file('data://alice/private/note.txt').getString()
+        private = 'readable'
+    except algohost.AlgohostError as e:
+        private = e.status
+    return {
+        'names': names,
+        'json': client.file('data://.my/py/in.json').getJson(),
+        'bytes': list(client.file('data://.my/py/raw.bin').getBytes()),
+        'exists': [client.file('data://.my/py/raw.bin').exists(), client.file('data://.my/py/nope').exists()],
+        'nested': nested,
+        'missing': missing,
+        'private': private,
+    }
+`,
+      },
+      { settings: { language: 'python3' } },
+    );
+  });
+
+  test('data, nested calls and errors from Python, as the caller', async () => {
+    const r = await callAlgo(bob, 'alice/PyWriter', '{"n": 4}', 'application/json');
+    const body = await json(r);
+    assert.deepEqual(body.result, {
+      names: ['in.json', 'raw.bin'],
+      json: { n: 4 },
+      bytes: [0, 1, 255],
+      exists: [true, false],
+      nested: 8,
+      missing: 'algorithm algo://alice/Missing not found',
+      private: 404,
+    }, JSON.stringify(body));
+    assert.deepEqual(await json(await bob('/v1/data/.my/py/in.json')), { n: 4 });
+    // Called by its owner, the private collection is readable.
+    const mine = await json(await callAlgo(alice, 'alice/PyWriter', '{"n": 1}', 'application/json', '?stdout=true'));
+    assert.equal(mine.result.private, 'readable');
+    assert.equal(mine.metadata.stdout, 'wrote two files\n');
+  });
+});

@@ -311,12 +311,62 @@ def _run(fn, *args):
     return result
 
 
+class _CountingStdout:
+    """fd 1 as a raw stream that counts what passes: the server waits for that many bytes of
+    stdout before it cuts a call's output off (stdout and the channel are separate pipes)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def install(self):
+        import io
+        counter = self
+
+        class Raw(io.RawIOBase):
+            def writable(self):
+                return True
+
+            def write(self, b):
+                n = os.write(1, b)
+                counter.count += n
+                return n
+
+            def fileno(self):
+                return 1
+
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(Raw()), encoding='utf-8', errors='backslashreplace', line_buffering=True)
+
+
+_stdout = _CountingStdout()
+
+
+def _install_sdk(channel):
+    """`import algohost` (and `import Algorithmia`) reach the platform through the channel."""
+    next_rid = [0]
+
+    def request(method, url, headers, body):
+        next_rid[0] += 1
+        rid = next_rid[0]
+        channel.send({'type': 'request', 'rid': rid, 'method': method, 'url': url, 'headers': headers}, body)
+        while True:
+            frame = channel.read_frame()
+            if frame is None:
+                raise SystemExit(0)  # the server went away mid-call
+            h, b = frame
+            if h.get('type') == 'response' and h.get('rid') == rid:
+                return h.get('status', 0), h.get('headers') or {}, bytes(b), h.get('error')
+
+    import algohost
+    algohost._request = request
+
+
 def handle_call(channel, algo, header, body, perf_counter):
     call_id = header.get('id')
+    _stdout.count = 0
 
     def fail(error, duration_ms=0):
         _flush_output()
-        channel.send({'type': 'error', 'id': call_id, 'duration_ms': duration_ms, 'error': error})
+        channel.send({'type': 'error', 'id': call_id, 'duration_ms': duration_ms, 'error': error, 'stdout_bytes': _stdout.count})
 
     if algo.load_error is not None:
         return fail(algo.load_error)
@@ -343,11 +393,17 @@ def handle_call(channel, algo, header, body, perf_counter):
         value = result = None
         return fail(describe(exc, 'AlgorithmError'), duration_ms)
     _flush_output()
-    channel.send({'type': 'result', 'id': call_id, 'content_type': out_type, 'duration_ms': duration_ms}, out)
+    channel.send({'type': 'result', 'id': call_id, 'content_type': out_type, 'duration_ms': duration_ms, 'stdout_bytes': _stdout.count}, out)
+
+
+def _sdk_importable():
+    # After the algorithm's own directories: a module of its own named algohost wins.
+    sys.path.append(os.path.dirname(_RUNNER_FILE))
 
 
 def serve(entry):
     channel = Channel(CHANNEL_FD)
+    _sdk_importable()
     algo = load_algorithm(entry)
     if algo.load_error is None:
         # Built by hand: json is not imported yet, and need not be before we are ready.
@@ -355,6 +411,8 @@ def serve(entry):
     else:
         channel.send({'type': 'ready', 'pid': os.getpid(), 'load_error': algo.load_error})
     _json()
+    _stdout.install()
+    _install_sdk(channel)
     from time import perf_counter
     while True:
         frame = channel.read_frame()
@@ -374,6 +432,7 @@ def serve(entry):
 
 def check(entry):
     """`--check <entry>` (builds): the entry imports and has a callable apply; load() is not run."""
+    _sdk_importable()
     try:
         _import_entry(entry)
     except BaseException as exc:
