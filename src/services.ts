@@ -68,7 +68,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const unsandboxed = !sandbox.available;
   const algorithms = new AlgorithmRegistry(store.db, markers);
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
-  const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs });
+  const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs, bwrapPath: config.bwrapPath });
   const builds = new BuildService(store.db, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store.db, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime({
@@ -76,6 +76,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
     unsandboxed,
+    bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
   const calls = new CallService(releases, files, runtime);

@@ -35,6 +35,9 @@ describe('version selectors (spec 9.2, compat.md)', () => {
     ['1.1.*', true, undefined],
     ['2.*', true, undefined],
     ['0.1', false, '0.1.0'],
+    // `x` spells `*` (the issue's own example is `1.x`).
+    ['1.x', true, '1.0.1'],
+    ['1.0.X', false, '1.0.1'],
   ];
   for (const [sel, owner, want] of table) {
     test(`${JSON.stringify(sel)} as ${owner ? 'owner' : 'anyone'} → ${want ?? 'nothing'}`, () => assert.equal(pick(sel, owner), want));
@@ -44,7 +47,7 @@ describe('version selectors (spec 9.2, compat.md)', () => {
     assert.deepEqual(parseSelector('ABCDEF0123456789abcdef0123456789abcdef01'), { kind: 'build', hash: 'abcdef0123456789abcdef0123456789abcdef01' });
   });
 
-  for (const bad of ['1', '1.2.3.4', 'v1.2.3', '01.2.3', '1.*.3', '*', '1.2.x', 'latestprivate', 'abc', '1.2.3-beta']) {
+  for (const bad of ['1', '1.2.3.4', 'v1.2.3', '01.2.3', '1.*.3', '*', '1.x.3', 'x', 'latestprivate', 'abc', '1.2.3-beta']) {
     test(`"${bad}" is refused with invalid_version`, () => {
       assert.throws(() => parseSelector(bad), (err: unknown) => err instanceof AppError && err.code === 'invalid_version');
     });

@@ -24,6 +24,8 @@ export interface BuilderOptions {
   unsandboxed: boolean;
   /** Longest a dependency install may take. */
   installTimeoutMs: number;
+  /** The bubblewrap binary (ALGOHOST_BWRAP). */
+  bwrapPath?: string | undefined;
 }
 
 const MAX_LOG = 256 * 1024;
@@ -194,7 +196,7 @@ export class Builder {
 
     const runner: RunnerKind = req.language === 'python3' ? 'python' : 'node';
     log.line(`checking that ${source} loads and exports apply`);
-    const check = await finish(spawnSandbox({ runner, algoDir: out, entry, network: false, limits: DEFAULT_LIMITS, unsandboxed: this.options.unsandboxed, check: true }), log, 60_000);
+    const check = await finish(spawnSandbox({ runner, algoDir: out, entry, network: false, limits: DEFAULT_LIMITS, unsandboxed: this.options.unsandboxed, bwrap: this.options.bwrapPath, check: true }), log, 60_000);
     if (check.timedOut) return fail(`loading ${source} took longer than 60 s`);
     if (check.code !== 0) return fail(`${source} does not load (see above)`);
     log.line(`build succeeded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
@@ -203,7 +205,7 @@ export class Builder {
 
   /** Runs one build step; undefined when it succeeded, else what went wrong. */
   private async tool(dir: string, argv: (algo: string) => string[], network: boolean, log: Log, binds: Record<string, string> = {}): Promise<string | undefined> {
-    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds });
+    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds, bwrap: this.options.bwrapPath });
     const r = await finish(child, log, this.options.installTimeoutMs);
     if (r.timedOut) return `took longer than ${Math.round(this.options.installTimeoutMs / 1000)} s`;
     return r.code === 0 ? undefined : `exited with code ${r.code}`;

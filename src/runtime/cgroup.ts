@@ -96,6 +96,8 @@ export interface CgroupEnvironment {
 
 const PARENT_PREFIX = 'algohost-';
 const STALE = /^algohost-(\d+)$/;
+/** How long the exit cleanup waits for killed workers to leave their groups. */
+const EXIT_WAIT_MS = 500;
 /** Waits between attempts to remove a group whose processes are still being reaped. */
 const REMOVE_DELAYS_MS = [0, 2, 5, 10, 20, 50, 100, 200, 300, 500, 1000, 1000, 1000, 1000];
 
@@ -108,7 +110,8 @@ function pidAlive(pid: number): boolean {
   }
 }
 
-const realEnvironment: CgroupEnvironment = {
+/** The real /proc and /sys/fs/cgroup of this process. */
+export const systemCgroupEnvironment: CgroupEnvironment = {
   mountinfo: () => fs.readFileSync('/proc/self/mountinfo', 'utf8'),
   selfCgroup: () => fs.readFileSync('/proc/self/cgroup', 'utf8'),
   pid: process.pid,
@@ -218,7 +221,7 @@ export class CgroupManager {
   /** Groups created and not yet removed: the exit cleanup's list. */
   private readonly live = new Set<string>();
 
-  constructor(private readonly env: CgroupEnvironment = realEnvironment) {}
+  constructor(private readonly env: CgroupEnvironment = systemCgroupEnvironment) {}
 
   /** What this host supports; the first call sets the parent groups up (cached). */
   detect(): CgroupSupport {
@@ -329,7 +332,13 @@ export class CgroupManager {
    * server is the only process there, it moves into the leaf `algohost-<pid>/server` first.
    */
   private prepareV2(base: string, parent: string, controllers: Controller[]): Controller[] | string {
-    const subtree = (dir: string) => words(read(path.join(dir, 'cgroup.subtree_control')));
+    const subtree = (dir: string) => {
+      try {
+        return words(read(path.join(dir, 'cgroup.subtree_control')));
+      } catch {
+        return [];
+      }
+    };
     const enable = (dir: string, cs: Controller[]) => {
       const missing = cs.filter((c) => !subtree(dir).includes(c));
       if (missing.length > 0) write(path.join(dir, 'cgroup.subtree_control'), missing.map((c) => `+${c}`).join(' '));
@@ -420,17 +429,18 @@ export class CgroupManager {
     return new Group(leaf, hierarchies, made, limits, this.live);
   }
 
-  /** On exit: kill what is left in our groups, remove them and the parents (best effort, sync). */
+  /**
+   * On exit: kill what is left in our groups, remove them and the parents (best effort,
+   * synchronous). Killed processes take a few milliseconds to leave their group: wait for
+   * that, briefly (EXIT_WAIT_MS at most); what is still there then goes at the next start.
+   */
   private cleanupOnExit(hierarchies: Hierarchy[]): void {
-    for (const dir of this.live) {
-      for (const p of procsOf(dir)) {
-        try {
-          process.kill(p, 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-      }
-      if (removeTree(dir)) this.live.delete(dir);
+    for (const dir of this.live) killAll(dir);
+    const deadline = Date.now() + EXIT_WAIT_MS;
+    for (;;) {
+      for (const dir of this.live) if (removeTree(dir)) this.live.delete(dir);
+      if (this.live.size === 0 || Date.now() >= deadline) break;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // a synchronous sleep
     }
     for (const h of hierarchies) removeTree(h.parent);
   }
@@ -521,7 +531,7 @@ class Group implements WorkerCgroup {
   private async removeLoop(): Promise<boolean> {
     let left = [...this.dirs];
     for (const delay of REMOVE_DELAYS_MS) {
-      if (delay > 0) await new Promise((r) => setTimeout(r, delay).unref());
+      if (delay > 0) await new Promise((r) => setTimeout(r, delay));
       // What a successful removal would lose: read it now (final once the group is empty).
       this.oomKilled();
       this.peakMemoryBytes();

@@ -21,6 +21,8 @@ export interface RuntimeOptions {
   maxStdoutBytes: number;
   /** Longest a worker may take to start and load its algorithm. */
   startTimeoutMs: number;
+  /** The bubblewrap binary (ALGOHOST_BWRAP). */
+  bwrapPath?: string | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -59,6 +61,7 @@ export class AlgorithmRuntime {
             network: target.network,
             limits: this.options.limits,
             unsandboxed: this.options.unsandboxed,
+            bwrap: this.options.bwrapPath,
           },
           { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
         );

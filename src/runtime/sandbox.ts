@@ -67,6 +67,8 @@ export interface SandboxSpec {
   unsandboxed?: boolean;
   /** Only load the entry file and check it exports apply (builds), without running load(). */
   check?: boolean;
+  /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
+  bwrap?: string | undefined;
   /**
    * Put the worker in a cgroup of its own with `limits.maxPids` and workerMemoryBytes(limits)
    * where the host supports cgroups (default true; false: rlimits and the heap cap only).
@@ -85,6 +87,8 @@ export interface ToolSpec {
   unsandboxed?: boolean;
   /** Host files made visible read-only inside (host path → sandbox path), e.g. a compiler. */
   binds?: Record<string, string>;
+  /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
+  bwrap?: string | undefined;
 }
 
 const RUNNERS_DIR = fileURLToPath(new URL('./runners', import.meta.url));
@@ -162,6 +166,8 @@ interface Launch {
   argv: (mounts: { algo: string; runner: string }) => string[];
   /** The cgroup.procs files the process joins first. */
   cgroupProcs?: readonly string[];
+  /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
+  bwrap?: string | undefined;
 }
 
 /** The shell prelude's arguments: the cgroup.procs files to join, counted. */
@@ -197,7 +203,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
   ];
   return {
     file: SH,
-    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
+    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
   };
 }
 
@@ -221,7 +227,8 @@ function runnerArgv(spec: SandboxSpec): Launch['argv'] {
         return [NODE, `--max-old-space-size=${l.heapMb}`, path.posix.join(runner, 'node', 'runner.mjs'), ...mode, entry];
       case 'python':
         // -I: no user site, no PYTHON* variables, the script's directory not on sys.path.
-        return [PYTHON, '-I', '-X', 'utf8', path.posix.join(runner, 'python', 'runner.py'), ...mode, entry];
+        // -B: never write bytecode caches (read-only in the sandbox; next to the runner without).
+        return [PYTHON, '-I', '-B', '-X', 'utf8', path.posix.join(runner, 'python', 'runner.py'), ...mode, entry];
     }
   };
 }
@@ -234,6 +241,7 @@ function workerLaunch(spec: SandboxSpec): Launch {
     limits: spec.limits,
     rlimits: spec.runner === 'python' ? [`--as=${(spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024}`] : [],
     argv: runnerArgv(spec),
+    bwrap: spec.bwrap,
   };
 }
 
@@ -310,5 +318,5 @@ export function spawnSandbox(spec: SandboxSpec): ChildProcess {
 
 /** Starts a build step with /algo writable; stdout and stderr piped. */
 export function spawnTool(spec: ToolSpec): ChildProcess {
-  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
+  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
 }

@@ -1,7 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { FrameDecoder, encodeFrame, type Frame } from './protocol.ts';
-import { spawnSandbox, type SandboxSpec } from './sandbox.ts';
+import { cgroupOf, spawnSandbox, type SandboxSpec } from './sandbox.ts';
 
 export type ContentType = 'json' | 'text' | 'binary';
 
@@ -173,7 +173,11 @@ export class Worker {
       }
       if (answer === 'exited') {
         const { code, signal } = await this.exited;
-        if (/heap out of memory|Allocation failed/i.test(this.stderrTail)) return { kind: 'out_of_memory', ...this.output(elapsed) };
+        // Two ways to run out: V8 stops at its heap cap (and says so on stderr) before the
+        // cgroup limit; memory outside the heap meets the cgroup's OOM killer (a bare SIGKILL).
+        if (cgroupOf(this.child)?.oomKilled() || /heap out of memory|Allocation failed/i.test(this.stderrTail)) {
+          return { kind: 'out_of_memory', ...this.output(elapsed) };
+        }
         return { kind: 'crashed', exitCode: code, signal, ...this.output(elapsed) };
       }
       // The channel and stdout are separate pipes: what the algorithm printed before answering
