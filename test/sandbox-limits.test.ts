@@ -40,8 +40,20 @@ function groupOf(w: Worker): WorkerCgroup {
 const text = (o: Outcome) => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Alive: neither gone nor a zombie (the sandbox's init is reparented to the host's init, which reaps it when it gets to it). */
-const alive = (pid: number) => {
+/** A process's start time (clock ticks since boot): with the pid, its identity (pids are reused). */
+const startTime = (pid: number): string | undefined => {
   try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+};
+/** Identities of processes, to ask later whether those very processes still live. */
+const identify = (pids: number[]) => pids.map((pid) => ({ pid, start: startTime(pid) }));
+const alive = ({ pid, start }: { pid: number; start: string | undefined }) => {
+  try {
+    if (start === undefined || startTime(pid) !== start) return false; // gone, or its pid reused
     return !/^State:\s*Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
   } catch {
     return false;
@@ -85,8 +97,8 @@ describe('cgroup limits', () => {
     assert.equal(o.x, 'hi');
     // The cgroup namespace makes the worker's own group the root of what it sees.
     for (const line of String(o.cg).trim().split('\n')) assert.match(line, /:\/$/, `the sandbox sees its group as its root: ${o.cg}`);
-    const procs = g.processes();
-    assert.ok(procs.includes(childOf(w).pid!), 'bwrap itself is in the group');
+    const procs = identify(g.processes());
+    assert.ok(procs.some((p) => p.pid === childOf(w).pid), 'bwrap itself is in the group');
     assert.ok(procs.length >= 3, `bwrap, the namespace's init and node: ${procs.length}`);
     if (cgroups.pids) {
       assert.equal(fs.readFileSync(groupFile(g, 'pids.max', 'pids.max')!, 'utf8').trim(), String(DEFAULT_LIMITS.maxPids));
@@ -134,7 +146,7 @@ describe('cgroup limits', () => {
     assert.ok(g.pidsCurrent()! <= maxPids);
     assert.ok(g.processes().length <= maxPids);
     assert.equal(w.dead, false, 'the worker itself survives the failed spawns');
-    const procs = g.processes();
+    const procs = identify(g.processes());
     w.kill();
     await w.done;
     assert.equal(await g.remove(), true);
@@ -170,7 +182,7 @@ describe('cgroup limits', () => {
     const peakFile = groupFile(g, 'pids.peak', 'pids.peak');
     if (peakFile) assert.ok(Number(fs.readFileSync(peakFile, 'utf8')) <= maxPids, 'pids.peak');
     assert.ok(refusedForks() > 0, 'the bomb hit the cap: forks were refused');
-    const procs = g.processes();
+    const procs = identify(g.processes());
     const t0 = performance.now();
     w.kill();
     await w.done;
