@@ -140,7 +140,7 @@ describe('cgroup limits', () => {
     );
     const g = groupOf(w);
     const o = JSON.parse(text(await w.call('json', Buffer.from('1'), 30_000)));
-    assert.equal(o.error, 'EAGAIN');
+    assert.equal(o.error, 'EAGAIN', JSON.stringify(o));
     // Node's own threads (a dozen or so), bwrap and its init count too.
     assert.ok(o.spawned > maxPids - 30 && o.spawned < maxPids, `spawned ${o.spawned} of at most ${maxPids} tasks`);
     assert.ok(g.pidsCurrent()! <= maxPids);

@@ -1,6 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
+import type { Writable } from 'node:stream';
+import { seccompProgram } from './seccomp.ts';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
@@ -67,6 +69,8 @@ export interface SandboxSpec {
   unsandboxed?: boolean;
   /** Only load the entry file and check it exports apply (builds), without running load(). */
   check?: boolean;
+  /** The seccomp filter (seccomp.ts); on unless false. */
+  seccomp?: boolean;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
   /**
@@ -104,7 +108,7 @@ const SH = '/bin/bash'; // dash cannot redirect descriptors above 9
  * are not close-on-exec and would pass into every sandbox: close all above 3 (fd 3 is the
  * channel), then exec the rest of the command line.
  */
-const CLOSE_INHERITED_FDS = 'for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@"';
+const CLOSE_INHERITED_FDS = 'keep=$1; shift; for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt "$keep" ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@"';
 /**
  * Before that, the shell joins the worker's cgroup (its first argument: how many cgroup.procs
  * files follow), so that prlimit, bwrap and everything inside inherit it. A failed join ends
@@ -166,15 +170,21 @@ interface Launch {
   argv: (mounts: { algo: string; runner: string }) => string[];
   /** The cgroup.procs files the process joins first. */
   cgroupProcs?: readonly string[];
+  /** The seccomp program to load (seccomp.ts), or none. */
+  seccomp?: Buffer | undefined;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
 }
 
 /** The shell prelude's arguments: the cgroup.procs files to join, counted. */
+/** The prelude's arguments: the cgroup.procs files to join, then the highest fd to keep. */
 function joinArgs(l: Launch): string[] {
   const files = l.cgroupProcs ?? [];
-  return [String(files.length), ...files];
+  return [String(files.length), ...files, l.seccomp ? String(SECCOMP_FD) : '3'];
 }
+
+/** bwrap reads the seccomp program from this descriptor (a pipe the server fills). */
+const SECCOMP_FD = 4;
 
 /**
  * The command line of one sandboxed process. The file system is built from nothing: the
@@ -203,7 +213,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
   ];
   return {
     file: SH,
-    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
+    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...(l.seccomp ? ['--seccomp', String(SECCOMP_FD)] : []), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
   };
 }
 
@@ -242,6 +252,7 @@ function workerLaunch(spec: SandboxSpec): Launch {
     rlimits: spec.runner === 'python' ? [`--as=${(spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024}`] : [],
     argv: runnerArgv(spec),
     bwrap: spec.bwrap,
+    seccomp: spec.seccomp === false ? undefined : seccompProgram(),
   };
 }
 
@@ -273,9 +284,14 @@ function spawnUnsandboxed(l: Launch): ChildProcess {
 }
 
 function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
-  if (unsandboxed) return spawnUnsandboxed(l);
+  if (unsandboxed) return spawnUnsandboxed({ ...l, seccomp: undefined });
   const { file, args } = bwrapCommand(l);
-  return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
+  if (!l.seccomp) return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
+  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
+  const pipe = child.stdio[SECCOMP_FD] as Writable;
+  pipe.on('error', () => undefined); // bwrap died before reading it: the exit says why
+  pipe.end(l.seccomp);
+  return child;
 }
 
 const cgroups = new WeakMap<ChildProcess, WorkerCgroup>();
@@ -318,5 +334,5 @@ export function spawnSandbox(spec: SandboxSpec): ChildProcess {
 
 /** Starts a build step with /algo writable; stdout and stderr piped. */
 export function spawnTool(spec: ToolSpec): ChildProcess {
-  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
+  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
 }
