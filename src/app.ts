@@ -9,7 +9,7 @@ import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 import { callRoutes, webPreflight } from './http/callRoutes.ts';
-import type { CallContext } from './algorithms/hostRequests.ts';
+import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -110,6 +110,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         // someone guessing from outside.
         const ctx = typeof internal === 'string' ? services.calls.internal.lookup(internal) : undefined;
         if (!ctx) throw new AppError('invalid_authorization', 'this request header is reserved for the server');
+        // Whatever the path said, an algorithm reaches calls and data only.
+        if (!SDK_ROUTES.has(req.routeOptions.url ?? '')) throw new AppError('forbidden', 'algorithms may only call algorithms and use data');
         req.principal = ctx.principal;
         req.callContext = ctx;
         return;

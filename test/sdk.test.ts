@@ -174,6 +174,41 @@ describe('calling algorithms from algorithms', () => {
 });
 
 describe('what the SDK may reach', () => {
+  test('dot segments cannot climb out of calls and data into key or algorithm management', async () => {
+    await release(
+      alice,
+      'alice',
+      'Climber',
+      {
+        'src/index.js': `export async function apply(user, ctx) {
+  const tries = [
+    () => ctx.client.algo('../users/' + user + '/keys').pipe({ name: 'pwned' }),
+    () => ctx.client.algo('%2e%2e/users/' + user + '/keys').pipe({ name: 'pwned' }),
+    () => ctx.client.file('data://x/../../../users/' + user + '/keys').getString(),
+    () => ctx.client.file('data://x/%2E%2E/%2e%2e/%2e./algorithms/' + user).getString(),
+    () => ctx.client.file('data://x/..%2F..%2Fusers/' + user + '/keys').getString(),
+  ];
+  const out = [];
+  for (const t of tries) {
+    try { out.push('allowed: ' + String(await t()).slice(0, 80)); } catch (e) { out.push(e.message); }
+  }
+  return out;
+}
+`,
+      },
+      { settings: js },
+    );
+    const keysBefore = (await json(await bob('/v1/users/bob/keys'))).results.length;
+    const out = (await json(await callAlgo(bob, 'alice/Climber', '"bob"', 'application/json'))).result as string[];
+    assert.equal(out.length, 5);
+    // Refused, either by the SDK gate or (for what the SDK percent-encodes itself) as a path
+    // that names no algorithm or file.
+    for (const line of out) assert.doesNotMatch(line, /^allowed/, line);
+    assert.match(out[0]!, /is not available to algorithms/);
+    assert.match(out[2]!, /is not available to algorithms/);
+    assert.equal((await json(await bob('/v1/users/bob/keys'))).results.length, keysBefore, 'no key was made');
+  });
+
   test('only calls and data, never management; an outside request cannot pose as an algorithm', async () => {
     const internal = new InternalRequests();
     const seen: string[] = [];

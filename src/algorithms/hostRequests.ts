@@ -23,6 +23,27 @@ export interface CallContext {
 
 /** What the SDK may reach: calls and data, never key or algorithm management. */
 const ALLOWED_PATHS = [/^\/v1\/algo\//, /^\/v1\/data(\/|$)/, /^\/v1\/connector\//];
+/** The routes those paths match (checked again after routing: app.ts). */
+export const SDK_ROUTES: ReadonlySet<string> = new Set(['/v1/algo/*', '/v1/data', '/v1/data/*', '/v1/connector/*']);
+
+/**
+ * A path the router will see as written: no `.` or `..` segment, raw or percent-encoded (the
+ * HTTP layer resolves them, so `/v1/algo/../users/x/keys` would reach key management), and no
+ * encoded slash or backslash that could change where segments split.
+ */
+function plainPath(url: string): boolean {
+  const path = url.split('?')[0]!;
+  for (const segment of path.split('/')) {
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(segment);
+    } catch {
+      return false;
+    }
+    if (decoded === '.' || decoded === '..' || decoded.includes('/') || decoded.includes('\\')) return false;
+  }
+  return true;
+}
 const ALLOWED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE']);
 const FORWARDED_HEADERS = ['content-type', 'accept', 'range', 'if-none-match', 'if-range'];
 
@@ -63,7 +84,7 @@ export class InternalRequests {
       const method = typeof header.method === 'string' ? header.method.toUpperCase() : '';
       const url = typeof header.url === 'string' ? header.url : '';
       if (!ALLOWED_METHODS.has(method)) return refuse(`method ${method.slice(0, 20)} is not available to algorithms`);
-      if (!url.startsWith('/') || !ALLOWED_PATHS.some((p) => p.test(url))) {
+      if (!url.startsWith('/') || !plainPath(url) || !ALLOWED_PATHS.some((p) => p.test(url))) {
         return refuse(`${url.slice(0, 100)} is not available to algorithms (only /v1/algo, /v1/data and /v1/connector)`);
       }
       if (body.length > MAX_SDK_BODY) return refuse('the request body is too large');

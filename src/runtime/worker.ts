@@ -71,6 +71,8 @@ export class Worker {
   private readonly channel: Readable & Writable;
   private readonly exited: Promise<{ code: number | null; signal: string | null }>;
   private waiting: ((frame: Frame) => void) | undefined;
+  /** Set while next() waits: one listener, not one per call on a promise that may never settle. */
+  private onExit: (() => void) | undefined;
   private stdout: Buffer[] = [];
   private stdoutBytes = 0;
   private stdoutTotal = 0;
@@ -120,6 +122,7 @@ export class Worker {
       child.once('exit', (code, signal) => {
         this.dead = true;
         resolve({ code, signal });
+        this.onExit?.();
       });
     });
   }
@@ -145,10 +148,12 @@ export class Worker {
       const finish = (r: Frame | 'timeout' | 'exited') => {
         clearTimeout(timer);
         this.waiting = undefined;
+        this.onExit = undefined;
         resolve(r);
       };
+      if (this.dead) return finish('exited');
       this.waiting = (frame) => finish(frame);
-      void this.exited.then(() => finish('exited'));
+      this.onExit = () => finish('exited');
     });
   }
 
