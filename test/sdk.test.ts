@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
-import { InternalRequests } from '../src/algorithms/hostRequests.ts';
+import { ByteBudget, InternalRequests, MAX_SDK_BODY } from '../src/algorithms/hostRequests.ts';
 import { FULL_PERMISSIONS } from '../src/auth/permissions.ts';
 
 let s: TestServer;
@@ -173,6 +173,30 @@ describe('calling algorithms from algorithms', () => {
   });
 });
 
+describe('what the SDK holds in the server', () => {
+  test('a file over 64 MiB is refused before it is read', async () => {
+    assert.equal((await alice('/v1/data/.my/open/big.bin', { method: 'PUT', body: Buffer.alloc(MAX_SDK_BODY + 1) })).status, 200);
+    const out = await result(await callAlgo(bob, 'alice/Reader', 'data://alice/open/big.bin'));
+    assert.match(out.error.message, /reads at most 67108864 bytes/);
+  });
+
+  test('the byte budget: first come first served, waits end at the deadline, gives back what it took', async () => {
+    const b = new ByteBudget(100);
+    assert.equal(await b.take(60, Date.now() + 1000), true);
+    const order: string[] = [];
+    const second = b.take(50, Date.now() + 5000).then((ok) => order.push(`second ${ok}`));
+    const third = b.take(10, Date.now() + 5000).then((ok) => order.push(`third ${ok}`));
+    assert.equal(await b.take(90, Date.now() + 50), false, 'no room within 50 ms');
+    b.give(60);
+    await Promise.all([second, third]);
+    // The small request did not overtake the one that waited first.
+    assert.deepEqual(order, ['second true', 'third true']);
+    b.give(50);
+    b.give(10);
+    assert.equal(await b.take(100, Date.now()), true, 'everything was given back');
+  });
+});
+
 describe('what the SDK may reach', () => {
   test('dot segments cannot climb out of calls and data into key or algorithm management', async () => {
     await release(
@@ -224,8 +248,9 @@ describe('what the SDK may reach', () => {
     assert.equal((await handler({ method: 'TRACE', url: '/v1/data/.my' }, Buffer.alloc(0))).header.status, 400);
     const ok = await handler({ method: 'GET', url: '/v1/data/.my/c', headers: { accept: 'application/json', authorization: 'Simple stolen', 'x-algohost-internal': 'forged' } }, Buffer.alloc(0));
     assert.equal(ok.header.status, 200);
-    // Only the allowed headers pass; the identity comes from the server, not the algorithm.
-    assert.deepEqual(seen, ['GET /v1/data/.my/c {"accept":"application/json"}']);
+    // Only the allowed headers pass; the identity comes from the server, not the algorithm. A
+    // read is sized (HEAD) before it is made.
+    assert.deepEqual(seen, ['HEAD /v1/data/.my/c {"accept":"application/json"}', 'GET /v1/data/.my/c {"accept":"application/json"}']);
 
     const forged = await fetch(`${s.url}/v1/data/.my`, { headers: { 'x-algohost-internal': 'guess' } });
     assert.equal(forged.status, 401);

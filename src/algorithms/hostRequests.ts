@@ -6,6 +6,50 @@ import type { HostHandler } from '../runtime/worker.ts';
 export const MAX_CALL_DEPTH = 5;
 /** Largest body an algorithm may send or receive through the SDK (one frame). */
 export const MAX_SDK_BODY = 64 * 1024 * 1024;
+/** File bytes read through the SDK held in the server at once, all calls together. */
+export const SDK_READ_BUDGET = 256 * 1024 * 1024;
+
+/**
+ * Bytes that may be held at once: a reader waits for its share (until its call's deadline),
+ * so many algorithms reading big files at once queue instead of exhausting the server.
+ */
+export class ByteBudget {
+  private used = 0;
+  private readonly waiting: Array<{ n: number; grant: () => void }> = [];
+
+  constructor(readonly total: number) {}
+
+  take(n: number, deadline: number): Promise<boolean> {
+    const want = Math.min(n, this.total);
+    if (this.waiting.length === 0 && this.used + want <= this.total) {
+      this.used += want;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      const entry = {
+        n: want,
+        grant: () => {
+          clearTimeout(timer);
+          resolve(true);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(entry), 1);
+        resolve(false);
+      }, Math.max(0, deadline - Date.now()));
+      this.waiting.push(entry);
+    });
+  }
+
+  give(n: number): void {
+    this.used -= Math.min(n, this.total);
+    while (this.waiting.length > 0 && this.used + this.waiting[0]!.n <= this.total) {
+      const next = this.waiting.shift()!;
+      this.used += next.n;
+      next.grant();
+    }
+  }
+}
 
 /**
  * Who an algorithm acts as while it runs: the caller (`.my` is the caller's space, with the
@@ -72,6 +116,7 @@ export type Gateway = (internalId: string, request: GatewayRequest) => Promise<G
  */
 export class InternalRequests {
   private readonly live = new Map<string, CallContext>();
+  private readonly budget = new ByteBudget(SDK_READ_BUDGET);
   gateway: Gateway | undefined;
 
   lookup(id: string): CallContext | undefined {
@@ -94,17 +139,50 @@ export class InternalRequests {
         const v = given[name];
         if (typeof v === 'string') headers[name] = v.slice(0, 1000);
       }
-      if (!this.gateway) return refuse('the server is not ready for requests from algorithms');
-      const id = crypto.randomBytes(24).toString('base64url');
-      this.live.set(id, ctx);
+      const gateway = this.gateway;
+      if (!gateway) return refuse('the server is not ready for requests from algorithms');
+      const run = async (m: string, h: Record<string, string>, b: Buffer): Promise<GatewayResponse> => {
+        const id = crypto.randomBytes(24).toString('base64url');
+        this.live.set(id, ctx);
+        try {
+          return await gateway(id, { method: m, url, headers: h, body: b });
+        } finally {
+          this.live.delete(id);
+        }
+      };
+      // A file read is sized first: too large is refused before a byte is read, and what is
+      // read counts against the server-wide budget until the answer has left for the sandbox.
+      let reserved = 0;
+      if (method === 'GET' && !url.startsWith('/v1/algo/')) {
+        const head = await run('HEAD', headers, Buffer.alloc(0));
+        let size = head.headers['x-data-type'] === 'file' ? Number(head.headers['content-length'] ?? 0) : 0;
+        if (size > MAX_SDK_BODY && headers.range === undefined) return tooLarge(size);
+        if (size > 0) {
+          size = Math.min(size, MAX_SDK_BODY);
+          if (!(await this.budget.take(size, ctx.deadline))) return refuse('the server is busy reading files for other algorithms; try again');
+          reserved = size;
+        }
+      }
       try {
-        const r = await this.gateway(id, { method, url, headers, body });
-        return { header: { status: r.status, headers: r.headers }, body: r.body };
-      } finally {
-        this.live.delete(id);
+        const r = await run(method, headers, body);
+        if (r.body.length > MAX_SDK_BODY) {
+          this.budget.give(reserved);
+          return tooLarge(r.body.length);
+        }
+        const held = reserved;
+        reserved = 0;
+        return { header: { status: r.status, headers: r.headers }, body: r.body, done: () => this.budget.give(held) };
+      } catch (err) {
+        this.budget.give(reserved);
+        throw err;
       }
     };
   }
+}
+
+function tooLarge(size: number) {
+  const message = `the file is ${size} bytes; an algorithm reads at most ${MAX_SDK_BODY} bytes at once through the SDK`;
+  return Promise.resolve({ header: { status: 413, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code: 'payload_too_large', message } })) });
 }
 
 function refuse(message: string) {

@@ -34,10 +34,20 @@ export type Outcome =
  * Serves what an algorithm asks of the platform during a call (the in-algorithm SDK: data,
  * nested calls): a `request` frame in, a `response` frame out, as the call's identity.
  */
-export type HostHandler = (header: Record<string, unknown>, body: Buffer) => Promise<{ header: Record<string, unknown>; body: Buffer }>;
+export type HostHandler = (header: Record<string, unknown>, body: Buffer) => Promise<HostAnswer>;
 
-/** Requests one call may have in flight at once. */
-const MAX_HOST_REQUESTS = 16;
+export interface HostAnswer {
+  header: Record<string, unknown>;
+  body: Buffer;
+  /** Called once the answer has been written to the channel (or dropped): frees what it held. */
+  done?: () => void;
+}
+
+/**
+ * Requests one call may have in flight at once. A request counts until its answer has been
+ * written to the channel: an algorithm that stops reading cannot make the server queue answers.
+ */
+const MAX_HOST_REQUESTS = 8;
 
 export interface WorkerOptions {
   startTimeoutMs?: number;
@@ -208,27 +218,24 @@ export class Worker {
   /** A request from the algorithm: served for the call in progress only, a few at a time. */
   private hostRequest(frame: Frame): void {
     const rid = frame.header.rid;
-    const reply = (header: Record<string, unknown>, body: Buffer = Buffer.alloc(0)) => {
-      if (this.dead) return;
-      this.channel.write(encodeFrame({ ...header, type: 'response', rid }, body));
-    };
     if (typeof rid !== 'number' && typeof rid !== 'string') return void this.kill();
-    const host = this.host;
-    if (!this.busy || !host) return reply({ status: 0, error: 'no call is in progress' });
-    if (this.hostInFlight >= MAX_HOST_REQUESTS) return reply({ status: 0, error: `at most ${MAX_HOST_REQUESTS} requests at once` });
-    this.hostInFlight++;
     const call = this.callId;
+    const reply = (answer: HostAnswer, counted: boolean) => {
+      const finished = () => {
+        answer.done?.();
+        if (counted && call === this.callId) this.hostInFlight--;
+      };
+      if (this.dead || call !== this.callId || !this.busy) return finished();
+      this.channel.write(encodeFrame({ ...answer.header, type: 'response', rid }, answer.body), finished);
+    };
+    const refuse = (error: string) => reply({ header: { status: 0, error }, body: Buffer.alloc(0) }, false);
+    const host = this.host;
+    if (!this.busy || !host) return refuse('no call is in progress');
+    if (this.hostInFlight >= MAX_HOST_REQUESTS) return refuse(`at most ${MAX_HOST_REQUESTS} requests at once`);
+    this.hostInFlight++;
     host(frame.header, frame.body).then(
-      (r) => {
-        if (call !== this.callId || !this.busy) return;
-        this.hostInFlight--;
-        reply(r.header, r.body);
-      },
-      (err: unknown) => {
-        if (call !== this.callId || !this.busy) return;
-        this.hostInFlight--;
-        reply({ status: 0, error: err instanceof Error ? err.message : String(err) });
-      },
+      (answer) => reply(answer, true),
+      (err: unknown) => reply({ header: { status: 0, error: err instanceof Error ? err.message : String(err) }, body: Buffer.alloc(0) }, true),
     );
   }
 
