@@ -57,17 +57,20 @@ export async function createServices(config: Config, options: ServiceOptions = {
   });
   const data = new DataService();
   data.register('data', hosted);
+  const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   const users = new UserService(
     store,
     (trx, ownerId) => hosted.purgeOwner(trx, ownerId),
     (blobIds) => hosted.releaseBlobs(blobIds),
+    async (ids) => {
+      for (const id of ids) await files.removeAlgorithm(id);
+    },
   );
   const sandbox = probeSandbox(config.bwrapPath);
   // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
   const algorithms = new AlgorithmRegistry(store.db, markers);
-  const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs, bwrapPath: config.bwrapPath });
   const builds = new BuildService(store.db, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store.db, algorithms, builds, markers);

@@ -91,7 +91,7 @@ describe('inputs and results', () => {
     r = await kinds(bob, 'a=b', 'application/x-www-form-urlencoded');
     assert.equal(r.status, 415);
     assert.match((await json(r)).error.message, /application\/json, text\/plain or application\/octet-stream/);
-    for (const q of ['?timeout=abc', '?timeout=0', '?timeout=3001', '?timeout=-5', '?output=weird', '?stdout=maybe']) {
+    for (const q of ['?timeout=abc', '?timeout=0', '?timeout=3001', '?timeout=-5', '?timeout=0x10', '?timeout=1e2', '?timeout=%20', '?output=weird', '?stdout=maybe']) {
       r = await kinds(bob, 'x', 'text/plain', q);
       assert.equal(r.status, 400, q);
       assert.equal((await json(r)).error.code, 'invalid_query', q);
@@ -265,6 +265,17 @@ describe('query options', () => {
     const body = await json(r);
     assert.equal(body.async, true);
     assert.match(body.request_id, /^req-[0-9a-f]{16}$/);
+  });
+
+  test('output=void still checks the key and the reference before answering', async () => {
+    const r = await alice('/v1/users/alice/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'novoid', permissions: { allow_algo: false } }) });
+    const noAlgo = api(s.url, (await json(r)).api_key);
+    assert.equal((await kinds(noAlgo, 'x', 'text/plain', '?output=void')).status, 401);
+    const bad = await callAlgo(bob, 'alice/Kinds/banana', 'x', 'text/plain', '?output=void');
+    assert.equal(bad.status, 400);
+    assert.equal((await json(bad)).error.code, 'invalid_version');
+    const missing = await json(await callAlgo(bob, 'alice/Nope', 'x', 'text/plain', '?output=void'));
+    assert.equal(missing.error.error_type, 'EntityNotFoundError');
   });
 
   test('parallel calls each get their own answer', async () => {

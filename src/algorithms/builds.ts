@@ -7,7 +7,7 @@ import type { Db } from '../store/db.ts';
 import type { BuildStatus } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { RunnerKind } from '../runtime/sandbox.ts';
-import type { Algorithm, AlgorithmRegistry } from './registry.ts';
+import { noSuchAlgorithm, type Algorithm, type AlgorithmRegistry } from './registry.ts';
 import { extractTarGz, hashTree, type ExtractLimits } from './archive.ts';
 import { writeTemplate } from './templates.ts';
 import type { Builder } from './builder.ts';
@@ -105,6 +105,8 @@ export class BuildService {
     try {
       const r = await extractTarGz(body, dir, this.extractLimits);
       await this.lock.run(algo.id, async () => {
+        // Deleted while the archive streamed in: leave nothing behind.
+        if ((await this.registry.manage(principal, owner, name)).id !== algo.id) throw noSuchAlgorithm(owner, name);
         const target = this.files.sourceDir(algo.id, r.hash);
         await fs.promises.mkdir(this.files.algorithmDir(algo.id), { recursive: true });
         if (!fs.existsSync(target)) await fs.promises.rename(dir, target);

@@ -11,6 +11,8 @@ import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostReques
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
+/** `output=void` calls under way at once, server-wide. */
+export const MAX_DETACHED = 32;
 
 export interface CallRequest {
   owner: string;
@@ -68,6 +70,32 @@ export class CallService {
   ) {}
 
   async call(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult> {
+    const prepared = await this.prepare(principal, req, log);
+    return 'result' in prepared ? prepared.result : prepared.run();
+  }
+
+  /** Calls running with nobody waiting for them (`output=void`). */
+  private detached = 0;
+
+  /**
+   * `output=void`: every check and the resolution happen before the answer (a refused key or a
+   * bad selector is still its HTTP error); then the call runs on. Detached calls hold their
+   * input while they wait for a worker, so only so many may be under way.
+   */
+  async callDetached(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult | undefined> {
+    const prepared = await this.prepare(principal, req, log);
+    if ('result' in prepared) return prepared.result;
+    if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
+    this.detached++;
+    prepared
+      .run()
+      .catch((err: unknown) => log?.warn({ err }, 'a call with output=void failed'))
+      .finally(() => this.detached--);
+    return undefined;
+  }
+
+  /** The checks and the resolution: a finished result (not found), or the call to run. */
+  private async prepare(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
     const parent = req.parent;
     if (parent) {
       if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
@@ -83,10 +111,15 @@ export class CallService {
       target = await this.releases.resolveCall(principal, req.owner, req.name, req.version);
     } catch (err) {
       if (err instanceof AppError && err.code === 'algorithm_not_found') {
-        return { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false };
+        return { result: { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false } };
       }
       throw err;
     }
+    return { run: () => this.run(principal, req, target, log) };
+  }
+
+  private async run(principal: Principal, req: CallRequest, target: CallTarget, log?: FastifyBaseLogger): Promise<CallResult> {
+    const parent = req.parent;
     const mine = isOwner(principal, target.algorithm.owner);
     const result = (outcome: Outcome): CallResult => ({
       outcome,
@@ -123,6 +156,8 @@ export class CallService {
       return result(outcome);
     } catch (err) {
       if (err instanceof PoolBusyError) {
+        // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
+        if (performance.now() - started >= timeoutMs) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerStartError) {

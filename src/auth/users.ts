@@ -31,6 +31,8 @@ export class UserService {
     private readonly store: MetadataStore,
     private readonly purgeOwnerData: OwnerPurge,
     private readonly releaseBlobs: (blobIds: string[]) => Promise<void>,
+    /** Removes the files (sources, builds) of deleted algorithms, after the commit. */
+    private readonly removeAlgorithmFiles: (algorithmIds: number[]) => Promise<void> = async () => undefined,
   ) {
     this.db = store.db;
   }
@@ -85,14 +87,16 @@ export class UserService {
 
   /** Deletes a user with its keys and all its hosted data. */
   async delete(username: string): Promise<void> {
-    const blobIds = await this.store.write(async (trx) => {
+    const { blobs, algorithms } = await this.store.write(async (trx) => {
       const user = await trx.selectFrom('users').select('id').where('username_lc', '=', username.toLowerCase()).executeTakeFirst();
       if (!user) throw new AppError('unknown_user', `no user named "${username}"`);
       const blobs = await this.purgeOwnerData(trx, user.id);
+      const algorithms = (await trx.selectFrom('algorithms').select('id').where('owner_id', '=', user.id).execute()).map((r) => r.id);
       await trx.deleteFrom('api_keys').where('user_id', '=', user.id).execute();
       await trx.deleteFrom('users').where('id', '=', user.id).execute();
-      return blobs;
+      return { blobs, algorithms };
     });
-    await this.releaseBlobs(blobIds);
+    await this.releaseBlobs(blobs);
+    await this.removeAlgorithmFiles(algorithms);
   }
 }

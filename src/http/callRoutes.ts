@@ -52,7 +52,7 @@ function readInput(req: FastifyRequest, stream: Readable): Promise<Buffer> {
 
 function parseTimeout(raw: string | undefined): number {
   if (raw === undefined || raw === '') return DEFAULT_TIMEOUT_S;
-  const n = Number(raw);
+  const n = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isFinite(n) || n <= 0 || n > MAX_TIMEOUT_S) {
     throw new AppError('invalid_query', `timeout must be a number of seconds above 0 and at most ${MAX_TIMEOUT_S}, got "${raw.slice(0, 40)}"`);
   }
@@ -222,12 +222,14 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
         throw new AppError('invalid_json', 'the input is declared application/json but is not valid JSON');
       }
     }
-    const call = opts.calls.call(principal, { ...ref, contentType, input, timeoutS, stdout, parent: req.callContext }, req.log);
+    const request = { ...ref, contentType, input, timeoutS, stdout, parent: req.callContext };
     if (output === 'void') {
-      // The call runs on; its answer goes nowhere. Failures are logged, not lost silently.
-      call.catch((err: unknown) => req.log.warn({ err }, 'asynchronous call failed'));
+      // Checked and resolved before the answer; the call then runs on, its answer going nowhere.
+      const early = await opts.calls.callDetached(principal, request, req.log);
+      if (early) return reply.type('application/json').send(envelope(early, timeoutS));
       return reply.type('application/json').send({ async: true, request_id: req.id });
     }
+    const call = opts.calls.call(principal, request, req.log);
     const result = await call;
     if (output === 'raw') return sendRaw(reply, result, timeoutS);
     return reply.type('application/json').send(envelope(result, timeoutS));

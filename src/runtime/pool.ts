@@ -74,8 +74,8 @@ export class WorkerPool {
    * back. `extra` raises both limits for this call: a nested call may go over by as many
    * workers as its callers hold, or an algorithm calling itself would wait for itself forever.
    */
-  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0): Promise<T> {
-    const worker = await this.acquire(key, start, extra);
+  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity): Promise<T> {
+    const worker = await this.acquire(key, start, extra, waitMs);
     try {
       return await fn(worker);
     } finally {
@@ -83,7 +83,8 @@ export class WorkerPool {
     }
   }
 
-  private acquire(key: string, start: () => Promise<Worker>, extra: number): Promise<Worker> {
+  /** `waitMs`: the longest this call may wait in the queue (its own deadline), if shorter. */
+  private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
     const warm = this.takeIdle(key);
     if (warm) return Promise.resolve(warm);
@@ -99,7 +100,7 @@ export class WorkerPool {
         timer: setTimeout(() => {
           this.queue.splice(this.queue.indexOf(waiter), 1);
           reject(new PoolBusyError('queue_timeout'));
-        }, this.options.queueTimeoutMs),
+        }, Math.min(this.options.queueTimeoutMs, waitMs)),
       };
       this.queue.push(waiter);
     });

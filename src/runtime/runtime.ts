@@ -69,7 +69,7 @@ export class AlgorithmRuntime {
         throw new WorkerStartError((err as Error).message);
       }
     };
-    return this.pool.with(target.key, start, (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host), nesting);
+    return this.pool.with(target.key, start, (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host), nesting, timeoutMs);
   }
 
   close(): Promise<void> {

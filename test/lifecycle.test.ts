@@ -1,0 +1,44 @@
+/** Calls waiting for workers, and what deleting users and algorithms leaves behind. */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { DEFAULT_POOL } from '../src/runtime/pool.ts';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { callAlgo, release } from './helpers/algorithms.ts';
+
+let s: TestServer;
+let alice: ReturnType<typeof api>;
+
+before(async () => {
+  // One worker in all: a second call must wait for the first.
+  s = await startServer({ runtime: { pool: { ...DEFAULT_POOL, maxWorkers: 1, maxPerVersion: 1 } } });
+  alice = api(s.url, await s.user('alice'));
+  await release(alice, 'alice', 'Sleepy', { 'src/index.js': 'export const apply = (ms) => new Promise((r) => setTimeout(() => r(`slept ${ms}`), ms));\n' }, { settings: { language: 'javascript' } });
+});
+after(() => s.close());
+
+test('a call whose timeout runs out while it waits for a worker is a TimeoutError, and the busy worker is spared', async () => {
+  const first = callAlgo(alice, 'alice/Sleepy', '2500', 'application/json').then(json);
+  await new Promise((r) => setTimeout(r, 300));
+  const started = Date.now();
+  const second = await json(await callAlgo(alice, 'alice/Sleepy', '1', 'application/json', '?timeout=0.5'));
+  const waited = Date.now() - started;
+  assert.equal(second.error?.error_type, 'TimeoutError', JSON.stringify(second));
+  assert.ok(waited < 2000, `answered after ${waited} ms, before the first call ended`);
+  assert.equal((await first).result, 'slept 2500', 'the worker of the first call was not killed');
+});
+
+test('deleting a user removes the files of their algorithms', async () => {
+  const bobKey = await s.user('bob');
+  const bob = api(s.url, bobKey);
+  await release(bob, 'bob', 'Gone', { 'src/index.js': 'export const apply = (x) => x;\n' }, { settings: { language: 'javascript' } });
+  const root = path.join(s.home, 'algorithms');
+  const dirsBefore = fs.readdirSync(root).filter((d) => d !== '.tmp');
+  assert.equal((await json(await callAlgo(bob, 'bob/Gone', 'x'))).result, 'x');
+  await s.services.users.delete('bob');
+  const dirsAfter = fs.readdirSync(root).filter((d) => d !== '.tmp');
+  assert.equal(dirsAfter.length, dirsBefore.length - 1, `${dirsBefore} → ${dirsAfter}`);
+  // Alice's algorithm is untouched.
+  assert.equal((await json(await callAlgo(alice, 'alice/Sleepy', '1', 'application/json'))).result, 'slept 1');
+});
