@@ -1,6 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { probeSandbox } from '../src/runtime/sandbox.ts';
+import { detectCgroups } from '../src/runtime/cgroup.ts';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, compile, createAlgorithm, publish, release, tarGz, upload } from './helpers/algorithms.ts';
 
@@ -86,6 +87,25 @@ describe('builds', () => {
     const hash = (await json(await alice('/v1/algorithms/alice/WithDep/versions'))).results[0].version_info.git_hash;
     const logs = (await json(await alice(`/v1/algorithms/alice/WithDep/builds/${hash}/logs`))).logs;
     assert.match(logs, /npm install/);
+  });
+
+  test('install scripts run in a cgroup: a process flood in a build is capped', { skip: detectCgroups().pids ? false : 'no writable pids controller here' }, async () => {
+    const flood = `const { spawn } = require('child_process');
+let ok = 0, failed = 0;
+for (let i = 0; i < 400; i++) { try { const c = spawn('/usr/bin/sleep', ['2']); c.on('error', () => failed++); if (c.pid) ok++; } catch { failed++; } }
+setTimeout(() => console.log('FLOOD started ' + ok + ' failed ' + failed), 300);
+`;
+    await createAlgorithm(alice, 'alice', 'Flood', { language: 'javascript' });
+    await upload(alice, 'alice', 'Flood', {
+      'src/index.js': 'exports.apply = (x) => x;\n',
+      'package.json': JSON.stringify({ name: 'flood', version: '1.0.0', dependencies: { dep: 'file:./dep' }, scripts: { preinstall: 'node flood.js' } }),
+      'flood.js': flood,
+      'dep/package.json': JSON.stringify({ name: 'dep', version: '1.0.0' }),
+    });
+    const body = await json(await alice('/v1/algorithms/alice/Flood/compile', { method: 'POST' }));
+    const m = /FLOOD started (\d+) failed (\d+)/.exec(body.compilation.output);
+    assert.ok(m, body.compilation.output);
+    assert.ok(Number(m[1]) < 256 && Number(m[2]) > 0, m[0]);
   });
 
   test('TypeScript is bundled with esbuild, local imports included', async () => {

@@ -29,8 +29,10 @@ export interface BuilderOptions {
 }
 
 const MAX_LOG = 256 * 1024;
-/** Build steps get more room than calls: package managers unpack into their caches. */
-const BUILD_LIMITS: SandboxLimits = { ...DEFAULT_LIMITS, heapMb: 1024, tmpBytes: 2 * 1024 * 1024 * 1024, maxFileBytes: 1024 * 1024 * 1024, maxOpenFiles: 4096 };
+/** Build steps get more room than calls (package managers unpack into their caches), within a cgroup. */
+const BUILD_LIMITS: SandboxLimits = { ...DEFAULT_LIMITS, heapMb: 1024, tmpBytes: 1024 * 1024 * 1024, maxFileBytes: 1024 * 1024 * 1024, maxOpenFiles: 4096, maxPids: 256 };
+/** Builds running at once, server-wide; more wait their turn. */
+export const MAX_CONCURRENT_BUILDS = 2;
 const NPM_CLI = '/usr/lib/node_modules/npm/bin/npm-cli.js';
 
 /** The esbuild executable (a static binary): run inside the sandbox for TypeScript. */
@@ -136,10 +138,25 @@ function hasDependencies(file: string): boolean {
  */
 export class Builder {
   private readonly esbuild = esbuildBinary();
+  private running = 0;
+  private readonly waiting: Array<() => void> = [];
 
   constructor(private readonly options: BuilderOptions) {}
 
+  /** Builds one at a time per slot: a burst of compiles queues instead of exhausting the host. */
   async build(req: BuildRequest): Promise<BuildResult> {
+    if (this.running >= MAX_CONCURRENT_BUILDS) await new Promise<void>((r) => this.waiting.push(r));
+    else this.running++;
+    try {
+      return await this.buildNow(req);
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+
+  private async buildNow(req: BuildRequest): Promise<BuildResult> {
     const log = new Log();
     const started = Date.now();
     const fail = (why: string): BuildResult => {

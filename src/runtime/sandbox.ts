@@ -312,12 +312,17 @@ export function cgroupOf(child: ChildProcess): WorkerCgroup | undefined {
  * Throws if the host supports cgroups and the group cannot be created.
  */
 export function spawnSandbox(spec: SandboxSpec): ChildProcess {
-  const l = workerLaunch(spec);
-  const group = spec.cgroup === false ? undefined : createWorkerCgroup(undefined, { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids });
-  if (group === undefined) return launch(l, spec.unsandboxed);
+  const group = spec.cgroup === false ? undefined : { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids };
+  return launchInCgroup(workerLaunch(spec), spec.unsandboxed, group);
+}
+
+/** Launches in a cgroup of its own with these limits (where the host has cgroups), removed at exit. */
+function launchInCgroup(l: Launch, unsandboxed: boolean | undefined, limits: { memoryBytes: number; maxPids: number } | undefined): ChildProcess {
+  const group = limits === undefined ? undefined : createWorkerCgroup(undefined, limits);
+  if (group === undefined) return launch(l, unsandboxed);
   let child: ChildProcess;
   try {
-    child = launch({ ...l, cgroupProcs: group.procsFiles }, spec.unsandboxed);
+    child = launch({ ...l, cgroupProcs: group.procsFiles }, unsandboxed);
   } catch (err) {
     void group.remove();
     throw err;
@@ -334,5 +339,10 @@ export function spawnSandbox(spec: SandboxSpec): ChildProcess {
 
 /** Starts a build step with /algo writable; stdout and stderr piped. */
 export function spawnTool(spec: ToolSpec): ChildProcess {
-  return launch({ algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) }, spec.unsandboxed);
+  // Build steps run the owner's install scripts: they get a cgroup too, with build-sized limits.
+  return launchInCgroup(
+    { algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
+    spec.unsandboxed,
+    { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids },
+  );
 }
