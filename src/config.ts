@@ -38,6 +38,11 @@ export interface Config {
   maxSourceBytes: number;
   /** ALGOHOST_BUILD_TIMEOUT_MS: longest a dependency install (npm, pip) may take. */
   buildTimeoutMs: number;
+  /**
+   * ALGOHOST_ALGORITHM_NETWORK: `host` lets algorithms with `network_access: full` use the
+   * host's network (loopback included); `none` (default) refuses that setting.
+   */
+  algorithmNetwork: 'none' | 'host';
 }
 
 const GiB = 1024 ** 3;
@@ -58,6 +63,7 @@ export const DEFAULTS = {
   workerMemoryMb: 512,
   maxSourceBytes: 50 * 1024 * 1024,
   buildTimeoutMs: 10 * 60_000,
+  algorithmNetwork: 'none',
 } as const;
 
 export class ConfigError extends Error {}
@@ -110,12 +116,19 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     workerMemoryMb: int('ALGOHOST_WORKER_MEMORY_MB', env.ALGOHOST_WORKER_MEMORY_MB, DEFAULTS.workerMemoryMb, 64, 1_048_576),
     maxSourceBytes: int('ALGOHOST_MAX_SOURCE_BYTES', env.ALGOHOST_MAX_SOURCE_BYTES, DEFAULTS.maxSourceBytes, 1024, 4 * GiB),
     buildTimeoutMs: int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
+    algorithmNetwork: networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
   };
 }
 
 /** Home only, for the admin commands that open the store without serving. */
 export function loadHome(home: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
   return path.resolve(home ?? (env.ALGOHOST_HOME || DEFAULTS.home));
+}
+
+function networkMode(raw: string | undefined): 'none' | 'host' {
+  if (raw === undefined || raw === '' || raw === 'none') return 'none';
+  if (raw === 'host') return 'host';
+  throw new ConfigError(`ALGOHOST_ALGORITHM_NETWORK must be none or host, got "${raw}"`);
 }
 
 function sandboxMode(raw: string | undefined): 'auto' | 'required' {

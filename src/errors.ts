@@ -45,6 +45,7 @@ export const ERROR_CODES = {
   invalid_permissions: 400,
   invalid_version: 400,
   invalid_archive: 400,
+  network_not_allowed: 400,
   call_depth_exceeded: 400,
   user_exists: 409,
   delete_incomplete: 500,

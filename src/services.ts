@@ -70,7 +70,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
-  const algorithms = new AlgorithmRegistry(store.db, markers);
+  const algorithms = new AlgorithmRegistry(store.db, markers, config.algorithmNetwork === 'host');
   const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs, bwrapPath: config.bwrapPath });
   const builds = new BuildService(store.db, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store.db, algorithms, builds, markers);
@@ -82,7 +82,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
-  const calls = new CallService(releases, files, runtime);
+  const calls = new CallService(releases, files, runtime, config.algorithmNetwork === 'host');
   return {
     config,
     store,

@@ -67,6 +67,8 @@ export class CallService {
     private readonly releases: ReleaseService,
     private readonly files: AlgorithmFiles,
     private readonly runtime: AlgorithmRuntime,
+    /** ALGOHOST_ALGORITHM_NETWORK=host; otherwise even a version published with network runs without. */
+    private readonly allowNetwork = false,
   ) {}
 
   async call(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult> {
@@ -145,7 +147,7 @@ export class CallService {
           dir: this.files.buildDir(target.algorithm.id, target.build.hash),
           runner: target.build.runner!,
           entry: target.build.entry!,
-          network: target.settings.network_access === 'full',
+          network: this.allowNetwork && target.settings.network_access === 'full',
         },
         req.contentType,
         req.input,

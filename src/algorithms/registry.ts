@@ -67,7 +67,18 @@ export class AlgorithmRegistry {
   constructor(
     private readonly db: Db,
     private readonly markers: MarkerCodec,
+    /** Whether the operator lets algorithms have network access (ALGOHOST_ALGORITHM_NETWORK). */
+    private readonly allowNetwork = false,
   ) {}
+
+  private checkNetwork(settings: AlgorithmSettings, before?: AlgorithmSettings): void {
+    if (settings.network_access === 'full' && before?.network_access !== 'full' && !this.allowNetwork) {
+      throw new AppError(
+        'network_not_allowed',
+        'this server does not give algorithms network access (network_access "full"); its operator can allow it with ALGOHOST_ALGORITHM_NETWORK=host',
+      );
+    }
+  }
 
   /** The algorithm, for its owner acting with a key that may manage algorithms. */
   async manage(principal: Principal, owner: string, name: string): Promise<Algorithm> {
@@ -114,6 +125,7 @@ export class AlgorithmRegistry {
     const name = validateAlgorithmName(input.name);
     const details = parseDetails(input.details, { label: name, summary: '', tagline: '' });
     const settings = parseSettings(input.settings, DEFAULT_SETTINGS);
+    this.checkNetwork(settings);
     const now = Date.now();
     try {
       await this.db
@@ -157,6 +169,7 @@ export class AlgorithmRegistry {
     }
     const details = parseDetails(input.details, current.details);
     const settings = parseSettings(input.settings, current.settings);
+    this.checkNetwork(settings, current.settings);
     await this.db
       .updateTable('algorithms')
       .set({ details: JSON.stringify(details), settings: JSON.stringify(settings), updated_at: Date.now() })

@@ -1,0 +1,59 @@
+/** Network access for algorithms is the operator's decision (ALGOHOST_ALGORITHM_NETWORK). */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { probeSandbox } from '../src/runtime/sandbox.ts';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { callAlgo, release } from './helpers/algorithms.ts';
+
+const FETCH = `export async function apply(url) {
+  try { const r = await fetch(url); return 'reached: ' + (await r.text()); } catch (e) { return 'unreachable: ' + (e.cause?.code ?? e.message); }
+}
+`;
+
+let target: http.Server;
+let targetUrl = '';
+before(async () => {
+  target = http.createServer((_req, res) => res.end('hello from the host'));
+  await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
+  targetUrl = `http://127.0.0.1:${(target.address() as AddressInfo).port}/`;
+});
+after(() => new Promise<void>((r) => target.close(() => r())));
+
+describe('by default (none)', () => {
+  let s: TestServer;
+  before(async () => {
+    s = await startServer();
+  });
+  after(() => s.close());
+
+  test('network_access "full" is refused with the setting that would allow it', async () => {
+    const alice = api(s.url, await s.user('alice'));
+    const r = await alice('/v1/algorithms/alice', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'Net', settings: { network_access: 'full' } }) });
+    assert.equal(r.status, 400);
+    const body = await json(r);
+    assert.equal(body.error.code, 'network_not_allowed');
+    assert.match(body.error.message, /ALGOHOST_ALGORITHM_NETWORK=host/);
+  });
+
+  test('an isolated algorithm reaches nothing', { skip: probeSandbox().available ? false : 'without the sandbox there is no network namespace' }, async () => {
+    const alice = api(s.url, await s.user('carol'));
+    await release(alice, 'carol', 'Isolated', { 'src/index.js': FETCH }, { settings: { language: 'javascript' } });
+    assert.match((await json(await callAlgo(alice, 'carol/Isolated', targetUrl))).result, /^unreachable/);
+  });
+});
+
+describe('with ALGOHOST_ALGORITHM_NETWORK=host', () => {
+  let s: TestServer;
+  before(async () => {
+    s = await startServer({ env: { ALGOHOST_ALGORITHM_NETWORK: 'host' } });
+  });
+  after(() => s.close());
+
+  test('an algorithm with network_access "full" reaches the network', async () => {
+    const alice = api(s.url, await s.user('alice'));
+    await release(alice, 'alice', 'Net', { 'src/index.js': FETCH }, { settings: { language: 'javascript', network_access: 'full' } });
+    assert.equal((await json(await callAlgo(alice, 'alice/Net', targetUrl))).result, 'reached: hello from the host');
+  });
+});
