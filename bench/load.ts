@@ -27,19 +27,45 @@ export function rawGet(port: number, path: string, headers: Record<string, strin
 }
 
 /**
+ * A raw request with a body (POST, say) for the load generator: Content-Length set, the same
+ * headers whichever server it goes to.
+ */
+export function rawRequest(port: number, method: string, path: string, headers: Record<string, string>, body: Buffer): Buffer {
+  const lines = [
+    `${method} ${path} HTTP/1.1`,
+    `Host: ${HOST}:${port}`,
+    'Accept: */*',
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+    `Content-Length: ${body.length}`,
+  ];
+  return Buffer.concat([Buffer.from(lines.join('\r\n') + '\r\n\r\n', 'latin1'), body]);
+}
+
+export interface LoadOptions {
+  /** When given, every completed request's latency (ms, from its write to the end of its response) is pushed here. */
+  latencies?: number[];
+}
+
+/**
  * `connections` keep-alive connections, each sending one request at a time (no pipelining),
  * cycling through `requests`, for `durationMs`. Responses must carry Content-Length.
  */
-export async function runLoad(port: number, requests: Buffer[], connections: number, durationMs: number): Promise<LoadResult> {
-  const stats = { completed: 0, errors: 0 };
+export async function runLoad(port: number, requests: Buffer[], connections: number, durationMs: number, options: LoadOptions = {}): Promise<LoadResult> {
+  const stats = { completed: 0, errors: 0, latencies: options.latencies };
   const t0 = performance.now();
   const deadline = t0 + durationMs;
   await Promise.all(Array.from({ length: connections }, (_, c) => oneConnection(port, requests, c, deadline, stats)));
   const ms = durationMs;
-  return { ...stats, ms, rate: stats.completed / (ms / 1000) };
+  return { completed: stats.completed, errors: stats.errors, ms, rate: stats.completed / (ms / 1000) };
 }
 
-function oneConnection(port: number, requests: Buffer[], first: number, deadline: number, stats: { completed: number; errors: number }): Promise<void> {
+function oneConnection(
+  port: number,
+  requests: Buffer[],
+  first: number,
+  deadline: number,
+  stats: { completed: number; errors: number; latencies: number[] | undefined },
+): Promise<void> {
   return new Promise((resolve, reject) => {
     const sock = net.connect({ host: HOST, port });
     sock.setNoDelay(true);
@@ -54,7 +80,11 @@ function oneConnection(port: number, requests: Buffer[], first: number, deadline
       sock.destroy();
       reject(err);
     };
-    const send = () => sock.write(requests[next++ % requests.length]!);
+    let sentAt = 0;
+    const send = () => {
+      sentAt = performance.now();
+      sock.write(requests[next++ % requests.length]!);
+    };
     sock.on('connect', send);
     sock.on('error', fail);
     sock.on('close', () => fail(new Error('the server closed a keep-alive connection')));
@@ -86,6 +116,7 @@ function oneConnection(port: number, requests: Buffer[], first: number, deadline
         if (now <= deadline) {
           stats.completed++;
           if (status !== 200) stats.errors++;
+          stats.latencies?.push(now - sentAt);
         }
         if (now >= deadline) {
           done = true;
