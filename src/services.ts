@@ -70,10 +70,10 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
-  const algorithms = new AlgorithmRegistry(store.db, markers, config.algorithmNetwork === 'host');
+  const algorithms = new AlgorithmRegistry(store, markers, config.algorithmNetwork === 'host');
   const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs, bwrapPath: config.bwrapPath });
-  const builds = new BuildService(store.db, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
-  const releases = new ReleaseService(store.db, algorithms, builds, markers);
+  const builds = new BuildService(store, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
+  const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime({
     ...DEFAULT_RUNTIME,
     pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
@@ -86,7 +86,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   return {
     config,
     store,
-    keys: new KeyService(store.db),
+    keys: new KeyService(store),
     users,
     hosted,
     data,

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
-import type { Db } from '../store/db.ts';
+import type { Db, MetadataStore } from '../store/db.ts';
 import type { BuildStatus } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { RunnerKind } from '../runtime/sandbox.ts';
@@ -90,14 +90,19 @@ function toBuild(row: {
  */
 export class BuildService {
   readonly lock = new KeyedLock();
+  private readonly db: Db;
+  private readonly byHash;
 
   constructor(
-    private readonly db: Db,
+    store: MetadataStore,
     private readonly registry: AlgorithmRegistry,
     readonly files: AlgorithmFiles,
     private readonly builder: Builder,
     private readonly extractLimits: Partial<ExtractLimits>,
-  ) {}
+  ) {
+    this.db = store.db;
+    this.byHash = store.prepared(this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', 0).where('hash', '=', ''));
+  }
 
   async uploadSource(principal: Principal, owner: string, name: string, body: Readable): Promise<{ hash: string; files: number; bytes: number }> {
     const algo = await this.registry.manage(principal, owner, name);
@@ -211,7 +216,7 @@ export class BuildService {
   }
 
   private async find(algorithmId: number, hash: string): Promise<Build | undefined> {
-    const row = await this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', algorithmId).where('hash', '=', hash).executeTakeFirst();
+    const [row] = await this.byHash([algorithmId, hash]);
     return row ? toBuild(row) : undefined;
   }
 

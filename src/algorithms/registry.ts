@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { AppError } from '../errors.ts';
-import { isUniqueViolation, type Db } from '../store/db.ts';
+import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
@@ -64,12 +64,18 @@ export function noSuchAlgorithm(owner: string, name: string): AppError {
  * algorithms; others see an algorithm only while it is publicly callable.
  */
 export class AlgorithmRegistry {
+  private readonly db: Db;
+  private readonly byName;
+
   constructor(
-    private readonly db: Db,
+    store: MetadataStore,
     private readonly markers: MarkerCodec,
     /** Whether the operator lets algorithms have network access (ALGOHOST_ALGORITHM_NETWORK). */
     private readonly allowNetwork = false,
-  ) {}
+  ) {
+    this.db = store.db;
+    this.byName = store.prepared(this.query().where('users.username_lc', '=', '').where('algorithms.name_lc', '=', ''));
+  }
 
   private checkNetwork(settings: AlgorithmSettings, before?: AlgorithmSettings): void {
     if (settings.network_access === 'full' && before?.network_access !== 'full' && !this.allowNetwork) {
@@ -151,10 +157,7 @@ export class AlgorithmRegistry {
 
   /** An algorithm as `principal` may see it: the owner always, others while it is public. */
   async require(principal: Principal, owner: string, name: string): Promise<Algorithm> {
-    const row = await this.query()
-      .where('users.username_lc', '=', owner.toLowerCase())
-      .where('algorithms.name_lc', '=', name.toLowerCase())
-      .executeTakeFirst();
+    const [row] = await this.byName([owner.toLowerCase(), name.toLowerCase()]);
     if (!row) throw noSuchAlgorithm(owner, name);
     const algo = toAlgorithm(row);
     if (!isOwner(principal, algo.owner) && algo.settings.algorithm_callability !== 'public') throw noSuchAlgorithm(owner, name);

@@ -1,5 +1,5 @@
 import { AppError } from '../errors.ts';
-import { isUniqueViolation, type Db } from '../store/db.ts';
+import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
@@ -71,12 +71,18 @@ function notFound(owner: string, name: string, version?: string): AppError {
  * semantic version; calls resolve a version selector to a build.
  */
 export class ReleaseService {
+  private readonly db: Db;
+  private readonly ofAlgorithm;
+
   constructor(
-    private readonly db: Db,
+    store: MetadataStore,
     private readonly registry: AlgorithmRegistry,
     private readonly builds: BuildService,
     private readonly markers: MarkerCodec,
-  ) {}
+  ) {
+    this.db = store.db;
+    this.ofAlgorithm = store.prepared(this.versions().where('versions.algorithm_id', '=', 0));
+  }
 
   private versions() {
     return this.db
@@ -198,7 +204,7 @@ export class ReleaseService {
       if (!build) throw notFound(algo.owner, algo.name, selectorText);
       return { algorithm: algo, build, version: null, settings: algo.settings };
     }
-    const rows = (await this.versions().where('versions.algorithm_id', '=', algo.id).execute()).map(toVersion);
+    const rows = (await this.ofAlgorithm([algo.id])).map(toVersion);
     // A private algorithm has no public versions: its owner's "latest" is its latest private one.
     const effective = selector.kind === 'latest' && mine && algo.settings.algorithm_callability === 'private' ? { kind: 'latestPrivate' as const } : selector;
     const chosen = resolveVersion(rows.map(published), effective, mine);

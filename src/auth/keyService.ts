@@ -1,4 +1,4 @@
-import { isUniqueViolation, type Db } from '../store/db.ts';
+import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from './principal.ts';
 import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
@@ -45,7 +45,19 @@ function toRecord(row: KeyRow): KeyRecord {
 }
 
 export class KeyService {
-  constructor(private readonly db: Db) {}
+  private readonly db: Db;
+  private readonly byHash;
+
+  constructor(store: MetadataStore) {
+    this.db = store.db;
+    this.byHash = store.prepared(
+      this.db
+        .selectFrom('api_keys')
+        .innerJoin('users', 'users.id', 'api_keys.user_id')
+        .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username'])
+        .where('api_keys.key_hash', '=', ''),
+    );
+  }
 
   /**
    * Establishes the principal of a request from its Authorization header. Every call reads
@@ -58,12 +70,7 @@ export class KeyService {
     if (!API_KEY_PATTERN.test(key)) {
       throw new AppError('invalid_api_key', 'API key not recognised: keys are 28 characters starting with "sim"');
     }
-    const row = await this.db
-      .selectFrom('api_keys')
-      .innerJoin('users', 'users.id', 'api_keys.user_id')
-      .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username'])
-      .where('api_keys.key_hash', '=', hashApiKey(key))
-      .executeTakeFirst();
+    const [row] = await this.byHash([hashApiKey(key)]);
     if (!row) throw new AppError('invalid_api_key', 'API key not recognised');
     if (row.revoked_at !== null) throw new AppError('api_key_revoked', 'this API key was revoked; use another key');
     return {

@@ -198,7 +198,7 @@ export class Worker {
       // The channel and stdout are separate pipes: what the algorithm printed before answering
       // may arrive after the answer. Runners say how much they wrote; wait for it, briefly.
       const h = answer.header;
-      await this.stdoutArrived(typeof h.stdout_bytes === 'number' ? h.stdout_bytes : 0);
+      await this.stdoutArrived(typeof h.stdout_bytes === 'number' ? h.stdout_bytes : undefined);
       // The algorithm shares the runner's process and could write frames itself: accept only
       // a well-formed answer to this call, and never a duration longer than we measured.
       const durationMs = typeof h.duration_ms === 'number' && h.duration_ms >= 0 ? Math.min(h.duration_ms, elapsed) : elapsed;
@@ -240,7 +240,9 @@ export class Worker {
   }
 
   /** Until `bytes` of stdout arrived this call (bounded: the count comes from the sandbox). */
-  private async stdoutArrived(bytes: number): Promise<void> {
+  private async stdoutArrived(bytes: number | undefined): Promise<void> {
+    // A runner that does not count: let what is already on its way arrive, and no more.
+    if (bytes === undefined) return new Promise((r) => setImmediate(r));
     const wanted = Math.min(bytes, this.maxStdout + 1);
     if (this.stdoutTotal < wanted) {
       await new Promise<void>((resolve) => {
@@ -255,8 +257,6 @@ export class Worker {
       });
       this.stdoutWanted = undefined;
     }
-    // And whatever is already on its way.
-    await new Promise((r) => setImmediate(r));
   }
 
   /** A malformed answer: the worker cannot be trusted with another call. */

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { Kysely, SqliteDialect, sql } from 'kysely';
+import { CompiledQuery, Kysely, SqliteDialect, sql, type Compilable } from 'kysely';
 import type { Schema } from './schema.ts';
 import { SQLITE_MIGRATIONS } from './sqliteMigrations.ts';
 
@@ -15,6 +15,12 @@ export interface MetadataStore {
    * wrote in between; it waits for the lock instead (up to the busy timeout).
    */
   write<T>(fn: (trx: Db) => Promise<T>): Promise<T>;
+  /**
+   * A read on the hot path (every call authenticates and resolves), compiled by Kysely once
+   * and then run with new parameters, in the order they appear in the query, without building
+   * and compiling it again per request.
+   */
+  prepared<R>(query: Compilable<R>): (params: readonly unknown[]) => Promise<R[]>;
   close(): Promise<void>;
 }
 
@@ -38,21 +44,37 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
   sqlite.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
   sqlite.pragma('foreign_keys = ON');
   migrate(sqlite);
-  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
+  const statements = withStatementCache(sqlite);
+  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: statements }) });
+  // While a write transaction is open on the one connection, a direct read would see its
+  // uncommitted rows: reads then take Kysely's way, which waits for the transaction to end.
+  let writing = 0;
   return {
     db,
     write: (fn) =>
       db.connection().execute(async (conn) => {
-        await sql`BEGIN IMMEDIATE`.execute(conn);
+        writing++;
         try {
-          const result = await fn(conn);
-          await sql`COMMIT`.execute(conn);
-          return result;
-        } catch (err) {
-          await sql`ROLLBACK`.execute(conn);
-          throw err;
+          await sql`BEGIN IMMEDIATE`.execute(conn);
+          try {
+            const result = await fn(conn);
+            await sql`COMMIT`.execute(conn);
+            return result;
+          } catch (err) {
+            await sql`ROLLBACK`.execute(conn);
+            throw err;
+          }
+        } finally {
+          writing--;
         }
       }),
+    prepared<R>(query: Compilable<R>) {
+      const compiled = query.compile();
+      return async (params: readonly unknown[]) => {
+        if (writing > 0) return (await db.executeQuery<R>(CompiledQuery.raw(compiled.sql, [...params]))).rows;
+        return statements.prepare(compiled.sql).all(...params) as R[];
+      };
+    },
     async close() {
       await db.destroy();
     },
