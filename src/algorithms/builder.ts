@@ -33,7 +33,19 @@ const MAX_LOG = 256 * 1024;
 const BUILD_LIMITS: SandboxLimits = { ...DEFAULT_LIMITS, heapMb: 1024, tmpBytes: 1024 * 1024 * 1024, maxFileBytes: 1024 * 1024 * 1024, maxOpenFiles: 4096, maxPids: 256 };
 /** Builds running at once, server-wide; more wait their turn. */
 export const MAX_CONCURRENT_BUILDS = 2;
-const NPM_CLI = '/usr/lib/node_modules/npm/bin/npm-cli.js';
+/** npm's entry script, wherever the system's npm lives under /usr (the sandbox sees /usr only). */
+function npmCli(): string | undefined {
+  for (const candidate of ['/usr/bin/npm', '/usr/lib/node_modules/npm/bin/npm-cli.js', '/usr/share/nodejs/npm/bin/npm-cli.js']) {
+    try {
+      const real = fs.realpathSync(candidate);
+      if (real.startsWith('/usr/')) return real;
+    } catch {
+      /* not there */
+    }
+  }
+  return undefined;
+}
+const NPM_CLI = npmCli();
 
 /** The esbuild executable (a static binary): run inside the sandbox for TypeScript. */
 function esbuildBinary(): string | undefined {
@@ -178,9 +190,10 @@ export class Builder {
 
     const packageJson = path.join(out, 'package.json');
     if (req.language !== 'python3' && fs.existsSync(packageJson) && hasDependencies(packageJson)) {
-      if (!fs.existsSync(NPM_CLI)) return fail(`package.json lists dependencies, but npm is not installed on this server (${NPM_CLI})`);
+      const npm = NPM_CLI;
+      if (!npm) return fail('package.json lists dependencies, but npm is not installed on this server (under /usr)');
       log.line('$ npm install --omit=dev');
-      const r = await this.tool(out, (algo) => ['/usr/bin/node', NPM_CLI, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log);
+      const r = await this.tool(out, (algo) => ['/usr/bin/node', npm, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log);
       if (r) return fail(`npm install ${r}`);
     }
     const requirements = path.join(out, 'requirements.txt');
