@@ -1,0 +1,70 @@
+/**
+ * Our server for the algorithm-call benchmark, built in this process the way the tests build
+ * it (test/helpers/server.ts): `createServices` + `buildApp` on an existing home, pino at log
+ * level silent, on 127.0.0.1 port 0.
+ *
+ *   node --import tsx bench/algoServer.ts HOME [--per-version N] [--profile-to FILE]
+ *
+ * `--per-version N` sets the worker pool's maxPerVersion (the rest is DEFAULT_POOL); without
+ * it the pool is the configuration's default (4 workers per version). Prints
+ * "algo is ready at http://127.0.0.1:PORT" on stderr.
+ *
+ * `--profile-to FILE`: SIGUSR2 starts V8's CPU profiler (through node:inspector: the profiler
+ * `--cpu-prof` uses, sampling every 0.5 ms), the next SIGUSR2 stops it and writes the
+ * profile to FILE (to FILE.tmp first, then renamed), so that a profile covers only the
+ * measured load, not start-up or publishing.
+ */
+import fs from 'node:fs';
+import inspector from 'node:inspector/promises';
+import pino from 'pino';
+import { buildApp, LOG_REDACT } from '../src/app.ts';
+import { loadConfig } from '../src/config.ts';
+import { DEFAULT_POOL } from '../src/runtime/pool.ts';
+import { createServices, type ServiceOptions } from '../src/services.ts';
+
+const home = process.argv[2];
+if (!home) throw new Error('usage: algoServer.ts HOME [--per-version N] [--profile-to FILE]');
+const i = process.argv.indexOf('--per-version');
+const perVersion = i > 0 ? Number(process.argv[i + 1]) : undefined;
+
+const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent' });
+const options: ServiceOptions = perVersion ? { runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: perVersion } } } : {};
+const services = await createServices(config, options);
+await services.hosted.recover();
+const app = buildApp(services, { logger: pino({ level: 'silent', redact: LOG_REDACT }) });
+const url = await app.listen({ port: 0, host: '127.0.0.1' });
+process.stderr.write(`algo${perVersion ? ` (maxPerVersion ${perVersion})` : ''} is ready at ${url}\n`);
+process.stderr.write(`sandbox: ${services.sandbox.available ? 'bubblewrap' : `NONE (${services.sandbox.reason})`}\n`);
+
+const p = process.argv.indexOf('--profile-to');
+if (p > 0) {
+  const file = process.argv[p + 1]!;
+  const session = new inspector.Session();
+  session.connect();
+  let running = false;
+  process.on('SIGUSR2', () => {
+    void (async () => {
+      if (!running) {
+        running = true;
+        await session.post('Profiler.enable');
+        await session.post('Profiler.setSamplingInterval', { interval: 500 });
+        await session.post('Profiler.start');
+        process.stderr.write('profiling\n');
+        return;
+      }
+      running = false;
+      const { profile } = await session.post('Profiler.stop');
+      fs.writeFileSync(`${file}.tmp`, JSON.stringify(profile));
+      fs.renameSync(`${file}.tmp`, file);
+      process.stderr.write(`profile written to ${file}\n`);
+    })();
+  });
+}
+
+const stop = async () => {
+  await app.close();
+  await services.close();
+  process.exit(0);
+};
+process.once('SIGTERM', () => void stop());
+process.once('SIGINT', () => void stop());
