@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import { sql } from 'kysely';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -92,6 +93,7 @@ export class BuildService {
   readonly lock = new KeyedLock();
   private readonly db: Db;
   private readonly byHash;
+  private readonly runnable;
 
   constructor(
     store: MetadataStore,
@@ -102,6 +104,15 @@ export class BuildService {
   ) {
     this.db = store.db;
     this.byHash = store.prepared(this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', 0).where('hash', '=', ''));
+    // Calls need to know how to run a build, not its (up to 256 KiB) log.
+    this.runnable = store.prepared(
+      this.db
+        .selectFrom('builds')
+        .select(['id', 'algorithm_id', 'hash', 'status', 'language', 'runner', 'entry', 'started_at', 'finished_at', sql<string>`''`.as('logs')])
+        .where('algorithm_id', '=', 0)
+        .where('hash', '=', '')
+        .where('status', '=', 'succeeded'),
+    );
   }
 
   async uploadSource(principal: Principal, owner: string, name: string, body: Readable): Promise<{ hash: string; files: number; bytes: number }> {
@@ -230,8 +241,8 @@ export class BuildService {
 
   /** A successful build by hash, for calls by build hash and for publishing. */
   async succeeded(algorithmId: number, hash: string): Promise<Build | undefined> {
-    const build = await this.find(algorithmId, hash);
-    return build?.status === 'succeeded' ? build : undefined;
+    const [row] = await this.runnable([algorithmId, hash, 'succeeded']);
+    return row ? toBuild(row) : undefined;
   }
 
   /** What a publish publishes: the build of the last compile, if it succeeded. */

@@ -1,12 +1,13 @@
 import { AppError } from '../errors.ts';
 import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
+import { VersionedCache } from '../store/versionedCache.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
 import type { Build, BuildService } from './builds.ts';
 import { DEFAULT_SETTINGS, type AlgorithmSettings } from './manifest.ts';
-import { compareSemVer, formatSemVer, nextVersion, parseSelector, resolveVersion, type PublishedVersion, type SemVer, type VersionType } from './versions.ts';
+import { compareSemVer, formatSemVer, type Selector, nextVersion, parseSelector, resolveVersion, type PublishedVersion, type SemVer, type VersionType } from './versions.ts';
 
 export interface Version extends SemVer {
   id: number;
@@ -73,6 +74,8 @@ function notFound(owner: string, name: string, version?: string): AppError {
 export class ReleaseService {
   private readonly db: Db;
   private readonly ofAlgorithm;
+  /** What a (caller, reference) resolves to, until the store changes. */
+  private readonly targets: VersionedCache<CallTarget | { missing: AppError }>;
 
   constructor(
     store: MetadataStore,
@@ -82,6 +85,7 @@ export class ReleaseService {
   ) {
     this.db = store.db;
     this.ofAlgorithm = store.prepared(this.versions().where('versions.algorithm_id', '=', 0));
+    this.targets = new VersionedCache(store);
   }
 
   private versions() {
@@ -191,6 +195,21 @@ export class ReleaseService {
    */
   async resolveCall(principal: Principal, owner: string, name: string, selectorText: string | undefined): Promise<CallTarget> {
     const selector = parseSelector(selectorText);
+    // What a reference resolves to depends on who asks (owner or not, private or public).
+    const key = `${principal.userId}\u0000${owner.toLowerCase()}\u0000${name.toLowerCase()}\u0000${selectorText ?? ''}`;
+    const found = await this.targets.get(key, async () => {
+      try {
+        return await this.resolveUncached(principal, owner, name, selectorText, selector);
+      } catch (err) {
+        if (err instanceof AppError && err.code === 'algorithm_not_found') return { missing: err };
+        throw err;
+      }
+    });
+    if ('missing' in found) throw new AppError(found.missing.code, found.missing.message);
+    return found;
+  }
+
+  private async resolveUncached(principal: Principal, owner: string, name: string, selectorText: string | undefined, selector: Selector): Promise<CallTarget> {
     let algo: Algorithm;
     try {
       algo = await this.registry.require(principal, owner, name);

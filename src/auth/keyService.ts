@@ -1,4 +1,5 @@
 import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
+import { VersionedCache } from '../store/versionedCache.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from './principal.ts';
 import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
@@ -47,9 +48,11 @@ function toRecord(row: KeyRow): KeyRecord {
 export class KeyService {
   private readonly db: Db;
   private readonly byHash;
+  private readonly principals: VersionedCache<Principal | { refused: AppError }>;
 
   constructor(store: MetadataStore) {
     this.db = store.db;
+    this.principals = new VersionedCache(store);
     this.byHash = store.prepared(
       this.db
         .selectFrom('api_keys')
@@ -70,15 +73,20 @@ export class KeyService {
     if (!API_KEY_PATTERN.test(key)) {
       throw new AppError('invalid_api_key', 'API key not recognised: keys are 28 characters starting with "sim"');
     }
-    const [row] = await this.byHash([hashApiKey(key)]);
-    if (!row) throw new AppError('invalid_api_key', 'API key not recognised');
-    if (row.revoked_at !== null) throw new AppError('api_key_revoked', 'this API key was revoked; use another key');
-    return {
-      userId: row.userId,
-      username: row.username,
-      keyId: row.keyId,
-      permissions: JSON.parse(row.permissions) as KeyPermissions,
-    };
+    const found = await this.principals.get(hashApiKey(key), async () => {
+      const [row] = await this.byHash([hashApiKey(key)]);
+      if (!row) return { refused: new AppError('invalid_api_key', 'API key not recognised') };
+      if (row.revoked_at !== null) return { refused: new AppError('api_key_revoked', 'this API key was revoked; use another key') };
+      // Shared by every request made with this key until the store changes: frozen.
+      return Object.freeze({
+        userId: row.userId,
+        username: row.username,
+        keyId: row.keyId,
+        permissions: Object.freeze(JSON.parse(row.permissions) as KeyPermissions),
+      });
+    });
+    if ('refused' in found) throw new AppError(found.refused.code, found.refused.message);
+    return found;
   }
 
   /**

@@ -21,6 +21,12 @@ export interface MetadataStore {
    * and compiling it again per request.
    */
   prepared<R>(query: Compilable<R>): (params: readonly unknown[]) => Promise<R[]>;
+  /**
+   * Changes whenever the data may have changed: a write by this process (any statement that
+   * is not a read), or a commit by another process (the admin CLI). Hot-path caches keep what
+   * they read together with this value, and read again when it differs.
+   */
+  version(): string;
   close(): Promise<void>;
 }
 
@@ -44,7 +50,9 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
   sqlite.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
   sqlite.pragma('foreign_keys = ON');
   migrate(sqlite);
-  const statements = withStatementCache(sqlite);
+  let generation = 0;
+  const statements = withStatementCache(sqlite, () => generation++);
+  const dataVersion = sqlite.prepare('PRAGMA data_version').pluck();
   const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: statements }) });
   // While a write transaction is open on the one connection, a direct read would see its
   // uncommitted rows: reads then take Kysely's way, which waits for the transaction to end.
@@ -68,6 +76,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
           writing--;
         }
       }),
+    version: () => (writing > 0 ? `w${generation}` : `${generation}:${dataVersion.get() as number}`),
     prepared<R>(query: Compilable<R>) {
       const compiled = query.compile();
       return async (params: readonly unknown[]) => {
@@ -86,7 +95,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
  * request makes. Queries are built from a fixed set of shapes, so their SQL text repeats and
  * prepared statements can be reused (better-sqlite3 runs them synchronously, never two at once).
  */
-function withStatementCache(sqlite: Database.Database, max = 500) {
+function withStatementCache(sqlite: Database.Database, onWrite: () => void, max = 500) {
   const cache = new Map<string, Database.Statement>();
   return {
     close: () => sqlite.close(),
@@ -97,6 +106,9 @@ function withStatementCache(sqlite: Database.Database, max = 500) {
         stmt = sqlite.prepare(sqlText);
         cache.set(sqlText, stmt);
       }
+      // Kysely prepares right before it runs: a statement that writes (or begins, commits,
+      // rolls back) changes the store's version.
+      if (!stmt.reader) onWrite();
       return stmt;
     },
   };

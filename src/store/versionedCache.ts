@@ -1,0 +1,33 @@
+/**
+ * A cache for reads on the hot path (the key of every request, the target of every call),
+ * valid while the store's version stays the same: any write by this process or commit by
+ * another (the admin CLI revoking a key) empties it, so a change takes effect on the next
+ * request, as if nothing were cached.
+ */
+export class VersionedCache<V> {
+  private readonly map = new Map<string, V>();
+  private at = '';
+
+  constructor(
+    private readonly store: { version(): string },
+    private readonly max = 10_000,
+  ) {}
+
+  async get(key: string, load: () => Promise<V>): Promise<V> {
+    const version = this.store.version();
+    if (version !== this.at) {
+      this.map.clear();
+      this.at = version;
+    }
+    const hit = this.map.get(key);
+    if (hit !== undefined) return hit;
+    const value = await load();
+    // Kept only if nothing was written while it was read, and no write transaction was open
+    // (whose rows it might have seen before they were committed).
+    if (!version.startsWith('w') && this.store.version() === version) {
+      if (this.map.size >= this.max) this.map.clear();
+      this.map.set(key, value);
+    }
+    return value;
+  }
+}
