@@ -71,19 +71,20 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     }
     return sendError(new AppError('route_not_found', `no route ${req.method} ${path.slice(0, 200)}`), req, reply);
   });
-  app.addHook('onSend', async (_req, reply) => {
+  // Hooks on every request are synchronous (callback style): no promise per request and hook.
+  app.addHook('onSend', (_req, reply, payload, done) => {
     // While draining, a response finishing a request in flight also closes its connection.
     if (closing) reply.header('connection', 'close');
     reply.header('x-content-type-options', 'nosniff');
     // File bodies are users' content: never let a browser run them in our origin.
     if (reply.getHeader('x-data-type') === 'file') reply.header('content-security-policy', "default-src 'none'; sandbox");
+    done(null, payload);
   });
 
-  app.addHook('onRequest', async (_req, reply) => {
-    if (closing) {
-      reply.header('connection', 'close');
-      throw new AppError('shutting_down', 'the server is shutting down; retry shortly');
-    }
+  app.addHook('onRequest', (_req, reply, done) => {
+    if (!closing) return done();
+    reply.header('connection', 'close');
+    done(new AppError('shutting_down', 'the server is shutting down; retry shortly'));
   });
 
   // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
