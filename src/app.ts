@@ -9,6 +9,7 @@ import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 import { callRoutes, webPreflight } from './http/callRoutes.ts';
+import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
@@ -30,7 +31,7 @@ const REQ_PREFIX = crypto.randomBytes(4).toString('hex');
 let reqCounter = 0;
 
 /** Never contain a key in a log line, whatever a future serializer might add. */
-export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization', 'api_key', '*.api_key'];
+export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization', 'api_key', '*.api_key', 'cred_data', '*.cred_data', 'credentials', '*.credentials'];
 
 /**
  * Builds the HTTP app without listening: `main` listens on the configured port, tests on
@@ -126,6 +127,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
     await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
     await authed.register(callRoutes, { calls: services.calls });
+    await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Requests from inside algorithms run through these same routes, as their call's identity.

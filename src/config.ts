@@ -43,6 +43,11 @@ export interface Config {
    * host's network (loopback included); `none` (default) refuses that setting.
    */
   algorithmNetwork: 'none' | 'host';
+  /**
+   * ALGOHOST_CREDENTIALS_KEY: 32 bytes in base64 encrypting connected accounts' credentials;
+   * derived from the home's secret file when unset.
+   */
+  credentialsKey: Buffer | undefined;
 }
 
 const GiB = 1024 ** 3;
@@ -117,12 +122,22 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     maxSourceBytes: int('ALGOHOST_MAX_SOURCE_BYTES', env.ALGOHOST_MAX_SOURCE_BYTES, DEFAULTS.maxSourceBytes, 1024, 4 * GiB),
     buildTimeoutMs: int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
     algorithmNetwork: networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
+    credentialsKey: credentialsKey(env.ALGOHOST_CREDENTIALS_KEY),
   };
 }
 
 /** Home only, for the admin commands that open the store without serving. */
 export function loadHome(home: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
   return path.resolve(home ?? (env.ALGOHOST_HOME || DEFAULTS.home));
+}
+
+function credentialsKey(raw: string | undefined): Buffer | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  const key = Buffer.from(raw, 'base64');
+  if (key.length !== 32 || key.toString('base64') !== raw.trim()) {
+    throw new ConfigError('ALGOHOST_CREDENTIALS_KEY must be 32 bytes in base64 (openssl rand -base64 32)');
+  }
+  return key;
 }
 
 function networkMode(raw: string | undefined): 'none' | 'host' {

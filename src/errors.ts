@@ -46,6 +46,7 @@ export const ERROR_CODES = {
   invalid_version: 400,
   invalid_archive: 400,
   network_not_allowed: 400,
+  invalid_connector: 400,
   call_depth_exceeded: 400,
   user_exists: 409,
   delete_incomplete: 500,

@@ -16,6 +16,8 @@ import { Builder } from './algorithms/builder.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { CallService } from './algorithms/calls.ts';
+import { ConnectedAccounts } from './connectors/accounts.ts';
+import { CredentialBox } from './connectors/credentials.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -30,6 +32,7 @@ export interface Services {
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
   calls: CallService;
+  accounts: ConnectedAccounts;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
   sandbox: SandboxSupport;
   close(): Promise<void>;
@@ -95,6 +98,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     releases,
     runtime,
     calls,
+    accounts: new ConnectedAccounts(store, new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'))),
     sandbox,
     close: async () => {
       await runtime.close();

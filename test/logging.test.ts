@@ -33,7 +33,15 @@ test('no log line contains an API key, even at trace level and on errors', async
     await fetch(`${url}/v1/data/.my`, { headers: { authorization: `Bearer ${created.api_key}` } });
     await fetch(`${url}/v1/data/.my`, { headers: { authorization: `Simple ${apiKey.slice(0, -1)}X` } });
     await fetch(`${url}/v1/data/.my`, { headers: { authorization: apiKey } });
+    // Connected accounts' credentials: on create, on a change, and on a refused request.
+    const credSecret = 'S3CRET-never-logged-0123456789';
+    const connect = (method: string, path: string, body: unknown) =>
+      fetch(`${url}/v1/users/alice/connectors${path}`, { method, headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    assert.equal((await connect('POST', '', { label: 's', protocol: 'objstore', cred_data: { access_key_id: 'AK', secret_access_key: credSecret } })).status, 201);
+    assert.equal((await connect('PATCH', '/s', { cred_data: { secret_access_key: `${credSecret}-2` } })).status, 200);
+    assert.equal((await connect('POST', '', { label: 'bad label', protocol: 'objstore', cred_data: { access_key_id: 'AK', secret_access_key: credSecret } })).status, 400);
     const log = lines.join('');
+    assert.equal(log.includes(credSecret), false, 'a connected account\'s secret appears in the log');
     assert.ok(lines.length >= 14, `requests were logged (${lines.length} lines)`);
     assert.ok(log.includes('/v1/data/.my/c/f'), 'the log has the request lines');
     for (const secret of [apiKey, created.api_key, apiKey.slice(0, -1) + 'X']) {

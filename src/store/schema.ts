@@ -107,7 +107,29 @@ export interface VersionsTable {
   created_at: number;
 }
 
+export interface ConnectorsTable {
+  id: Generated<number>;
+  user_id: number;
+  /** As the user wrote it; `label_lc` is unique per user. */
+  label: string;
+  label_lc: string;
+  protocol: 'objstore' | 'filehost';
+  provider: string;
+  /** 0 or 1: at most one default account per user and protocol. */
+  is_default: number;
+  /** What the account exposes: `*`, or a path prefix ending in `/*`. */
+  path: string;
+  writeable: number;
+  /** The credentials' non-secret fields (endpoint, region, url, username) as JSON. */
+  public_cred: string;
+  /** The whole credentials, encrypted (credentials.ts). */
+  sealed_cred: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface Schema {
+  connectors: ConnectorsTable;
   builds: BuildsTable;
   versions: VersionsTable;
   algorithms: AlgorithmsTable;

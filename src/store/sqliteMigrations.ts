@@ -92,4 +92,23 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE UNIQUE INDEX versions_number ON versions(algorithm_id, major, minor, patch);
   CREATE UNIQUE INDEX versions_build ON versions(algorithm_id, build_id);
   `,
+  `
+  CREATE TABLE connectors (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    label TEXT NOT NULL,
+    label_lc TEXT NOT NULL,
+    protocol TEXT NOT NULL CHECK (protocol IN ('objstore', 'filehost')),
+    provider TEXT NOT NULL,
+    is_default INTEGER NOT NULL DEFAULT 0,
+    path TEXT NOT NULL DEFAULT '*',
+    writeable INTEGER NOT NULL DEFAULT 0,
+    public_cred TEXT NOT NULL,
+    sealed_cred TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE UNIQUE INDEX connectors_label ON connectors(user_id, label_lc);
+  CREATE UNIQUE INDEX connectors_default ON connectors(user_id, protocol) WHERE is_default = 1;
+  `,
 ];
