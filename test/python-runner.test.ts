@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_LIMITS, probeSandbox, spawnSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
 import { Worker, type Outcome } from '../src/runtime/worker.ts';
+import { groupGone, text } from './helpers/workers.ts';
 
 const support = probeSandbox();
 const skip = support.available ? false : `bubblewrap unavailable: ${support.reason}`;
@@ -30,22 +31,11 @@ async function start(spec: SandboxSpec, maxStdoutBytes?: number): Promise<Worker
   return w;
 }
 
-const text = (o: Outcome) => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);
 const errorOf = (o: Outcome) => {
   assert.equal(o.kind, 'algorithm_error', `expected an algorithm error: ${JSON.stringify(o)}`);
   return o.kind === 'algorithm_error' ? o.error : { message: '', stacktrace: '', error_type: '' };
 };
 
-/** The process group of a worker is gone: nothing of the sandbox outlived it. */
-function groupGone(w: Worker): boolean {
-  const pid = (w as unknown as { child: { pid: number } }).child.pid;
-  try {
-    process.kill(-pid, 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
-  }
-}
 
 after(async () => {
   await Promise.all(workers.map((w) => w.stop(200)));

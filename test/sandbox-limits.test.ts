@@ -6,7 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { CgroupManager, cgroupParents, detectCgroups, systemCgroupEnvironment, type WorkerCgroup } from '../src/runtime/cgroup.ts';
 import { DEFAULT_LIMITS, cgroupOf, probeSandbox, sandboxCommand, spawnSandbox, workerMemoryBytes, type SandboxSpec } from '../src/runtime/sandbox.ts';
-import { Worker, type Outcome } from '../src/runtime/worker.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import { text } from './helpers/workers.ts';
 
 const support = probeSandbox();
 const cgroups = detectCgroups();
@@ -37,7 +38,6 @@ function groupOf(w: Worker): WorkerCgroup {
   assert.ok(g, 'the worker has a cgroup');
   return g;
 }
-const text = (o: Outcome) => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Alive: neither gone nor a zombie (the sandbox's init is reparented to the host's init, which reaps it when it gets to it). */
 /** A process's start time (clock ticks since boot): with the pid, its identity (pids are reused). */

@@ -6,7 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
-import { Worker, type Outcome } from '../src/runtime/worker.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import { groupGone, text } from './helpers/workers.ts';
 
 const support = probeSandbox();
 const skip = support.available ? false : `bubblewrap unavailable: ${support.reason}`;
@@ -31,18 +32,7 @@ async function start(spec: SandboxSpec, maxStdoutBytes?: number): Promise<Worker
   return w;
 }
 
-const text = (o: Outcome) => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);
 
-/** The process group of a worker is gone: nothing of the sandbox outlived it. */
-function groupGone(w: Worker): boolean {
-  const pid = (w as unknown as { child: { pid: number } }).child.pid;
-  try {
-    process.kill(-pid, 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
-  }
-}
 
 before(async () => {
   fs.mkdirSync(serverHome, { recursive: true });

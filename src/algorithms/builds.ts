@@ -1,11 +1,11 @@
 import crypto from 'node:crypto';
-import { sql } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
-import type { BuildStatus } from '../store/schema.ts';
+import type { BuildStatus, BuildsTable } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { RunnerKind } from '../runtime/sandbox.ts';
 import { noSuchAlgorithm, type Algorithm, type AlgorithmRegistry } from './registry.ts';
@@ -69,18 +69,7 @@ function buildHash(algo: Algorithm, sourceHash: string): string {
   return crypto.createHash('sha1').update(`algohost-build 1\n${algo.settings.language}\n${algo.name}\n${sourceHash}\n`).digest('hex');
 }
 
-function toBuild(row: {
-  id: number;
-  algorithm_id: number;
-  hash: string;
-  status: BuildStatus;
-  language: string;
-  runner: string | null;
-  entry: string | null;
-  logs: string;
-  started_at: number;
-  finished_at: number | null;
-}): Build {
+function toBuild(row: Selectable<BuildsTable>): Build {
   return { ...row, algorithmId: row.algorithm_id, runner: row.runner as RunnerKind | null };
 }
 

@@ -1,4 +1,6 @@
+import type { Selectable } from 'kysely';
 import { AppError } from '../errors.ts';
+import type { VersionsTable } from '../store/schema.ts';
 import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import { VersionedCache } from '../store/versionedCache.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -32,19 +34,7 @@ export interface CallTarget {
 
 const VERSION_TYPES = new Set<VersionType>(['major', 'minor', 'revision']);
 
-interface VersionRow {
-  id: number;
-  algorithm_id: number;
-  major: number;
-  minor: number;
-  patch: number;
-  callability: 'public' | 'private';
-  release_notes: string;
-  sample_input: string | null;
-  settings: string;
-  created_at: number;
-  build_hash: string;
-}
+type VersionRow = Omit<Selectable<VersionsTable>, 'build_id'> & { build_hash: string };
 
 function toVersion(r: VersionRow): Version {
   return {
