@@ -336,7 +336,7 @@ async function listing(ours: Target, bare: Target, dirPath: string): Promise<Lis
 
 // ---- report --------------------------------------------------------------------------------
 
-const table3 = (rows: Row[]) => table(rows, 'Bare node:http', 'Ours / bare');
+const resultsTable = (rows: Row[]) => table(rows, 'Bare node:http', 'Ours / bare');
 
 function machine(): string {
   let fsType = 'unknown';
@@ -525,7 +525,7 @@ async function main(): Promise<void> {
     `- **Code:** ${codeVersion()}.`,
     commandLine('data'),
     '',
-    table3(rows),
+    resultsTable(rows),
     '',
     `Memory of the server process during the big transfers, in MiB (growth = peak during the transfer − value at its start, after a GC; ` +
       `target for ours: heap growth ≤ ${mib(TARGET.heapGrowth)} MiB and RSS growth ≤ ${mib(TARGET.rssGrowth)} MiB for both sizes, i.e. nothing proportional to the body): ` +
@@ -585,7 +585,7 @@ async function main(): Promise<void> {
     END,
   ].join('\n');
 
-  process.stdout.write('\n' + table3(rows) + '\n\n' + memRows.join('\n') + '\n\n' + cpuRows.join('\n') + '\n\n');
+  process.stdout.write('\n' + resultsTable(rows) + '\n\n' + memRows.join('\n') + '\n\n' + cpuRows.join('\n') + '\n\n');
   writeDocBlock(report, {
     begin: BEGIN,
     end: END,
