@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import injectRequest, { type DispatchFunc } from 'light-my-request';
 import type { Principal } from './auth/principal.ts';
 import type { Services } from './services.ts';
 import { AppError } from './errors.ts';
@@ -82,8 +83,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     done(null, payload);
   });
 
-  app.addHook('onRequest', (_req, reply, done) => {
-    if (!closing) return done();
+  app.addHook('onRequest', (req, reply, done) => {
+    // Requests from algorithms belong to calls in flight, which the drain lets finish.
+    if (!closing || req.headers[INTERNAL_HEADER] !== undefined) return done();
     reply.header('connection', 'close');
     done(new AppError('shutting_down', 'the server is shutting down; retry shortly'));
   });
@@ -131,8 +133,11 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Requests from inside algorithms run through these same routes, as their call's identity.
+  // Straight into the server's request handler rather than app.inject, which refuses once a
+  // drain has begun: calls still running during a SIGTERM drain keep their SDK.
   services.calls.internal.gateway = async (id, r) => {
-    const res = await app.inject({ method: r.method as 'GET', url: r.url, headers: { ...r.headers, [INTERNAL_HEADER]: id }, payload: r.body });
+    const handler = app.server.listeners('request')[0] as DispatchFunc;
+    const res = await injectRequest(handler, { method: r.method as 'GET', url: r.url, headers: { ...r.headers, [INTERNAL_HEADER]: id }, payload: r.body });
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') headers[k] = v;
     return { status: res.statusCode, headers, body: res.rawPayload };

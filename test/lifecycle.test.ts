@@ -42,3 +42,23 @@ test('deleting a user removes the files of their algorithms', async () => {
   // Alice's algorithm is untouched.
   assert.equal((await json(await callAlgo(alice, 'alice/Sleepy', '1', 'application/json'))).result, 'slept 1');
 });
+
+test('during a drain, a call in flight keeps its SDK and finishes; new requests are turned away', async () => {
+  const d = await startServer();
+  const a = api(d.url, await d.user('dana'));
+  await a('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'c' }) });
+  await a('/v1/data/.my/c/f.txt', { method: 'PUT', body: 'still here' });
+  await release(a, 'dana', 'Late', { 'src/index.js': "export async function apply(x, ctx) { await new Promise((r) => setTimeout(r, 800)); return await ctx.client.file('data://.my/c/f.txt').getString(); }\n" }, { settings: { language: 'javascript' } });
+  assert.equal((await json(await callAlgo(a, 'dana/Late', 'warm'))).result, 'still here');
+  const inflight = callAlgo(a, 'dana/Late', 'x');
+  await new Promise((r) => setTimeout(r, 300));
+  const closing = d.app.close(); // what SIGTERM does: finish what is in flight
+  // A forged internal header from outside is still refused during the drain.
+  const forged = await fetch(`${d.url}/v1/data/.my`, { headers: { 'x-algohost-internal': 'guess' } }).catch(() => undefined);
+  assert.notEqual(forged?.status, 200);
+  const body = await json(await inflight);
+  assert.equal(body.result, 'still here', JSON.stringify(body));
+  await closing;
+  await d.services.close();
+  fs.rmSync(d.home, { recursive: true, force: true });
+});
