@@ -49,6 +49,9 @@ export function aclAdmits(acl: readonly string[], owner: string, name: string): 
   });
 }
 
+/** A call that ran out of time before its algorithm could answer. */
+const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
+
 function failure(error_type: string, message: string): Outcome {
   return { kind: 'algorithm_error', error: { error_type, message, stacktrace: '' }, stdout: '', stdoutTruncated: false, durationMs: 0 };
 }
@@ -131,7 +134,7 @@ export class CallService {
     });
     // A nested call gets at most what is left of its parent's time.
     const timeoutMs = Math.min(req.timeoutS * 1000, parent ? parent.deadline - Date.now() : Infinity);
-    if (timeoutMs <= 0) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
+    if (timeoutMs <= 0) return result(TIMED_OUT);
     const started = performance.now();
     const { algorithm: _outer, ...caller } = principal;
     const context: CallContext = {
@@ -159,12 +162,12 @@ export class CallService {
     } catch (err) {
       if (err instanceof PoolBusyError) {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
-        if (performance.now() - started >= timeoutMs) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
+        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT);
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerStartError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');
-        if (performance.now() - started >= timeoutMs) return result({ kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 });
+        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT);
         return result(failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
       }
       throw err;

@@ -1,10 +1,10 @@
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Principal } from '../auth/principal.ts';
 import type { Language } from './manifest.ts';
 import type { AlgorithmRegistry } from './registry.ts';
 import type { BuildService } from './builds.ts';
 import type { ReleaseService } from './releases.ts';
+import { writeFiles } from './templates.ts';
 
 interface DemoAlgorithm {
   name: string;
@@ -106,10 +106,7 @@ export async function publishDemoAlgorithms(
       settings: { language: demo.language, source_visibility: 'open', license: 'apache2' },
     });
     const dir = path.join(scratch, demo.name);
-    for (const [file, content] of Object.entries(demo.files)) {
-      await fs.mkdir(path.join(dir, path.dirname(file)), { recursive: true });
-      await fs.writeFile(path.join(dir, file), content);
-    }
+    await writeFiles(dir, demo.files);
     await services.builds.useSourceTree(algo, dir);
     const { build } = await services.builds.compile(principal, algo.owner, algo.name);
     if (build.status !== 'succeeded') throw new Error(`demo algorithm ${demo.name} did not build:\n${build.logs}`);

@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import type { ErrorCode } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { HostHandler } from '../runtime/worker.ts';
 
@@ -180,11 +181,15 @@ export class InternalRequests {
   }
 }
 
+/** An answer in the API's error envelope, for what the SDK gate itself refuses. */
+function errorAnswer(status: number, code: ErrorCode, message: string) {
+  return Promise.resolve({ header: { status, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code, message } })) });
+}
+
 function tooLarge(size: number) {
-  const message = `the file is ${size} bytes; an algorithm reads at most ${MAX_SDK_BODY} bytes at once through the SDK`;
-  return Promise.resolve({ header: { status: 413, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code: 'payload_too_large', message } })) });
+  return errorAnswer(413, 'payload_too_large', `the file is ${size} bytes; an algorithm reads at most ${MAX_SDK_BODY} bytes at once through the SDK`);
 }
 
 function refuse(message: string) {
-  return Promise.resolve({ header: { status: 400, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code: 'invalid_path', message } })) });
+  return errorAnswer(400, 'invalid_path', message);
 }

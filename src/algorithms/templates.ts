@@ -41,9 +41,14 @@ export function apply(input: unknown): string {
   }
 }
 
-export async function writeTemplate(dir: string, language: Language, name: string): Promise<void> {
-  for (const [file, content] of Object.entries(templateFiles(language, name))) {
+/** Writes `files` (relative path → content) under `dir`, making directories as needed. */
+export async function writeFiles(dir: string, files: Record<string, string>): Promise<void> {
+  for (const [file, content] of Object.entries(files)) {
     await fs.mkdir(path.join(dir, path.dirname(file)), { recursive: true });
     await fs.writeFile(path.join(dir, file), content, { mode: 0o644 });
   }
+}
+
+export function writeTemplate(dir: string, language: Language, name: string): Promise<void> {
+  return writeFiles(dir, templateFiles(language, name));
 }

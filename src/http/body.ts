@@ -1,16 +1,38 @@
 import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 
+/**
+ * Reads a request body into memory, refusing it with `tooLarge()` as soon as it passes
+ * `limit` bytes (chunked bodies too). On refusal the stream is paused, not destroyed: the
+ * 413 still reaches the client, and the connection is closed after it (errorHandler).
+ */
+export function readLimited(stream: Readable, limit: number, tooLarge: () => AppError): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (err?: Error) => {
+      stream.off('data', onData).off('end', onEnd).off('error', done);
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        stream.pause();
+        done(tooLarge());
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => done();
+    stream.on('data', onData).on('end', onEnd).on('error', done);
+  });
+}
+
 /** Reads a small request body (a directory name, an ACL) with a hard size limit. */
 export async function readSmallBody(stream: Readable, limit = 64 * 1024): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new AppError('payload_too_large', `this request body may be at most ${limit} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
+  const body = await readLimited(stream, limit, () => new AppError('payload_too_large', `this request body may be at most ${limit} bytes`));
+  return body.toString('utf8');
 }
 
 /** Parses a JSON object body; refuses anything else, naming what was wrong. */

@@ -5,6 +5,7 @@ import type { CallService} from '../algorithms/calls.ts';
 import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms/calls.ts';
 import type { ContentType } from '../runtime/worker.ts';
 import { queryBool } from '../data/paths.ts';
+import { readLimited } from './body.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -19,35 +20,12 @@ export function inputType(header: string | undefined): ContentType {
   throw new AppError('unsupported_media_type', `Content-Type "${type.slice(0, 80)}" is not an algorithm input; send application/json, text/plain or application/octet-stream`);
 }
 
-/**
- * Reads the input while it streams in, refusing it as soon as it passes the limit (chunked
- * bodies too). On refusal the stream is paused, not destroyed: the 413 still reaches the
- * client, and the connection is closed after it (errorHandler).
- */
+/** Reads the input as it streams in, refusing it as soon as it passes the limit. */
 function readInput(req: FastifyRequest, stream: Readable): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   const tooLarge = () => new AppError('payload_too_large', `an algorithm input may be at most 10 MiB; pass larger inputs as a data:// file`);
   if (Number.isFinite(declared) && declared > MAX_INPUT_BYTES) return Promise.reject(tooLarge());
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const done = (err?: Error) => {
-      stream.off('data', onData).off('end', onEnd).off('error', done);
-      if (err) reject(err);
-      else resolve(Buffer.concat(chunks, size));
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > MAX_INPUT_BYTES) {
-        stream.pause();
-        done(tooLarge());
-        return;
-      }
-      chunks.push(chunk);
-    };
-    const onEnd = () => done();
-    stream.on('data', onData).on('end', onEnd).on('error', done);
-  });
+  return readLimited(stream, MAX_INPUT_BYTES, tooLarge);
 }
 
 function parseTimeout(raw: string | undefined): number {

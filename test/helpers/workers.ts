@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import type { Outcome, Worker } from '../../src/runtime/worker.ts';
 
 /** A result's text, or the whole outcome when it is not a result (for assertion messages). */
@@ -12,4 +13,15 @@ export function groupGone(w: Worker): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'ESRCH';
   }
+}
+
+/** A call on a worker that never answers: a timeout within bounds, and the whole sandbox gone. */
+export async function assertTimeoutKillsSandbox(w: Worker): Promise<void> {
+  const t0 = Date.now();
+  const o = await w.call('json', Buffer.from('1'), 700);
+  assert.equal(o.kind, 'timeout');
+  assert.ok(Date.now() - t0 < 5000);
+  await w.done;
+  assert.equal(w.dead, true);
+  assert.ok(groupGone(w), 'no process of the sandbox survives');
 }

@@ -55,6 +55,14 @@ export function createClient(request) {
     return res;
   };
 
+  /** 'file', 'directory', or null when nothing (visible to the caller) is there. */
+  const dataType = async (uri) => {
+    const res = await send('HEAD', dataUrl(uri));
+    if (res.status === 404) return null;
+    if (res.status >= 200 && res.status < 300) return res.headers['x-data-type'] === 'directory' ? 'directory' : 'file';
+    throw failure(res);
+  };
+
   class File {
     constructor(uri) {
       this.uri = uri;
@@ -76,10 +84,7 @@ export function createClient(request) {
       return this;
     }
     async exists() {
-      const res = await send('HEAD', dataUrl(this.uri));
-      if (res.status === 404) return false;
-      if (res.status >= 200 && res.status < 300) return res.headers['x-data-type'] !== 'directory';
-      throw failure(res);
+      return (await dataType(this.uri)) === 'file';
     }
     async delete() {
       await ok('DELETE', dataUrl(this.uri));
@@ -103,10 +108,7 @@ export function createClient(request) {
       return this;
     }
     async exists() {
-      const res = await send('HEAD', dataUrl(this.uri));
-      if (res.status === 404) return false;
-      if (res.status >= 200 && res.status < 300) return res.headers['x-data-type'] === 'directory';
-      throw failure(res);
+      return (await dataType(this.uri)) === 'directory';
     }
     async delete(options = {}) {
       await ok('DELETE', `${dataUrl(this.uri)}${options.force ? '?force=true' : ''}`);

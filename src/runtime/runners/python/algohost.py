@@ -69,6 +69,16 @@ def _ok(method, url, **kw):
     return headers, body
 
 
+def _data_type(uri):
+    """'file', 'directory', or None when nothing (visible to the caller) is there."""
+    status, headers, body = _send('HEAD', _data_url(uri))
+    if status == 404:
+        return None
+    if 200 <= status < 300:
+        return 'directory' if headers.get('x-data-type') == 'directory' else 'file'
+    raise _failure(status, body)
+
+
 class DataFile:
     def __init__(self, uri):
         self.uri = uri
@@ -96,12 +106,7 @@ class DataFile:
         return self
 
     def exists(self):
-        status, headers, body = _send('HEAD', _data_url(self.uri))
-        if status == 404:
-            return False
-        if 200 <= status < 300:
-            return headers.get('x-data-type') != 'directory'
-        raise _failure(status, body)
+        return _data_type(self.uri) == 'file'
 
     def delete(self):
         _ok('DELETE', _data_url(self.uri))
@@ -124,12 +129,7 @@ class DataDirectory:
         return self
 
     def exists(self):
-        status, headers, body = _send('HEAD', _data_url(self.uri))
-        if status == 404:
-            return False
-        if 200 <= status < 300:
-            return headers.get('x-data-type') == 'directory'
-        raise _failure(status, body)
+        return _data_type(self.uri) == 'directory'
 
     def delete(self, force=False):
         _ok('DELETE', _data_url(self.uri) + ('?force=true' if force else ''))
