@@ -48,6 +48,17 @@ export interface Config {
    * derived from the home's secret file when unset.
    */
   credentialsKey: Buffer | undefined;
+  /** ALGOHOST_CONNECTOR_TIMEOUT_MS: how long a connected account's provider may take to answer (or stay silent mid-transfer). */
+  connectorTimeoutMs: number;
+  /**
+   * ALGOHOST_CONNECTOR_NETWORK: `public` (default) refuses connected accounts whose endpoint
+   * resolves to a loopback, private or link-local address, so users cannot make the server
+   * reach its own network; `any` allows them (a MinIO on the LAN, tests on loopback).
+   */
+  connectorNetwork: 'public' | 'any';
+  /** ALGOHOST_DROPBOX_API_URL and ALGOHOST_DROPBOX_CONTENT_URL: Dropbox's API hosts (a stand-in's in tests). */
+  dropboxApiUrl: string;
+  dropboxContentUrl: string;
 }
 
 const GiB = 1024 ** 3;
@@ -69,6 +80,10 @@ export const DEFAULTS = {
   maxSourceBytes: 50 * 1024 * 1024,
   buildTimeoutMs: 10 * 60_000,
   algorithmNetwork: 'none',
+  connectorTimeoutMs: 30_000,
+  connectorNetwork: 'public',
+  dropboxApiUrl: 'https://api.dropboxapi.com',
+  dropboxContentUrl: 'https://content.dropboxapi.com',
 } as const;
 
 export class ConfigError extends Error {}
@@ -123,6 +138,10 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     buildTimeoutMs: int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
     algorithmNetwork: networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
     credentialsKey: credentialsKey(env.ALGOHOST_CREDENTIALS_KEY),
+    connectorTimeoutMs: int('ALGOHOST_CONNECTOR_TIMEOUT_MS', env.ALGOHOST_CONNECTOR_TIMEOUT_MS, DEFAULTS.connectorTimeoutMs, 100, 3_600_000),
+    connectorNetwork: connectorNetwork(env.ALGOHOST_CONNECTOR_NETWORK),
+    dropboxApiUrl: httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
+    dropboxContentUrl: httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
   };
 }
 
@@ -138,6 +157,24 @@ function credentialsKey(raw: string | undefined): Buffer | undefined {
     throw new ConfigError('ALGOHOST_CREDENTIALS_KEY must be 32 bytes in base64 (openssl rand -base64 32)');
   }
   return key;
+}
+
+function connectorNetwork(raw: string | undefined): 'public' | 'any' {
+  if (raw === undefined || raw === '' || raw === 'public') return 'public';
+  if (raw === 'any') return 'any';
+  throw new ConfigError(`ALGOHOST_CONNECTOR_NETWORK must be public or any, got "${raw}"`);
+}
+
+function httpUrl(name: string, raw: string | undefined, fallback: string): string {
+  if (raw === undefined || raw === '') return fallback;
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ConfigError(`${name} must be an http:// or https:// address, got "${raw}"`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ConfigError(`${name} must be an http:// or https:// address, got "${raw}"`);
+  return raw.replace(/\/+$/, '');
 }
 
 function networkMode(raw: string | undefined): 'none' | 'host' {

@@ -18,6 +18,7 @@ import { ReleaseService } from './algorithms/releases.ts';
 import { CallService } from './algorithms/calls.ts';
 import { ConnectedAccounts } from './connectors/accounts.ts';
 import { CredentialBox } from './connectors/credentials.ts';
+import { ConnectedStorage, type ConnectedStorageOptions } from './connectors/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -43,6 +44,8 @@ export interface ServiceOptions {
   hosted?: Partial<Omit<HostedOptions, 'maxUploadBytes'>>;
   /** Worker pool and limits for tests and benchmarks; the config's otherwise. */
   runtime?: Partial<RuntimeOptions>;
+  /** Connected-account tuning for tests (page size, S3 part size). */
+  connected?: Pick<ConnectedStorageOptions, 'pageSize' | 's3PartSize'>;
 }
 
 /**
@@ -58,7 +61,16 @@ export async function createServices(config: Config, options: ServiceOptions = {
     maxUploadBytes: config.maxUploadBytes,
     ...options.hosted,
   });
-  const data = new DataService();
+  const accounts = new ConnectedAccounts(store, new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials')));
+  const connected = new ConnectedStorage(accounts, markers, {
+    maxUploadBytes: config.maxUploadBytes,
+    timeoutMs: config.connectorTimeoutMs,
+    network: config.connectorNetwork,
+    dropboxApiUrl: config.dropboxApiUrl,
+    dropboxContentUrl: config.dropboxContentUrl,
+    ...options.connected,
+  });
+  const data = new DataService((principal, name) => connected.connector(principal, name));
   data.register('data', hosted);
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   const users = new UserService(
@@ -98,10 +110,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     releases,
     runtime,
     calls,
-    accounts: new ConnectedAccounts(store, new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'))),
+    accounts,
     sandbox,
     close: async () => {
       await runtime.close();
+      connected.close();
       await store.close();
     },
   };

@@ -2,22 +2,29 @@ import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Connector } from './connector.ts';
 
+/** Finds the connector of a caller's connected account (`objstore+label`); undefined when the scheme is not an account's. */
+export type AccountConnectors = (principal: Principal, name: string) => Promise<Connector | undefined>;
+
 /**
  * The data API's entry point: picks the connector a request names and applies the key's data
  * permissions, which hold for every connector alike. Connectors are registered by name; the
- * hosted one is `data`, connected accounts (`objstore`, `filehost`, with `+label`) join later.
+ * hosted one is `data`; connected accounts (`objstore`, `filehost`, `s3`, `dropbox`, with
+ * `+label`) are looked up per caller, since each user has their own.
  */
 export class DataService {
   private readonly connectors = new Map<string, Connector>();
+
+  constructor(private readonly accounts?: AccountConnectors) {}
 
   register(name: string, connector: Connector): void {
     this.connectors.set(name.toLowerCase(), connector);
   }
 
-  connector(name: string): Connector {
-    const c = this.connectors.get(name);
+  /** The connector a request names (lower case), as seen by `principal`. */
+  async resolve(principal: Principal, name: string): Promise<Connector> {
+    const c = this.connectors.get(name) ?? (await this.accounts?.(principal, name));
     if (!c) {
-      throw new AppError('unknown_connector', `no data source named "${name}"; hosted data is data://, e.g. /v1/data/.my/<collection>`);
+      throw new AppError('unknown_connector', `no data source named "${name}"; hosted data is data:// (e.g. /v1/data/.my/<collection>), connected accounts are objstore:// and filehost:// (also s3:// and dropbox://), with +label for a non-default one`);
     }
     return c;
   }

@@ -37,7 +37,7 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
     const principal = req.principal!;
     const { path, query } = splitUrl(req.raw.url ?? '/');
     const target = parseDataPath(path);
-    const connector = data.connector(target.connector);
+    const connector = await data.resolve(principal, target.connector);
     reply.header('cache-control', 'private, no-cache');
     switch (req.method) {
       case 'GET':

@@ -15,6 +15,12 @@ import type { ByteRange } from '../blobStore.ts';
  * Provider errors must never carry credentials (no signed URLs, no tokens, no passwords).
  */
 export interface RemoteStorage {
+  /**
+   * Object storage has no real directories: a key's prefixes exist as soon as the key does.
+   * Paths this deep or deeper (S3: 2, anything under a bucket) need no directory before a
+   * file is written into them. Undefined: every directory must exist first, as in hosted data.
+   */
+  readonly implicitDirectoriesFrom?: number;
   /** What is at `path` (`[]` is the account's root, always a directory); undefined if nothing. */
   stat(path: string[], signal: AbortSignal): Promise<RemoteStat | undefined>;
   /**

@@ -1,0 +1,291 @@
+import { Transform, type Readable } from 'node:stream';
+import { AppError, isAppError } from '../../errors.ts';
+import type { Principal } from '../../auth/principal.ts';
+import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptions } from '../connector.ts';
+import { contentTypeFor } from '../contentType.ts';
+import type { MarkerCodec } from '../marker.ts';
+import { checkPathLimits, checkSegment } from '../paths.ts';
+import { RemoteError, type RemoteStorage } from './remote.ts';
+
+/** The parts of a connected account the connector needs (never its credentials). */
+export interface ExternalAccount {
+  userId: number;
+  label: string;
+  protocol: 'objstore' | 'filehost';
+  /** `*`, or a prefix ending in `/*` that is all the account exposes. */
+  path: string;
+  writeable: boolean;
+}
+
+export interface ExternalOptions {
+  maxUploadBytes: number;
+  /** How long a provider may take to answer one request, or stay silent during a transfer. */
+  timeoutMs: number;
+  /** Entries per listing page (the contract's limit is 1000). */
+  pageSize?: number;
+}
+
+/** Content types that say nothing: the file's name says more. */
+const GENERIC_TYPES = new Set(['application/octet-stream', 'binary/octet-stream', '']);
+
+/** A listing marker of a connected account: the provider's token of a page, and how much of it was served. */
+type ExternalMarker = { t?: string; s: number };
+
+/**
+ * A connected account (objstore://, filehost://) as a data API connector. The provider does
+ * plain storage; this class makes it behave like hosted data: the same listing shape and
+ * paging (the provider's continuation token travels inside our signed marker), the same
+ * parent checks and errors, the same upload limit. On top it enforces what the account says:
+ * its path restriction and whether it may be written. Connectors carry no ACLs.
+ */
+export class ExternalConnector implements Connector {
+  private readonly restriction: string[];
+  private readonly pageSize: number;
+
+  constructor(
+    /** The connector name the request used (`objstore`, `s3+backup`): URIs are answered in it. */
+    private readonly name: string,
+    private readonly account: ExternalAccount,
+    private readonly storage: RemoteStorage,
+    private readonly markers: MarkerCodec,
+    private readonly options: ExternalOptions,
+  ) {
+    this.restriction = account.path === '*' ? [] : account.path.slice(0, -2).split('/');
+    this.pageSize = options.pageSize ?? 1000;
+  }
+
+  private uri(segments: string[]): string {
+    return `${this.name}://${segments.join('/')}`;
+  }
+
+  private describe(): string {
+    return `the ${this.account.protocol} account "${this.account.label}"`;
+  }
+
+  /** Reads may reach the restriction's own directory and what is under it; changes only what is under it. */
+  private checkReach(segments: string[], change: boolean): void {
+    const r = this.restriction;
+    const inside = segments.length >= r.length && r.every((s, i) => segments[i] === s);
+    if (!inside || (change && segments.length === r.length && r.length > 0)) {
+      throw new AppError('forbidden', `${this.describe()} exposes only ${this.account.path}; ${this.uri(segments)} is outside it`);
+    }
+  }
+
+  private checkWriteable(segments: string[], strict = true): void {
+    this.checkReach(segments, strict);
+    if (!this.account.writeable) {
+      throw new AppError(
+        'write_denied',
+        `${this.describe()} is read-only; to change files through it, mark it writeable (PATCH /v1/users/<you>/connectors/${this.account.label} with {"writeable": true})`,
+      );
+    }
+  }
+
+  /** Runs one provider request under the connector's deadline, translating its failures. */
+  private async remote<T>(segments: string[], op: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const signal = AbortSignal.timeout(this.options.timeoutMs);
+    try {
+      return await op(signal);
+    } catch (err) {
+      throw this.translate(err, segments);
+    }
+  }
+
+  private translate(err: unknown, segments: string[]): AppError {
+    if (isAppError(err)) return err;
+    const who = this.describe();
+    if (!(err instanceof RemoteError)) {
+      return new AppError('connector_error', `${who} failed unexpectedly while handling ${this.uri(segments)}`, undefined, err);
+    }
+    switch (err.kind) {
+      case 'not_found':
+        return new AppError('not_found', `${this.uri(segments)} does not exist`);
+      case 'denied':
+        return new AppError('connector_denied', `${who} was refused by its provider (${err.message}); check the account's credentials and permissions`, undefined, err);
+      case 'conflict':
+        return new AppError('type_conflict', `${this.uri(segments)}: ${err.message}`);
+      case 'invalid':
+        return new AppError('invalid_path', `${this.uri(segments)}: ${err.message}`);
+      case 'too_large':
+        return new AppError('payload_too_large', `${who} refused the size: ${err.message}`);
+      case 'unreachable':
+        return new AppError('connector_unreachable', `${who} could not be reached: ${err.message}`, undefined, err);
+      case 'timeout':
+        return new AppError('connector_timeout', `${who} did not answer within ${Math.round(this.options.timeoutMs / 1000)} s: ${err.message}`, undefined, err);
+      case 'bad_answer':
+        return new AppError('connector_error', `${who} answered unexpectedly: ${err.message}`, undefined, err);
+    }
+  }
+
+  private async stat(segments: string[]) {
+    return this.remote(segments, (signal) => this.storage.stat(segments, signal));
+  }
+
+  /** Checks that files may be made in directory `segments`. */
+  private async requireDir(segments: string[]): Promise<void> {
+    if (segments.length === 0) return;
+    const found = await this.stat(segments);
+    const implicit = this.storage.implicitDirectoriesFrom !== undefined && segments.length >= this.storage.implicitDirectoriesFrom;
+    if (!found && !implicit) throw new AppError('not_found', `${this.uri(segments)} does not exist`);
+    if (found?.kind === 'file') throw new AppError('type_conflict', `${this.uri(segments)} is a file, not a directory`);
+  }
+
+  async read(_principal: Principal, segments: string[], options: ReadOptions): Promise<ReadResult> {
+    this.checkReach(segments, false);
+    const found = await this.stat(segments);
+    if (!found) throw new AppError('not_found', `${this.uri(segments)} does not exist`);
+    if (found.kind === 'dir') return { info: { kind: 'dir' } };
+    const info: FileInfo = {
+      kind: 'file',
+      size: found.size,
+      etag: /^(W\/)?"/.test(found.etag) ? found.etag : `"${found.etag.replace(/"/g, '')}"`,
+      modified: found.modified,
+      contentType: found.contentType && !GENERIC_TYPES.has(found.contentType) ? found.contentType : contentTypeFor(segments[segments.length - 1]!),
+    };
+    if (options.skipBody?.(info)) return { info, range: undefined, body: undefined };
+    const range = options.pickRange?.(info);
+    if (info.size === 0 && !range) return { info, range, body: Buffer.alloc(0) };
+    // The deadline covers opening the file, not streaming it: a large file takes its time.
+    const opened = new AbortController();
+    const timer = setTimeout(() => opened.abort(new DOMException('the provider did not start sending in time', 'TimeoutError')), this.options.timeoutMs);
+    try {
+      const body = await this.storage.read(segments, range, opened.signal);
+      return { info, range, body };
+    } catch (err) {
+      throw this.translate(err, segments);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async list(_principal: Principal, segments: string[], options: { marker?: string; acl: boolean }): Promise<ListPage> {
+    if (options.acl) throw aclNotSupported();
+    this.checkReach(segments, false);
+    const scope = `external:${this.account.userId}:${this.account.label.toLowerCase()}:${segments.join('/')}`;
+    const state = options.marker ? decodeMarker(this.markers.decodeValue(scope, options.marker)) : { s: 0 };
+    let token = state.t;
+    let skip = state.s;
+    let page = await this.remote(segments, (signal) => this.storage.list(segments, token, this.pageSize, signal));
+    // A provider may answer an empty page that still has more after it (Dropbox can); a
+    // marker may also point past the end of a page that shrank since. Move on, boundedly.
+    for (let hops = 0; skip >= page.folders.length + page.files.length && page.next !== undefined && hops < 16; hops++) {
+      token = page.next;
+      skip = 0;
+      page = await this.remote(segments, (signal) => this.storage.list(segments, token, this.pageSize, signal));
+    }
+    const out: ListPage = {};
+    const folderCount = page.folders.length;
+    const total = folderCount + page.files.length;
+    // Folder entries and file entries are never served in the same page, as with hosted data
+    // (the npm client miscounts mixed pages), so a provider page may be served in parts.
+    let end: number;
+    if (skip < folderCount) {
+      end = Math.min(folderCount, skip + this.pageSize);
+      out.folders = page.folders.slice(skip, end).map((name) => ({ name }));
+    } else {
+      end = Math.min(total, skip + this.pageSize);
+      const files = page.files.slice(skip - folderCount, end - folderCount);
+      if (files.length > 0) {
+        out.files = files.map((f) => ({ filename: f.name, last_modified: new Date(f.modified).toISOString(), size: f.size }));
+      }
+    }
+    let next: ExternalMarker | undefined;
+    if (end < total) next = token === undefined ? { s: end } : { t: token, s: end };
+    else if (page.next !== undefined) next = { t: page.next, s: 0 };
+    if (next) out.marker = this.markers.encodeValue(scope, next);
+    return out;
+  }
+
+  async write(_principal: Principal, segments: string[], body: Readable, _options: WriteOptions): Promise<string> {
+    if (segments.length === 0) throw new AppError('invalid_path', `name a file to write, e.g. ${this.name}://<folder>/<file>`);
+    this.checkWriteable(segments);
+    await this.requireDir(segments.slice(0, -1));
+    const existing = await this.stat(segments);
+    if (existing?.kind === 'dir') throw new AppError('type_conflict', `${this.uri(segments)} is a directory; a file cannot replace it`);
+
+    // The deadline restarts with every chunk that moves: an upload may take long, but a
+    // provider (or client) that stops moving bytes for the whole timeout is given up on.
+    const deadline = new AbortController();
+    const timeout = () => deadline.abort(new DOMException('no bytes moved in time', 'TimeoutError'));
+    const timer = setTimeout(timeout, this.options.timeoutMs);
+    let tooLarge = false;
+    let written = 0;
+    const limit = this.options.maxUploadBytes;
+    const counted = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        timer.refresh();
+        written += chunk.length;
+        if (written > limit) {
+          tooLarge = true;
+          done(new AppError('payload_too_large', `the file is larger than the limit of ${limit} bytes`));
+          return;
+        }
+        done(null, chunk);
+      },
+      flush(done) {
+        timer.refresh();
+        done();
+      },
+    });
+    body.on('error', (err) => counted.destroy(err));
+    body.pipe(counted);
+    try {
+      await this.storage.write(segments, counted, deadline.signal);
+    } catch (err) {
+      if (tooLarge) throw new AppError('payload_too_large', `the file is larger than the limit of ${limit} bytes`);
+      throw this.translate(err, segments);
+    } finally {
+      clearTimeout(timer);
+      body.unpipe(counted);
+      if (!counted.destroyed) counted.destroy();
+    }
+    return this.uri(segments);
+  }
+
+  async mkdir(_principal: Principal, parent: string[], name: string, acl: unknown): Promise<string> {
+    if (acl !== undefined && acl !== null) throw aclNotSupported();
+    const target = [...parent, checkSegment(name)];
+    checkPathLimits(target);
+    // Creating the restriction's own folder is allowed: it only makes what the account exposes.
+    this.checkWriteable(target, false);
+    await this.requireDir(parent);
+    const existing = await this.stat(target);
+    if (existing) throw new AppError('already_exists', `${this.uri(target)} already exists`);
+    await this.remote(target, (signal) => this.storage.mkdir(target, signal));
+    return this.uri(target);
+  }
+
+  async update(_principal: Principal, _segments: string[], _changes: { acl?: unknown }): Promise<string> {
+    throw aclNotSupported();
+  }
+
+  async delete(_principal: Principal, segments: string[], force: boolean): Promise<number> {
+    if (segments.length === 0) throw new AppError('invalid_path', `the root of ${this.describe()} cannot be deleted; name a folder or a file`);
+    this.checkWriteable(segments);
+    const found = await this.stat(segments);
+    if (!found) throw new AppError('not_found', `${this.uri(segments)} does not exist`);
+    if (found.kind === 'file') {
+      await this.remote(segments, (signal) => this.storage.deleteFile(segments, signal));
+      return 1;
+    }
+    if (!force) {
+      const first = await this.remote(segments, (signal) => this.storage.list(segments, undefined, 1, signal));
+      if (first.folders.length + first.files.length > 0) {
+        throw new AppError('directory_not_empty', `${this.uri(segments)} is not empty; delete with force=true to delete it and everything in it`);
+      }
+    }
+    return this.remote(segments, (signal) => this.storage.deleteDir(segments, signal));
+  }
+}
+
+function aclNotSupported(): AppError {
+  return new AppError('acl_not_supported', 'connected accounts have no ACLs: what they expose is set by the account\'s path and writeable settings');
+}
+
+function decodeMarker(value: unknown): ExternalMarker {
+  const v = value as { t?: unknown; s?: unknown } | null;
+  if (typeof v !== 'object' || v === null || !Number.isSafeInteger(v.s) || (v.s as number) < 0 || (v.t !== undefined && typeof v.t !== 'string')) {
+    throw new AppError('invalid_marker', 'this marker was not issued for this listing; list again without a marker');
+  }
+  return v.t === undefined ? { s: v.s as number } : { t: v.t as string, s: v.s as number };
+}
