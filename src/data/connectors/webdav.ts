@@ -1,0 +1,707 @@
+import crypto from 'node:crypto';
+import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ReadableStream as WebReadable } from 'node:stream/web';
+import type { ByteRange } from '../blobStore.ts';
+import { RemoteError, networkError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
+
+/** A filehost:// account on a WebDAV server: its root collection and, optionally, Basic credentials. */
+export interface WebDavConfig {
+  url: string;
+  username?: string;
+  password?: string;
+}
+
+/** What list and deleteDir ask for: not getcontenttype, which some servers (Go's x/net/webdav, so rclone) sniff by opening each file. */
+const LIST_PROPS = propfindBody(['resourcetype', 'getcontentlength', 'getlastmodified']);
+const STAT_PROPS = propfindBody(['resourcetype', 'getcontentlength', 'getlastmodified', 'getetag', 'getcontenttype']);
+/** How long removing an aborted upload's temporary file may add to the failed write. */
+const CLEANUP_MS = 2_000;
+
+const bad = (message: string) => new RemoteError('bad_answer', message);
+
+/**
+ * RemoteStorage over WebDAV (RFC 4918) with Node's fetch: requests and answers streamed,
+ * multistatus answers parsed as they arrive, every request tied to the caller's signal.
+ */
+export class WebDavStorage implements RemoteStorage {
+  /** The root collection's URL without credentials, query or fragment, ending in "/". */
+  private readonly root: string;
+  /** The root's path, decoded, to map the hrefs of PROPFIND answers back to account paths. */
+  private readonly rootSegments: string[];
+  private readonly auth: string | undefined;
+
+  constructor(config: WebDavConfig) {
+    let url: URL;
+    try {
+      url = new URL(config.url);
+    } catch {
+      throw new RemoteError('invalid', 'the WebDAV URL is not valid');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new RemoteError('invalid', 'the WebDAV URL must start with http:// or https://');
+    let { username, password } = config;
+    // fetch refuses URLs with credentials in them, and they must not reach messages or Destination headers.
+    if (url.username || url.password) {
+      if (!username) {
+        username = decodeURIComponent(url.username);
+        password = decodeURIComponent(url.password);
+      }
+      url.username = url.password = '';
+    }
+    url.search = url.hash = '';
+    this.root = url.href.endsWith('/') ? url.href : `${url.href}/`;
+    try {
+      this.rootSegments = segmentsOf(url.pathname);
+    } catch {
+      throw new RemoteError('invalid', 'the WebDAV URL is not valid');
+    }
+    this.auth = username ? `Basic ${Buffer.from(`${username}:${password ?? ''}`).toString('base64')}` : undefined;
+  }
+
+  async stat(path: string[], signal: AbortSignal): Promise<RemoteStat | undefined> {
+    if (path.length === 0) return { kind: 'dir' };
+    let own: DavEntry | undefined;
+    const found = await this.propfind(path, 0, STAT_PROPS, signal, (entry, name) => {
+      if (name === SELF) own = entry;
+    });
+    if (!found) return undefined;
+    if (!own) throw bad('its answer did not describe the path');
+    if (own.collection) return { kind: 'dir' };
+    const size = parseSize(own.props.get('getcontentlength'));
+    // Stat drives range reads, so a file without a size is unusable (list is lenient instead).
+    if (size === undefined) throw bad('it did not give the file size');
+    const modified = parseDate(own.props.get('getlastmodified'));
+    // Servers without getetag: size and time change with the content in practice.
+    const etag = own.props.get('getetag') || `"${size}-${modified}"`;
+    const contentType = own.props.get('getcontenttype') || undefined;
+    return { kind: 'file', size, modified, etag, ...(contentType ? { contentType } : {}) };
+  }
+
+  /**
+   * WebDAV has no paging: each page is a fresh Depth 1 PROPFIND that keeps only the `limit`
+   * smallest entries after the token (folders first, then files, each in UTF-8 byte order),
+   * so memory is O(limit) however large the directory, and a token (the last entry returned)
+   * stays valid for repeating its page and survives entries being added or removed.
+   */
+  async list(dir: string[], token: string | undefined, limit: number, signal: AbortSignal): Promise<RemotePage> {
+    const after = token === undefined ? undefined : decodeToken(token);
+    const max = Math.max(1, Math.floor(limit) || 1);
+    const kept: Entry[] = [];
+    let more = false;
+    const found = await this.propfind(dir, 1, LIST_PROPS, signal, (e, name) => {
+      if (name === SELF) {
+        if (!e.collection) throw new RemoteError('conflict', 'it is a file, not a directory');
+        return;
+      }
+      const entry: Entry = { dir: e.collection, name, size: parseSize(e.props.get('getcontentlength')) ?? 0, modified: parseDate(e.props.get('getlastmodified')) };
+      if (after && compareEntries(entry, after) <= 0) return;
+      // Binary insertion into the sorted page; a duplicate (same kind and name) is dropped.
+      let lo = 0;
+      let hi = kept.length;
+      if (kept.length === max && compareEntries(kept[max - 1]!, entry) < 0) lo = hi; // the common case, in O(1)
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (compareEntries(kept[mid]!, entry) < 0) lo = mid + 1;
+        else hi = mid;
+      }
+      if (lo < kept.length && compareEntries(kept[lo]!, entry) === 0) return;
+      if (kept.length < max) kept.splice(lo, 0, entry);
+      else {
+        more = true; // one of max + 1 distinct entries after the token stays out of this page
+        if (lo < max) {
+          kept.splice(lo, 0, entry);
+          kept.pop();
+        }
+      }
+    });
+    if (!found) throw new RemoteError('not_found', 'the directory does not exist');
+    const page: RemotePage = {
+      folders: kept.filter((e) => e.dir).map((e) => e.name),
+      files: kept.filter((e) => !e.dir).map(({ name, size, modified }) => ({ name, size, modified })),
+    };
+    const last = kept.at(-1);
+    if (more && last) page.next = encodeToken(last);
+    return page;
+  }
+
+  async read(path: string[], range: ByteRange | undefined, signal: AbortSignal): Promise<Readable> {
+    const res = await this.send('GET', path, { signal, headers: range ? { range: `bytes=${range.start}-${range.end}` } : {} });
+    if (range && res.status === 416) throw await dropping(res, new RemoteError('invalid', 'the range is outside the file'));
+    if (!res.ok) throw await failure(res);
+    let skip = 0;
+    let take = Infinity;
+    if (range) {
+      take = range.end - range.start + 1;
+      if (res.status === 206) {
+        const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.headers.get('content-range') ?? '');
+        const [start, end, total] = [Number(m?.[1]), Number(m?.[2]), Number(m?.[3])];
+        // A shorter end is fine only when the file ends there (a range past the end, as HTTP allows).
+        if (!m || start !== range.start || (end !== range.end && !(end < range.end && end === total - 1))) {
+          throw await dropping(res, bad('it answered another range than the one asked for'));
+        }
+        take = end - start + 1;
+      } else if (res.status === 200) {
+        // The server ignored Range: trim the full answer ourselves (costs reading the skipped bytes).
+        skip = range.start;
+      } else {
+        throw await dropping(res, bad(`it answered ${res.status} to a range request`));
+      }
+    } else if (res.status !== 200) {
+      throw await dropping(res, bad(`it answered ${res.status} to a download`));
+    }
+    return slice(res, skip, take, signal);
+  }
+
+  /**
+   * PUT to a temporary name in the same collection, then MOVE over the target. Servers differ
+   * on what an interrupted PUT leaves: rclone (so any rclone-served remote) keeps the
+   * truncated bytes *in place of* the old file. With a temporary name, an errored body costs
+   * at most a stray temporary file (which we then delete), never the target's content; the
+   * price is one more request and the temporary name being visible while uploading.
+   */
+  async write(path: string[], body: Readable, signal: AbortSignal): Promise<void> {
+    if (path.length === 0) throw new RemoteError('invalid', 'the root is a directory');
+    const temp = [...path.slice(0, -1), `.algohost-upload-${crypto.randomBytes(8).toString('hex')}.part`];
+    const stop = new AbortController();
+    let bodyError: unknown;
+    const onBodyError = (err: unknown) => {
+      bodyError ??= err ?? new Error('the upload failed');
+      stop.abort(bodyError);
+    };
+    // Destroyed without an error (the client went away) is a failed body too, not a server fault.
+    const onBodyClose = () => body.readableEnded || onBodyError(new Error('the upload stopped before its end'));
+    body.on('error', onBodyError).on('close', onBodyClose);
+    try {
+      const res = await this.send('PUT', temp, { body: webBody(body, stop.signal), signal: AbortSignal.any([signal, stop.signal]) }).catch((err: unknown) => {
+        throw bodyError ?? networkError(err, signal);
+      });
+      if (!res.ok) {
+        stop.abort(); // the server may answer (507, 413) before reading the whole body: stop sending it
+        throw await failure(res);
+      }
+      await discard(res);
+      if (bodyError !== undefined) throw bodyError;
+      // MOVE with Overwrite: T onto a collection deletes the whole tree first (RFC 4918 9.9.3).
+      if ((await this.stat(path, signal))?.kind === 'dir') throw new RemoteError('conflict', 'a directory is in the way');
+      const moved = await this.send('MOVE', temp, { signal, headers: { destination: this.urlOf(path), overwrite: 'T' } });
+      if (!moved.ok) throw await failure(moved);
+      await discard(moved);
+    } catch (err) {
+      stop.abort(); // after a timeout too, so that the body stream stops waiting for `body`
+      await this.removeQuietly(temp);
+      throw err;
+    } finally {
+      body.off('error', onBodyError).off('close', onBodyClose);
+    }
+  }
+
+  async mkdir(path: string[], signal: AbortSignal): Promise<void> {
+    if (path.length === 0) throw new RemoteError('conflict', 'the root already exists');
+    const res = await this.send('MKCOL', path, { signal, dir: true });
+    // 405: something already exists there (RFC 4918 9.3.1).
+    if (res.status === 405) throw await dropping(res, new RemoteError('conflict', 'something is already there'));
+    if (!res.ok) throw await failure(res);
+    await discard(res);
+  }
+
+  /** Stats first: DELETE on a collection removes the whole tree, which deleteFile must never do. */
+  async deleteFile(path: string[], signal: AbortSignal): Promise<void> {
+    const there = await this.stat(path, signal);
+    if (!there) throw new RemoteError('not_found', 'the file does not exist');
+    if (there.kind === 'dir') throw new RemoteError('conflict', 'it is a directory, not a file');
+    const res = await this.send('DELETE', path, { signal });
+    if (!res.ok) throw await failure(res);
+    await discard(res);
+  }
+
+  /**
+   * Counts the files with one Depth 1 PROPFIND per directory (Depth infinity is often refused),
+   * holding only the folders still to visit, then DELETEs the collection.
+   */
+  async deleteDir(path: string[], signal: AbortSignal): Promise<number> {
+    if (path.length === 0) throw new RemoteError('invalid', 'the root cannot be deleted');
+    let files = 0;
+    const pending: string[][] = [path];
+    for (let dir = pending.pop(); dir; dir = pending.pop()) {
+      const top = dir === path;
+      const here = dir;
+      const found = await this.propfind(here, 1, LIST_PROPS, signal, (e, name) => {
+        if (name !== SELF) {
+          if (e.collection) pending.push([...here, name]);
+          else files++;
+        } else if (!e.collection && top) throw new RemoteError('conflict', 'it is a file, not a directory');
+      });
+      if (!found && top) throw new RemoteError('not_found', 'the directory does not exist');
+    }
+    const res = await this.send('DELETE', path, { signal, dir: true, headers: { depth: 'infinity' } });
+    // 207: some members could not be deleted, and the collection is still there.
+    if (res.status === 207) throw await dropping(res, bad('it could not delete everything in the directory'));
+    if (!res.ok) throw await failure(res);
+    await discard(res);
+    return files;
+  }
+
+  private urlOf(path: string[], dir = false): string {
+    return this.root + path.map(encodeURIComponent).join('/') + (dir && path.length > 0 ? '/' : '');
+  }
+
+  private async send(
+    method: string,
+    path: string[],
+    opts: { signal: AbortSignal; dir?: boolean; headers?: Record<string, string>; body?: string | ReadableStream<Uint8Array> },
+  ): Promise<Response> {
+    const headers: Record<string, string> = { ...opts.headers };
+    if (this.auth) headers.authorization = this.auth;
+    try {
+      // redirect: 'manual': a redirect is reported (the account's URL is likely wrong), never
+      // followed with the credentials to wherever it points.
+      return await fetch(this.urlOf(path, opts.dir), {
+        method,
+        headers,
+        body: opts.body,
+        signal: opts.signal,
+        redirect: 'manual',
+        ...(typeof opts.body === 'object' ? { duplex: 'half' as const } : {}),
+      });
+    } catch (err) {
+      throw networkError(err, opts.signal);
+    }
+  }
+
+  /**
+   * PROPFIND `path` and hand each entry of the multistatus to `onEntry` as it is parsed, with
+   * where it is: SELF, or the name of a direct child (deeper ones are skipped). Answers false
+   * when nothing is there.
+   */
+  private async propfind(path: string[], depth: 0 | 1, props: string, signal: AbortSignal, onEntry: (entry: DavEntry, name: string | typeof SELF) => void): Promise<boolean> {
+    const url = this.urlOf(path);
+    const expected = [...this.rootSegments, ...path];
+    const res = await this.send('PROPFIND', path, { signal, body: props, headers: { depth: String(depth), 'content-type': 'application/xml; charset=utf-8' } });
+    if (res.status === 404) {
+      await discard(res);
+      return false;
+    }
+    if (res.status !== 207) throw await failure(res);
+    const parser = new MultistatusParser((entry) => {
+      const name = place(entry.href, url, expected);
+      if (name !== undefined) onEntry(entry, name);
+    });
+    const decoder = new TextDecoder('utf-8', { fatal: true });
+    try {
+      for await (const chunk of (res.body ?? []) as AsyncIterable<Uint8Array>) parser.write(decoder.decode(chunk, { stream: true }));
+      parser.write(decoder.decode());
+      parser.end();
+    } catch (err) {
+      if (err instanceof RemoteError) throw err;
+      if (err instanceof TypeError && !signal.aborted && (err as { code?: string }).code === 'ERR_ENCODING_INVALID_ENCODED_DATA') throw bad('its answer was not valid UTF-8');
+      throw networkError(err, signal);
+    }
+    return true;
+  }
+
+  /**
+   * Best effort, bounded: the write has already failed, and its error is what matters. A
+   * server may still hold the aborted upload when we get here (rclone answers 423 Locked
+   * until it notices the broken connection), so 423 is retried within the budget.
+   */
+  private async removeQuietly(path: string[]): Promise<void> {
+    const signal = AbortSignal.timeout(CLEANUP_MS);
+    try {
+      for (;;) {
+        const res = await this.send('DELETE', path, { signal });
+        await discard(res);
+        if (res.status !== 423) return;
+        await sleep(50, undefined, { signal });
+      }
+    } catch {
+      // The server is gone, slow or still busy: the temporary file, if any, stays.
+    }
+  }
+}
+
+const SELF = Symbol('the entry of the path asked for');
+
+/**
+ * Where an href (an absolute URL or path, percent-encoded) is relative to the collection whose
+ * decoded segments from the server root are `expected`: SELF, a direct child's name, or
+ * undefined (deeper). Anything else means we cannot map the server's answers to our paths.
+ */
+function place(href: string, requestUrl: string, expected: string[]): string | typeof SELF | undefined {
+  let segments: string[];
+  try {
+    segments = segmentsOf(new URL(href, requestUrl).pathname);
+  } catch {
+    throw bad('it answered an href that is not a valid URL');
+  }
+  if (segments.length < expected.length || expected.some((s, i) => segments[i] !== s)) throw bad('it answered entries outside the directory asked for');
+  if (segments.length === expected.length) return SELF;
+  return segments.length === expected.length + 1 ? segments.at(-1) : undefined;
+}
+
+interface Entry {
+  dir: boolean;
+  name: string;
+  size: number;
+  modified: number;
+}
+
+function propfindBody(props: string[]): string {
+  return `<?xml version="1.0" encoding="utf-8"?><d:propfind xmlns:d="DAV:"><d:prop>${props.map((p) => `<d:${p}/>`).join('')}</d:prop></d:propfind>`;
+}
+
+/** A path's segments, percent-decoded; empty segments (leading, trailing, doubled slashes) dropped. */
+function segmentsOf(pathname: string): string[] {
+  return pathname.split('/').filter((s) => s !== '').map((s) => decodeURIComponent(s));
+}
+
+function parseSize(value: string | undefined): number | undefined {
+  return value !== undefined && /^\d+$/.test(value) ? Number(value) : undefined;
+}
+
+function parseDate(value: string | undefined): number {
+  const ms = value ? Date.parse(value) : NaN;
+  return Number.isFinite(ms) ? ms : 0;
+}
+
+/** Folders first, then files, each by name in UTF-8 byte order (code point order, not UTF-16's). */
+function compareEntries(a: { dir: boolean; name: string }, b: { dir: boolean; name: string }): number {
+  if (a.dir !== b.dir) return a.dir ? -1 : 1;
+  const n = Math.min(a.name.length, b.name.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.name.charCodeAt(i);
+    const y = b.name.charCodeAt(i);
+    if (x !== y) return codePointRank(x) - codePointRank(y);
+  }
+  return a.name.length - b.name.length;
+}
+
+/** Moves surrogates (U+D800-DFFF, which encode code points above U+FFFF) after U+E000-FFFF. */
+function codePointRank(unit: number): number {
+  if (unit >= 0xe000) return unit - 0x800;
+  return unit >= 0xd800 ? unit + 0x2000 : unit;
+}
+
+/** A token names the last entry of its page: "d" or "f", then the name, base64url. */
+function encodeToken(e: { dir: boolean; name: string }): string {
+  return Buffer.from((e.dir ? 'd' : 'f') + e.name).toString('base64url');
+}
+
+function decodeToken(token: string): { dir: boolean; name: string } {
+  const text = Buffer.from(token, 'base64url').toString('utf8');
+  const kind = text[0];
+  if ((kind !== 'd' && kind !== 'f') || text.length < 2 || Buffer.from(text).toString('base64url') !== token) {
+    throw new RemoteError('invalid', 'the page token is not valid');
+  }
+  return { dir: kind === 'd', name: text.slice(1) };
+}
+
+async function discard(res: Response): Promise<void> {
+  await res.body?.cancel().catch(() => undefined);
+}
+
+/** Releases an answer's connection and gives back `err`, for `throw await dropping(res, err)`. */
+async function dropping(res: Response, err: RemoteError): Promise<RemoteError> {
+  await discard(res);
+  return err;
+}
+
+/** An HTTP answer that is not a success, as the contract's outcome; messages hold no URL. */
+async function failure(res: Response): Promise<RemoteError> {
+  await discard(res);
+  const s = res.status;
+  if (s === 404 || s === 410) return new RemoteError('not_found', `nothing is there (${s})`);
+  if (s === 401) return new RemoteError('denied', 'it refused the credentials (401)');
+  if (s === 403) return new RemoteError('denied', 'it refused access (403)');
+  if (s === 409 || s === 412) return new RemoteError('conflict', `something is in the way (${s})`);
+  if (s === 413) return new RemoteError('too_large', 'it refused the size (413)');
+  if (s === 507) return new RemoteError('too_large', 'it is out of space (507)');
+  if (s >= 300 && s < 400) return bad(`it redirected the request (${s}); check the account's URL`);
+  return bad(`it answered ${s}`);
+}
+
+/**
+ * `body` as the web stream fetch sends, read only as fast as the upload goes. Not
+ * Readable.toWeb: when a request is aborted after its answer came (a 507 before the body was
+ * read), undici 6 drains the body stream to its end instead of cancelling it, which would read
+ * a whole upload for nothing. This stream errors as soon as `stop` fires, and leaves `body`
+ * itself to its owner (destroying it could take the client's socket before it gets an answer).
+ */
+function webBody(body: Readable, stop: AbortSignal): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        for (;;) {
+          if (stop.aborted) return controller.error(stop.reason);
+          const chunk: unknown = body.read();
+          if (chunk !== null) return controller.enqueue(typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Uint8Array));
+          if (body.readableEnded) return controller.close();
+          if (body.destroyed) return controller.error(new Error('the upload stopped before its end'));
+          await new Promise<void>((resolve) => {
+            const wake = () => {
+              for (const e of ['readable', 'end', 'close']) body.off(e, wake);
+              stop.removeEventListener('abort', wake);
+              resolve();
+            };
+            for (const e of ['readable', 'end', 'close']) body.on(e, wake);
+            stop.addEventListener('abort', wake);
+          });
+        }
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/** The answer's bytes `skip` to `skip + take`, with failures (abort, timeout, reset) as RemoteErrors. */
+function slice(res: Response, skip: number, take: number, signal: AbortSignal): Readable {
+  const src = res.body ? Readable.fromWeb(res.body as unknown as WebReadable<Uint8Array>) : Readable.from([]);
+  const end = skip + take;
+  let pos = 0;
+  let done = false;
+  const out = new Readable({
+    read: () => void src.resume(),
+    destroy: (err, cb) => {
+      done = true;
+      src.destroy();
+      cb(err);
+    },
+  });
+  src.on('data', (chunk: Buffer) => {
+    if (done) return;
+    const from = Math.max(0, skip - pos);
+    const to = Math.min(chunk.length, end - pos);
+    pos += chunk.length;
+    if (to > from && !out.push(chunk.subarray(from, to))) src.pause();
+    if (pos >= end) {
+      done = true;
+      out.push(null);
+      src.destroy(); // the rest (a server that ignored Range) is not needed
+    }
+  });
+  src.on('end', () => {
+    if (done) return;
+    done = true;
+    if (Number.isFinite(end) && pos < end) out.destroy(bad('its answer was shorter than the range'));
+    else out.push(null);
+  });
+  src.on('error', (err) => {
+    if (!done) out.destroy(networkError(err, signal));
+  });
+  return out;
+}
+
+// The multistatus parser: self-contained below this line.
+
+/** One <response> of a multistatus: its href and the properties of its 2xx propstats. */
+interface DavEntry {
+  href: string;
+  collection: boolean;
+  props: Map<string, string>;
+}
+
+const MAX_TOKEN = 1 << 20; // a single tag or comment this long is not a multistatus we can use
+const MAX_TEXT = 64 * 1024;
+const MAX_DEPTH = 64;
+const RESPONSE = 'multistatus/response';
+const PROPSTAT = `${RESPONSE}/propstat`;
+const PROP = `${PROPSTAT}/prop`;
+const COLLECTION = `${PROP}/resourcetype/collection`;
+/** Elements whose text we keep, by their path of DAV: local names. */
+const CAPTURE = new Map<string, string>([
+  [`${RESPONSE}/href`, 'href'],
+  [`${RESPONSE}/status`, 'status'],
+  [`${PROPSTAT}/status`, 'propstat-status'],
+  ...['getcontentlength', 'getlastmodified', 'getetag', 'getcontenttype'].map((p): [string, string] => [`${PROP}/${p}`, p]),
+]);
+/**
+ * The paths of the elements we act on, by parent path and DAV: local name: a lookup per element
+ * instead of building strings. Any other element has the path "" and so has all it holds.
+ */
+const CHILDREN = new Map<string, Map<string, string>>();
+for (const path of [RESPONSE, PROPSTAT, PROP, `${PROP}/resourcetype`, COLLECTION, ...CAPTURE.keys()]) {
+  const cut = path.lastIndexOf('/');
+  const parent = path.slice(0, cut);
+  CHILDREN.set(parent, (CHILDREN.get(parent) ?? new Map<string, string>()).set(path.slice(cut + 1), path));
+}
+
+interface Element {
+  name: string;
+  /** The path of DAV: local names from the root, or "" for an element we ignore. */
+  path: string;
+  ns: Map<string, string>;
+  capture: string | undefined;
+}
+
+/**
+ * A streaming parser for exactly what a multistatus needs: elements with namespaces, text,
+ * entities, CDATA, comments. Memory is bounded by the longest token and the element depth,
+ * never by the document. A DOCTYPE is refused (no entity expansion surprises).
+ */
+class MultistatusParser {
+  private buf = '';
+  private stack: Element[] = [];
+  private text: string | undefined;
+  private entry: { href?: string; status?: string; collection: boolean; props: Map<string, string> } | undefined;
+  private propstat: { status?: string; collection: boolean; props: Map<string, string> } | undefined;
+  private state: 'before' | 'in' | 'after' = 'before';
+
+  constructor(private readonly onEntry: (entry: DavEntry) => void) {}
+
+  write(chunk: string): void {
+    const b = this.buf + chunk;
+    let i = 0;
+    while (i < b.length) {
+      const lt = b.indexOf('<', i);
+      if (lt < 0) {
+        this.addText(b.slice(i));
+        i = b.length;
+        break;
+      }
+      if (lt > i) this.addText(b.slice(i, lt));
+      const next = this.markup(b, lt);
+      i = lt;
+      if (next < 0) break;
+      i = next;
+    }
+    this.buf = b.slice(i);
+    if (this.buf.length > MAX_TOKEN) throw bad('its answer was not a usable multistatus');
+  }
+
+  end(): void {
+    if (this.state !== 'after' || this.buf.trim() !== '') throw bad('its answer was cut short');
+  }
+
+  /** Handles the markup starting at `lt`; answers the index after it, or -1 if it is not complete yet. */
+  private markup(b: string, lt: number): number {
+    const second = b[lt + 1];
+    if (second === undefined) return -1;
+    if (second === '?') return after(b, '?>', lt + 2);
+    if (second === '!') {
+      if (b.startsWith('<!--', lt)) return after(b, '-->', lt + 4);
+      if (b.startsWith('<![CDATA[', lt)) {
+        const next = after(b, ']]>', lt + 9);
+        if (next >= 0) this.addText(b.slice(lt + 9, next - 3).replaceAll('&', '&amp;'));
+        return next;
+      }
+      const rest = b.slice(lt, lt + 9);
+      if (rest.length < 9 && ('<![CDATA['.startsWith(rest) || '<!--'.startsWith(rest))) return -1;
+      throw bad('its answer declared a document type, which is not accepted');
+    }
+    let gt = b.indexOf('>', lt);
+    if (gt < 0) return -1;
+    let tag = b.slice(lt + 1, gt);
+    if (tag.includes('"') || tag.includes("'")) {
+      // Attribute values may hold ">": find the first one outside quotes.
+      let quote = '';
+      for (gt = lt + 1; gt < b.length; gt++) {
+        const c = b[gt];
+        if (quote) quote = c === quote ? '' : quote;
+        else if (c === '"' || c === "'") quote = c;
+        else if (c === '>') break;
+      }
+      if (gt === b.length) return -1;
+      tag = b.slice(lt + 1, gt);
+    }
+    if (tag.startsWith('/')) this.close(tag.slice(1).trim());
+    else {
+      const selfClosing = tag.endsWith('/');
+      if (selfClosing) tag = tag.slice(0, -1);
+      let n = 0;
+      while (n < tag.length && tag.charCodeAt(n) > 0x20) n++; // up to the first space, tab or newline
+      const name = tag.slice(0, n);
+      if (!name) throw bad('its answer was not valid XML');
+      this.open(name, tag.slice(name.length));
+      if (selfClosing) this.close(name);
+    }
+    return gt + 1;
+  }
+
+  private open(name: string, attributes: string): void {
+    if (this.state === 'after') throw bad('its answer was not valid XML');
+    const parent = this.stack.at(-1);
+    let ns = parent?.ns ?? new Map<string, string>();
+    if (attributes.includes('xmlns')) {
+      for (const m of attributes.matchAll(/([^\s=]+)\s*=\s*(?:"([^"]*)"|'([^']*)')/g)) {
+        const key = m[1]!;
+        if (key !== 'xmlns' && !key.startsWith('xmlns:')) continue;
+        if (ns === parent?.ns) ns = new Map(ns);
+        ns.set(key === 'xmlns' ? '' : key.slice(6), decodeEntities(m[2] ?? m[3] ?? ''));
+      }
+    }
+    const colon = name.indexOf(':');
+    const local = name.slice(colon + 1);
+    const dav = ns.get(colon < 0 ? '' : name.slice(0, colon)) === 'DAV:';
+    const path = !dav ? '' : parent ? (CHILDREN.get(parent.path)?.get(local) ?? '') : local === 'multistatus' ? local : '';
+    if (!parent && !path) throw bad('its answer was not a multistatus');
+    if (this.stack.length >= MAX_DEPTH) throw bad('its answer was nested too deep');
+    const capture = CAPTURE.get(path);
+    this.stack.push({ name, path, ns, capture });
+    this.state = 'in';
+    if (capture) this.text = '';
+    if (path === RESPONSE) this.entry = { collection: false, props: new Map() };
+    else if (path === PROPSTAT) this.propstat = { collection: false, props: new Map() };
+    else if (path === COLLECTION && this.propstat) this.propstat.collection = true;
+  }
+
+  private close(name: string): void {
+    const el = this.stack.pop();
+    if (!el || el.name !== name) throw bad('its answer was not valid XML');
+    if (this.stack.length === 0) this.state = 'after';
+    if (el.capture) {
+      const value = decodeEntities(this.text ?? '').trim();
+      this.text = undefined;
+      if (el.capture === 'href' && this.entry) this.entry.href = value;
+      else if (el.capture === 'status' && this.entry) this.entry.status = value;
+      else if (el.capture === 'propstat-status' && this.propstat) this.propstat.status = value;
+      else this.propstat?.props.set(el.capture, value);
+    }
+    if (el.path === PROPSTAT) {
+      const p = this.propstat;
+      this.propstat = undefined;
+      if (p && this.entry && isSuccess(p.status)) {
+        this.entry.collection ||= p.collection;
+        for (const [k, v] of p.props) this.entry.props.set(k, v);
+      }
+    } else if (el.path === RESPONSE) {
+      const e = this.entry;
+      this.entry = undefined;
+      if (!e?.href) throw bad('its answer had an entry without an href');
+      if (isSuccess(e.status)) this.onEntry({ href: e.href, collection: e.collection, props: e.props });
+    }
+  }
+
+  private addText(raw: string): void {
+    if (this.text === undefined) return;
+    this.text += raw;
+    if (this.text.length > MAX_TEXT) throw bad('its answer had a value too long to use');
+  }
+}
+
+/** The index just after the next `marker` from `from`, or -1 if it has not arrived yet. */
+function after(b: string, marker: string, from: number): number {
+  const at = b.indexOf(marker, from);
+  return at < 0 ? -1 : at + marker.length;
+}
+
+/** A missing status counts as success (a response with only propstats). */
+function isSuccess(status: string | undefined): boolean {
+  if (status === undefined) return true;
+  const code = Number(/^HTTP\/[\d.]+\s+(\d{3})/.exec(status)?.[1]);
+  return code >= 200 && code < 300;
+}
+
+const NAMED: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'" };
+
+function decodeEntities(raw: string): string {
+  if (!raw.includes('&')) return raw;
+  return raw.replace(/&(#x[0-9a-fA-F]+|#[0-9]+|[A-Za-z]+);/g, (_, e: string) => {
+    if (e[0] !== '#') {
+      const c = NAMED[e];
+      if (c === undefined) throw bad('its answer used an unknown XML entity');
+      return c;
+    }
+    const code = e[1] === 'x' ? parseInt(e.slice(2), 16) : parseInt(e.slice(1), 10);
+    if (!(code >= 0 && code <= 0x10ffff)) throw bad('its answer was not valid XML');
+    return String.fromCodePoint(code);
+  });
+}
