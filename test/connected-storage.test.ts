@@ -158,8 +158,8 @@ test('an algorithm reads and writes its caller\'s connected accounts through the
 
 describe('provider failures', () => {
   let silent: net.Server;
-  let sockets: net.Socket[] = [];
-  let lines: string[] = [];
+  const sockets: net.Socket[] = [];
+  const lines: string[] = [];
   let url: string;
   let key: string;
   let close: () => Promise<void>;

@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ByteRange } from '../blobStore.ts';
+import { httpRequest, type HttpAnswer } from './httpClient.ts';
 import { RemoteError, networkError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
 
 export interface DropboxOptions {
@@ -28,7 +29,7 @@ const MAX_ERROR_BODY = 64 * 1024;
 const COMMIT = { mode: 'overwrite', autorename: false, mute: true } as const;
 
 /** A request body, or one made per attempt (a stream the first time, the buffered bytes after). */
-type Body = string | Buffer | undefined | ((attempt: number) => ReadableStream<Uint8Array> | Promise<Buffer>);
+type Body = string | Buffer | undefined | ((attempt: number) => Readable | Promise<Buffer>);
 
 /** The fields of Dropbox file and folder metadata this provider reads. */
 interface Entry {
@@ -95,15 +96,15 @@ export class DropboxStorage implements RemoteStorage {
   }
 
   async read(path: string[], range: ByteRange | undefined, signal: AbortSignal): Promise<Readable> {
-    // fetch asks for compression by default and decodes it; ranges must count the file's own bytes.
+    // No compression: ranges must count the file's own bytes.
     const headers: Record<string, string> = { 'Dropbox-API-Arg': headerJson({ path: dbxPath(path) }), 'Accept-Encoding': 'identity' };
     if (range) headers.Range = `bytes=${range.start}-${range.end}`;
     const res = await this.send(`${this.content}/2/files/download`, headers, undefined, signal);
     if (!range) return bodyStream(res, 0, Infinity, signal);
     if (res.status === 206) {
-      const first = /^bytes (\d+)-\d+\/(\d+|\*)$/.exec(res.headers.get('content-range') ?? '')?.[1];
+      const first = /^bytes (\d+)-\d+\/(\d+|\*)$/.exec(res.header('content-range') ?? '')?.[1];
       if (Number(first) !== range.start) {
-        await res.body?.cancel().catch(() => {});
+        res.body.destroy();
         throw new RemoteError('bad_answer', 'it answered another range than the one asked for');
       }
       return bodyStream(res, 0, Infinity, signal);
@@ -194,12 +195,12 @@ export class DropboxStorage implements RemoteStorage {
   }
 
   /** POSTs, retrying what Dropbox asks to retry; answers a 2xx response or throws a RemoteError. */
-  private async send(url: string, headers: Record<string, string>, body: Body, signal: AbortSignal): Promise<Response> {
+  private async send(url: string, headers: Record<string, string>, body: Body, signal: AbortSignal): Promise<HttpAnswer> {
     for (let attempt = 0; ; attempt++) {
-      let res: Response;
+      let res: HttpAnswer;
       try {
         const payload = typeof body === 'function' ? await body(attempt) : body;
-        res = await fetch(url, { method: 'POST', headers: { Authorization: this.auth, ...headers }, body: payload, signal, duplex: 'half' });
+        res = await httpRequest(url, { method: 'POST', headers: { Authorization: this.auth, ...headers }, body: payload, signal });
       } catch (err) {
         throw networkError(err, signal);
       }
@@ -256,10 +257,10 @@ function listResult(value: unknown): { entries: Entry[]; cursor: string; hasMore
   return { entries: r.entries as Entry[], cursor: String(r.cursor), hasMore: r.has_more };
 }
 
-async function readJson(res: Response, signal: AbortSignal): Promise<unknown> {
+async function readJson(res: HttpAnswer, signal: AbortSignal): Promise<unknown> {
   let text: string;
   try {
-    text = await res.text();
+    text = await res.text(64 * 1024 * 1024);
   } catch (err) {
     throw networkError(err, signal);
   }
@@ -270,18 +271,6 @@ async function readJson(res: Response, signal: AbortSignal): Promise<unknown> {
   }
 }
 
-/** At most `max` characters of an error body; the rest is not read. */
-async function readSome(res: Response, max: number): Promise<string> {
-  if (!res.body) return '';
-  const parts: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of res.body) {
-    parts.push(Buffer.from(chunk));
-    length += chunk.byteLength;
-    if (length >= max) break; // leaving the loop cancels the body
-  }
-  return Buffer.concat(parts).subarray(0, max).toString('utf8');
-}
 
 /** The tags of an error_summary ("path/not_found/.." → path, not_found): never user text. */
 function summaryTags(body: string): string[] {
@@ -307,10 +296,10 @@ function kindOf(tags: string[]): RemoteError['kind'] {
 }
 
 /** Turns a non-2xx answer into a RemoteError, with the wait before a retry when Dropbox asks for one. */
-async function describeFailure(res: Response, signal: AbortSignal): Promise<{ error: RemoteError; retryAfterMs?: number }> {
+async function describeFailure(res: HttpAnswer, signal: AbortSignal): Promise<{ error: RemoteError; retryAfterMs?: number }> {
   let body: string;
   try {
-    body = await readSome(res, MAX_ERROR_BODY);
+    body = await res.text(MAX_ERROR_BODY);
   } catch (err) {
     throw networkError(err, signal);
   }
@@ -333,8 +322,8 @@ async function describeFailure(res: Response, signal: AbortSignal): Promise<{ er
 }
 
 /** Retry-After in seconds or as a date, else the body's retry_after, else one second. */
-function retryAfter(res: Response, body: string): number {
-  const header = res.headers.get('retry-after')?.trim();
+function retryAfter(res: HttpAnswer, body: string): number {
+  const header = res.header('retry-after')?.trim();
   if (header && /^\d+$/.test(header)) return Number(header) * 1000;
   if (header && Number.isFinite(Date.parse(header))) return Math.max(0, Date.parse(header) - Date.now());
   try {
@@ -348,13 +337,13 @@ function retryAfter(res: Response, body: string): number {
  * The answer's bytes as a Readable, `skip` bytes dropped and at most `take` kept. Destroying
  * the Readable cancels the download; network failures become RemoteErrors.
  */
-function bodyStream(res: Response, skip: number, take: number, signal: AbortSignal): Readable {
+function bodyStream(res: HttpAnswer, skip: number, take: number, signal: AbortSignal): Readable {
   const body = res.body;
   async function* bytes(): AsyncGenerator<Buffer> {
     if (!body) return;
     try {
-      for await (const chunk of body) {
-        let buf = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        let buf = chunk;
         if (skip >= buf.length) {
           skip -= buf.length;
           continue;
@@ -381,19 +370,11 @@ function bodyStream(res: Response, skip: number, take: number, signal: AbortSign
  */
 class ChunkReader {
   private readonly pieces: AsyncIterator<unknown>;
-  private readonly aborted: Promise<never>;
   private pending: Buffer | undefined;
   private ended = false;
 
-  constructor(body: Readable, signal: AbortSignal) {
+  constructor(body: Readable, private readonly signal: AbortSignal) {
     this.pieces = body[Symbol.asyncIterator]();
-    // Waiting on a slow client must still end when the request is cancelled.
-    this.aborted = new Promise<never>((_, reject) => {
-      const fail = () => reject(networkError(signal.reason, signal));
-      if (signal.aborted) fail();
-      else signal.addEventListener('abort', fail, { once: true });
-    });
-    this.aborted.catch(() => {});
   }
 
   async first(size: number): Promise<{ data: Buffer; last: boolean }> {
@@ -420,10 +401,28 @@ class ChunkReader {
     return piece && piece.length > max ? piece.subarray(0, max) : piece;
   }
 
+  /**
+   * The body's next step, or the abort: waiting on a slow client must still end when the
+   * request is cancelled. (Not Promise.race against one long-lived abort promise: every race
+   * would leave a reaction on it holding its piece, and a 200 MiB upload stayed in memory.)
+   */
+  private nextOrAbort(): Promise<IteratorResult<unknown>> {
+    const signal = this.signal;
+    if (signal.aborted) return Promise.reject(networkError(signal.reason, signal));
+    return new Promise((resolve, reject) => {
+      const fail = () => reject(networkError(signal.reason, signal));
+      signal.addEventListener('abort', fail, { once: true });
+      this.pieces.next().then(
+        (step) => (signal.removeEventListener('abort', fail), resolve(step)),
+        (err: unknown) => (signal.removeEventListener('abort', fail), reject(err)),
+      );
+    });
+  }
+
   /** The body's next non-empty piece; the body's own error is thrown as is. */
   private async pull(): Promise<Buffer | undefined> {
     while (!this.ended) {
-      const step = await Promise.race([this.pieces.next(), this.aborted]);
+      const step = await this.nextOrAbort();
       if (step.done) {
         this.ended = true;
         break;
@@ -475,18 +474,25 @@ class ChunkFill {
     for (const resolve of this.waiters.splice(0)) resolve();
   }
 
-  stream(): ReadableStream<Uint8Array> {
+  /** The chunk as it fills, for one request; the bytes pushed are views of the buffer, sent before it is reused. */
+  stream(): Readable {
     let sent = 0;
-    return new ReadableStream<Uint8Array>({
-      pull: async (controller) => {
-        while (this.filled <= sent && !this.ended) await new Promise<void>((resolve) => this.waiters.push(resolve));
-        if (this.filled > sent) {
-          controller.enqueue(this.buffer.subarray(sent, this.filled));
-          sent = this.filled;
-          return;
-        }
-        await this.complete; // throws the body's error
-        controller.close();
+    const next = async (): Promise<Buffer | null> => {
+      while (this.filled <= sent && !this.ended) await new Promise<void>((resolve) => this.waiters.push(resolve));
+      if (this.filled > sent) {
+        const view = this.buffer.subarray(sent, this.filled);
+        sent = this.filled;
+        return view;
+      }
+      await this.complete; // throws the body's error
+      return null;
+    };
+    return new Readable({
+      read() {
+        next().then(
+          (chunk) => this.push(chunk),
+          (err: Error) => this.destroy(err),
+        );
       },
     });
   }

@@ -1,8 +1,8 @@
 import crypto from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ReadableStream as WebReadable } from 'node:stream/web';
 import type { ByteRange } from '../blobStore.ts';
+import { httpRequest, type HttpAnswer } from './httpClient.ts';
 import { RemoteError, networkError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
 
 /** A filehost:// account on a WebDAV server: its root collection and, optionally, Basic credentials. */
@@ -21,7 +21,7 @@ const CLEANUP_MS = 2_000;
 const bad = (message: string) => new RemoteError('bad_answer', message);
 
 /**
- * RemoteStorage over WebDAV (RFC 4918) with Node's fetch: requests and answers streamed,
+ * RemoteStorage over WebDAV (RFC 4918) with node:http (httpClient.ts): requests and answers streamed,
  * multistatus answers parsed as they arrive, every request tied to the caller's signal.
  */
 export class WebDavStorage implements RemoteStorage {
@@ -40,7 +40,7 @@ export class WebDavStorage implements RemoteStorage {
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new RemoteError('invalid', 'the WebDAV URL must start with http:// or https://');
     let { username, password } = config;
-    // fetch refuses URLs with credentials in them, and they must not reach messages or Destination headers.
+    // Credentials in the URL are taken out: they must not reach messages or Destination headers.
     if (url.username || url.password) {
       if (!username) {
         username = decodeURIComponent(url.username);
@@ -133,7 +133,7 @@ export class WebDavStorage implements RemoteStorage {
     if (range) {
       take = range.end - range.start + 1;
       if (res.status === 206) {
-        const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.headers.get('content-range') ?? '');
+        const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.header('content-range') ?? '');
         const [start, end, total] = [Number(m?.[1]), Number(m?.[2]), Number(m?.[3])];
         // A shorter end is fine only when the file ends there (a range past the end, as HTTP allows).
         if (!m || start !== range.start || (end !== range.end && !(end < range.end && end === total - 1))) {
@@ -172,7 +172,7 @@ export class WebDavStorage implements RemoteStorage {
     const onBodyClose = () => body.readableEnded || onBodyError(new Error('the upload stopped before its end'));
     body.on('error', onBodyError).on('close', onBodyClose);
     try {
-      const res = await this.send('PUT', temp, { body: webBody(body, stop.signal), signal: AbortSignal.any([signal, stop.signal]) }).catch((err: unknown) => {
+      const res = await this.send('PUT', temp, { body, signal: AbortSignal.any([signal, stop.signal]) }).catch((err: unknown) => {
         throw bodyError ?? networkError(err, signal);
       });
       if (!res.ok) {
@@ -248,21 +248,14 @@ export class WebDavStorage implements RemoteStorage {
   private async send(
     method: string,
     path: string[],
-    opts: { signal: AbortSignal; dir?: boolean; headers?: Record<string, string>; body?: string | ReadableStream<Uint8Array> },
-  ): Promise<Response> {
+    opts: { signal: AbortSignal; dir?: boolean; headers?: Record<string, string>; body?: string | Readable },
+  ): Promise<HttpAnswer> {
     const headers: Record<string, string> = { ...opts.headers };
     if (this.auth) headers.authorization = this.auth;
     try {
-      // redirect: 'manual': a redirect is reported (the account's URL is likely wrong), never
-      // followed with the credentials to wherever it points.
-      return await fetch(this.urlOf(path, opts.dir), {
-        method,
-        headers,
-        body: opts.body,
-        signal: opts.signal,
-        redirect: 'manual',
-        ...(typeof opts.body === 'object' ? { duplex: 'half' as const } : {}),
-      });
+      // node:http follows no redirect: one is reported (the account's URL is likely wrong),
+      // never followed with the credentials to wherever it points.
+      return await httpRequest(this.urlOf(path, opts.dir), { method, headers, ...(opts.body !== undefined ? { body: opts.body } : {}), signal: opts.signal });
     } catch (err) {
       throw networkError(err, opts.signal);
     }
@@ -288,7 +281,7 @@ export class WebDavStorage implements RemoteStorage {
     });
     const decoder = new TextDecoder('utf-8', { fatal: true });
     try {
-      for await (const chunk of (res.body ?? []) as AsyncIterable<Uint8Array>) parser.write(decoder.decode(chunk, { stream: true }));
+      for await (const chunk of res.body as AsyncIterable<Buffer>) parser.write(decoder.decode(chunk, { stream: true }));
       parser.write(decoder.decode());
       parser.end();
     } catch (err) {
@@ -395,18 +388,18 @@ function decodeToken(token: string): { dir: boolean; name: string } {
   return { dir: kind === 'd', name: text.slice(1) };
 }
 
-async function discard(res: Response): Promise<void> {
-  await res.body?.cancel().catch(() => undefined);
+async function discard(res: HttpAnswer): Promise<void> {
+  res.discard();
 }
 
 /** Releases an answer's connection and gives back `err`, for `throw await dropping(res, err)`. */
-async function dropping(res: Response, err: RemoteError): Promise<RemoteError> {
+async function dropping(res: HttpAnswer, err: RemoteError): Promise<RemoteError> {
   await discard(res);
   return err;
 }
 
 /** An HTTP answer that is not a success, as the contract's outcome; messages hold no URL. */
-async function failure(res: Response): Promise<RemoteError> {
+async function failure(res: HttpAnswer): Promise<RemoteError> {
   await discard(res);
   const s = res.status;
   if (s === 404 || s === 410) return new RemoteError('not_found', `nothing is there (${s})`);
@@ -419,42 +412,9 @@ async function failure(res: Response): Promise<RemoteError> {
   return bad(`it answered ${s}`);
 }
 
-/**
- * `body` as the web stream fetch sends, read only as fast as the upload goes. Not
- * Readable.toWeb: when a request is aborted after its answer came (a 507 before the body was
- * read), undici 6 drains the body stream to its end instead of cancelling it, which would read
- * a whole upload for nothing. This stream errors as soon as `stop` fires, and leaves `body`
- * itself to its owner (destroying it could take the client's socket before it gets an answer).
- */
-function webBody(body: Readable, stop: AbortSignal): ReadableStream<Uint8Array> {
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        for (;;) {
-          if (stop.aborted) return controller.error(stop.reason);
-          const chunk: unknown = body.read();
-          if (chunk !== null) return controller.enqueue(typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Uint8Array));
-          if (body.readableEnded) return controller.close();
-          if (body.destroyed) return controller.error(new Error('the upload stopped before its end'));
-          await new Promise<void>((resolve) => {
-            const wake = () => {
-              for (const e of ['readable', 'end', 'close']) body.off(e, wake);
-              stop.removeEventListener('abort', wake);
-              resolve();
-            };
-            for (const e of ['readable', 'end', 'close']) body.on(e, wake);
-            stop.addEventListener('abort', wake);
-          });
-        }
-      },
-    },
-    { highWaterMark: 0 },
-  );
-}
-
 /** The answer's bytes `skip` to `skip + take`, with failures (abort, timeout, reset) as RemoteErrors. */
-function slice(res: Response, skip: number, take: number, signal: AbortSignal): Readable {
-  const src = res.body ? Readable.fromWeb(res.body as unknown as WebReadable<Uint8Array>) : Readable.from([]);
+function slice(res: HttpAnswer, skip: number, take: number, signal: AbortSignal): Readable {
+  const src = res.body;
   const end = skip + take;
   let pos = 0;
   let done = false;
