@@ -1,0 +1,4 @@
+import type { Command } from '../context.ts';
+
+/** Account and algorithm commands: auth, run, init, publish, versions, keys, connectors. */
+export const algorithmCommands: Record<string, Command> = {};

@@ -1,0 +1,4 @@
+import type { Command } from '../context.ts';
+
+/** Data commands: ls, mkdir, rmdir, rm, cp, cat. */
+export const dataCommands: Record<string, Command> = {};

@@ -1,0 +1,117 @@
+import { parseArgs } from 'node:util';
+import { AlgorithmError, ApiError, NetworkError } from '../../../client/src/index.ts';
+import { CliError, Context, UsageError, type Command, type Env, type Io } from './context.ts';
+import { dataCommands } from './commands/data.ts';
+import { algorithmCommands } from './commands/algorithms.ts';
+
+/** Exit codes: 0 done, 1 the server or an algorithm said no, 2 the command was misused. */
+export const EXIT = { ok: 0, failed: 1, usage: 2 } as const;
+
+const COMMANDS: Record<string, Command> = { ...algorithmCommands, ...dataCommands };
+
+const GLOBAL_USAGE = `usage: algo [--profile NAME] [--json] <command> [args]
+
+Global flags:
+  --profile NAME   use this profile of the config file (default: "default", or ALGOHOST_PROFILE)
+  --json           machine-readable output on stdout
+  -h, --help       this help; \`algo help <command>\` for one command`;
+
+function help(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((n) => n.length));
+  const lines = Object.entries(COMMANDS)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return `${GLOBAL_USAGE}\n\nCommands:\n${lines.join('\n')}\n`;
+}
+
+/**
+ * Runs one `algo` command line and answers its exit code. Global flags come before the
+ * command; everything after the command's name is the command's own.
+ */
+export async function main(argv: string[], env: Env, io: Io): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: { profile: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: false,
+      tokens: true,
+    });
+  } catch (err) {
+    io.stderr.write(`algo: ${(err as Error).message}\n${GLOBAL_USAGE}\n`);
+    return EXIT.usage;
+  }
+  // Global flags end at the first positional (the command).
+  const first = parsed.tokens.find((t) => t.kind === 'positional');
+  const commandIndex = first ? first.index : argv.length;
+  const globals = parseArgs({
+    args: argv.slice(0, commandIndex),
+    options: { profile: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    strict: false,
+  }).values;
+  const name = argv[commandIndex];
+  const rest = argv.slice(commandIndex + 1);
+  if (name === undefined || name === 'help' || globals.help) {
+    const which = name === 'help' ? rest[0] : undefined;
+    if (which && COMMANDS[which]) io.stdout.write(`${COMMANDS[which]!.usage}\n`);
+    else io.stdout.write(help());
+    return name === undefined && !globals.help ? EXIT.usage : EXIT.ok;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    io.stderr.write(`algo: unknown command "${name}"\n${help()}`);
+    return EXIT.usage;
+  }
+  const profile = typeof globals.profile === 'string' ? globals.profile : env.ALGOHOST_PROFILE || 'default';
+  const ctx = new Context(io, env, profile, globals.json === true);
+  try {
+    if (rest.includes('--help') || rest.includes('-h')) {
+      io.stdout.write(`${command.usage}\n`);
+      return EXIT.ok;
+    }
+    await command.run(ctx, rest);
+    return EXIT.ok;
+  } catch (err) {
+    return report(ctx, name, command, err);
+  }
+}
+
+/** One line a person can act on; the exit code says who was at fault. */
+function report(ctx: Context, name: string, command: Command, err: unknown): number {
+  const say = (message: string) => ctx.io.stderr.write(`algo ${name}: ${message}\n`);
+  if (err instanceof UsageError) {
+    say(err.message);
+    ctx.io.stderr.write(`${command.usage}\n`);
+    return EXIT.usage;
+  }
+  if (err instanceof CliError) {
+    say(err.message);
+    return EXIT.failed;
+  }
+  if (err instanceof ApiError) {
+    if (err.status === 401 && (err.code === 'invalid_api_key' || err.code === 'api_key_revoked' || err.code === 'auth_required')) {
+      say(`API key rejected (${err.message}): run \`algo auth${ctx.profileName === 'default' ? '' : ` --profile ${ctx.profileName}`}\``);
+    } else {
+      say(err.message);
+    }
+    return EXIT.failed;
+  }
+  if (err instanceof AlgorithmError) {
+    say(`${err.errorType}: ${err.message}`);
+    if (err.stacktrace) ctx.io.stderr.write(`${err.stacktrace}\n`);
+    return EXIT.failed;
+  }
+  if (err instanceof NetworkError) {
+    say(`cannot reach the server (${err.message}); check the profile's api_server or ALGOHOST_API`);
+    return EXIT.failed;
+  }
+  const e = err as NodeJS.ErrnoException;
+  if (e && typeof e.code === 'string' && e.syscall) {
+    // A local file problem (ENOENT, EACCES, EISDIR...): the user's to fix.
+    say(`${e.path ?? ''}: ${e.code === 'ENOENT' ? 'no such file or directory' : e.message}`);
+    return EXIT.failed;
+  }
+  say(`unexpected error: ${(err as Error)?.stack ?? String(err)}`);
+  return EXIT.failed;
+}
