@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Writable } from 'node:stream';
 import pino from 'pino';
+import algorithmia from 'algorithmia';
 import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { connectAccount } from './helpers/connectors.ts';
 import { rawRequest } from './helpers/raw.ts';
@@ -154,6 +155,22 @@ test('an algorithm reads and writes its caller\'s connected accounts through the
   const bobs = await json(await callAlgo(bob, 'alice/Copier', input, 'application/json'));
   assert.ok(bobs.error, 'bob has no objstore account');
   assert.match(bobs.error.message, /no objstore account|no default objstore account|unknown_connector/);
+});
+
+test('the official npm client (algorithmia 0.3.10) reaches a connected account with an s3+label:// URI', async () => {
+  const client = algorithmia.client(aliceKey, s.url);
+  // It sends the URI untranslated: PUT /v1/data/s3+store://bkt/npm/hello.txt
+  const put = await new Promise<{ body: unknown; status: number }>((resolve) =>
+    client.file('s3+store://bkt/npm/hello.txt').put('from npm', (body, status) => resolve({ body, status })),
+  );
+  assert.equal(put.status, 200, JSON.stringify(put.body));
+  assert.equal((put.body as { result: string }).result, 's3+store://bkt/npm/hello.txt');
+  const got = await new Promise<{ err: unknown; data: unknown }>((resolve) => client.file('s3+store://bkt/npm/hello.txt').get((err, data) => resolve({ err, data })));
+  assert.equal(got.err, null);
+  assert.equal(String(got.data), 'from npm');
+  const found = await new Promise<boolean>((resolve) => client.file('s3+store://bkt/npm/hello.txt').exists((e) => resolve(e)));
+  assert.equal(found, true);
+  assert.equal(await (await alice('/v1/connector/objstore/bkt/npm/hello.txt')).text(), 'from npm');
 });
 
 describe('provider failures', () => {
