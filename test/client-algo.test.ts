@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startServer, type TestServer } from './helpers/server.ts';
+import { rejects } from './helpers/rejects.ts';
 import { tarGz } from './helpers/algorithms.ts';
 import { AlgohostClient, AlgorithmError, ApiError, NetworkError, packDirectory, type Algo } from '../client/src/index.ts';
 
@@ -34,16 +35,6 @@ export async function apply(input) {
   }
 }
 `;
-
-async function rejects<E extends Error>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(err instanceof type, `expected ${type.name}, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`expected ${type.name}, but it resolved`);
-}
 
 before(async () => {
   s = await startServer();

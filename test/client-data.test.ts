@@ -10,21 +10,12 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startServer, type TestServer } from './helpers/server.ts';
+import { rejects } from './helpers/rejects.ts';
 import { ACLS, AlgohostClient, AlgohostError, ApiError, aclLevel, type DataEntry } from '../client/src/index.ts';
 
 let s: TestServer;
 let alice: AlgohostClient;
 let bob: AlgohostClient;
-
-async function rejects<E extends Error>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(err instanceof type, `expected ${type.name}, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`expected ${type.name}, but it resolved`);
-}
 
 async function collect<T>(iter: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];

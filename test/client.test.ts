@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { startServer, type TestServer } from './helpers/server.ts';
+import { rejects } from './helpers/rejects.ts';
 import { ERROR_CODES } from '../src/errors.ts';
 import {
   API_ERROR_CODES, AlgohostClient, AlgohostError, ApiError, DEFAULT_BASE_URL, NetworkError, VERSION, createClient, parseAlgoRef, parseDataUri,
@@ -21,16 +22,6 @@ let aliceKey: string;
 let alice: AlgohostClient;
 
 const root = path.resolve(import.meta.dirname, '..');
-
-async function rejects<E extends Error>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(err instanceof type, `expected ${type.name}, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`expected ${type.name}, but it resolved`);
-}
 
 /** A port nothing listens on: bound, then closed. */
 async function closedPort(): Promise<number> {
