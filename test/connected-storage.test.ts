@@ -16,6 +16,8 @@ import { connectAccount } from './helpers/connectors.ts';
 import { rawRequest } from './helpers/raw.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
+import { startDropboxStandIn } from './helpers/dropboxStandIn.ts';
 import { isInternalAddress } from '../src/connectors/egress.ts';
 import { buildApp, LOG_REDACT } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
@@ -118,6 +120,15 @@ test('a read-only account refuses every change and changes nothing', async () =>
   assert.equal((await alice('/v1/connector/objstore/bkt/made', { method: 'HEAD' })).status, 404);
 });
 
+test('buckets are neither made nor deleted through an account', async () => {
+  const made = await code(alice('/v1/connector/objstore/', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"newbucket"}' }), 400, 'invalid_path');
+  assert.match(made, /buckets are not created through a connected account/);
+  const gone = await code(alice('/v1/connector/objstore/other?force=true', { method: 'DELETE' }), 400, 'invalid_path');
+  assert.match(gone, /buckets are not deleted/);
+  const root = await json200(alice('/v1/connector/objstore/'));
+  assert.deepEqual(root.folders.map((f: { name: string }) => f.name), ['bkt', 'other']);
+});
+
 test('connectors carry no ACLs: asking for one is a clear 400', async () => {
   await code(alice('/v1/connector/objstore/bkt?acl=true'), 400, 'acl_not_supported');
   await code(alice('/v1/connector/objstore/bkt/allowed', { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: '{"acl":{"read":[]}}' }), 400, 'acl_not_supported');
@@ -181,6 +192,8 @@ describe('provider failures', () => {
   let key: string;
   let close: () => Promise<void>;
   const SECRET = 'never-shown-Secret-0123456789abcdef';
+  let dav: Awaited<ReturnType<typeof startWebDav>> | undefined;
+  let dropbox: Awaited<ReturnType<typeof startDropboxStandIn>> | undefined;
 
   before(async () => {
     silent = net.createServer((sock) => sockets.push(sock));
@@ -190,8 +203,15 @@ describe('provider failures', () => {
     const closedPort = (closed.address() as net.AddressInfo).port;
     await new Promise((r) => closed.close(r));
 
+    dav = rcloneMissing() ? undefined : await startWebDav({ user: 'carol', pass: 'the-right-password' });
+    dropbox = await startDropboxStandIn({ token: 'sl.the-right-token' });
     const home = tempHome();
-    const services = await createServices(loadConfig({ home, port: '0', demo: false }, { ALGOHOST_CONNECTOR_NETWORK: 'any', ALGOHOST_CONNECTOR_TIMEOUT_MS: '500' }));
+    const services = await createServices(
+      loadConfig(
+        { home, port: '0', demo: false },
+        { ALGOHOST_CONNECTOR_NETWORK: 'any', ALGOHOST_CONNECTOR_TIMEOUT_MS: '500', ALGOHOST_DROPBOX_API_URL: dropbox.apiUrl, ALGOHOST_DROPBOX_CONTENT_URL: dropbox.contentUrl },
+      ),
+    );
     const sink = new Writable({ write: (chunk, _e, done) => (lines.push(String(chunk)), done()) });
     const app = buildApp(services, { logger: pino({ level: 'trace', redact: LOG_REDACT }, sink) });
     url = await app.listen({ port: 0, host: '127.0.0.1' });
@@ -206,9 +226,13 @@ describe('provider failures', () => {
     await connect('down', `http://127.0.0.1:${closedPort}`);
     await connect('mute', `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`);
     await connect('wrongkey', s3.endpoint, { access_key_id: 'NOT-A-KEY-ID' });
+    if (dav) await connectAccount(server, 'carol', key, { label: 'davbad', protocol: 'filehost', provider: 'webdav', cred_data: { url: dav.url, username: 'carol', password: SECRET } });
+    await connectAccount(server, 'carol', key, { label: 'boxbad', protocol: 'filehost', provider: 'dropbox', cred_data: { access_token: SECRET } });
   });
   after(async () => {
     await close?.();
+    await dav?.stop();
+    await dropbox?.stop();
     for (const sock of sockets) sock.destroy();
     await new Promise((r) => silent.close(r));
   });
@@ -225,7 +249,16 @@ describe('provider failures', () => {
     assert.match(message, /"wrongkey" was refused by its provider \(HTTP 403\); check the account's credentials/);
     const head = await carol('/v1/connector/objstore+wrongkey/bkt/x.txt', { method: 'HEAD' });
     assert.equal(head.status, 403);
-    const everything = lines.join('') + message + (head.headers.get('x-error-message') ?? '');
+    let everything = lines.join('') + message + (head.headers.get('x-error-message') ?? '');
+    // A wrong WebDAV password and a wrong Dropbox token: refused, named, and not repeated.
+    if (dav) {
+      const m = await code(carol('/v1/data/filehost+davbad://x.txt'), 403, 'connector_denied');
+      assert.match(m, /"davbad" was refused by its provider/);
+      everything += m;
+    }
+    const m = await code(carol('/v1/data/dropbox+boxbad://x.txt'), 403, 'connector_denied');
+    assert.match(m, /"boxbad" was refused by its provider/);
+    everything += m + lines.join('');
     assert.ok(lines.length > 0, 'the log was captured');
     assert.equal(everything.includes(SECRET), false, 'the secret appears in a response or the log');
     assert.equal(everything.includes(SECRET.slice(6, 26)), false, 'part of the secret appears in a response or the log');
