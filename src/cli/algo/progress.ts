@@ -52,15 +52,23 @@ export class TerminalProgress implements Progress {
     this.lastDraw = now;
     const seconds = Math.max(0.001, (now - this.started) / 1000);
     const rate = this.doneUnits / seconds;
-    let line = this.text;
+    let stats = '';
     if (this.total !== undefined && this.total > 0) {
       const ratio = Math.min(1, this.doneUnits / this.total);
       const filled = Math.round(ratio * WIDTH);
-      line += ` [${'='.repeat(filled)}${filled < WIDTH ? '>' : ''}${' '.repeat(Math.max(0, WIDTH - filled - 1))}] ${Math.floor(ratio * 100)}%`;
-      if (rate > 0) line += ` ETA ${duration((this.total - this.doneUnits) / rate)}`;
+      stats += ` [${'='.repeat(filled)}${filled < WIDTH ? '>' : ''}${' '.repeat(Math.max(0, WIDTH - filled - 1))}] ${Math.floor(ratio * 100)}%`;
+      if (rate > 0) stats += ` ETA ${duration((this.total - this.doneUnits) / rate)}`;
     }
-    if (this.bytes) line += ` ${size(this.doneUnits)} ${size(rate)}/s`;
-    this.out.write(`\r\x1b[2K${line}`);
+    if (this.bytes) stats += ` ${size(this.doneUnits)} ${size(rate)}/s`;
+    // A line wider than the terminal wraps, and "\r" then redraws only its last row: the label
+    // (a long file name) gives way so that the line fits.
+    const columns = (this.out as { columns?: number }).columns;
+    let label = this.text;
+    if (columns && label.length + stats.length >= columns) {
+      const room = Math.max(0, columns - 1 - stats.length);
+      label = room <= 1 ? '' : `…${label.slice(label.length - room + 1)}`;
+    }
+    this.out.write(`\r\x1b[2K${label}${stats}`);
   }
 }
 
