@@ -1,0 +1,281 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { Transform, pipeline } from 'node:stream';
+import { ApiError, packDirectory, type Algorithm, type AlgorithmVersion, type Language, type VersionType } from '../../../../client/src/index.ts';
+import { templateFiles, writeFiles } from '../../../algorithms/templates.ts';
+import { CliError, UsageError, type Command } from '../context.ts';
+import { size } from '../progress.ts';
+import { isJson, noMore, parseArgs, resolveUser, shellQuote, table, utf8 } from './common.ts';
+
+/** What `algo init` writes and `algo publish` reads, in the algorithm's directory. */
+export const MANIFEST = 'algohost.json';
+
+interface Manifest {
+  name: string;
+  language: Language;
+  /** Optional: whose algorithm it is (else the key's user). */
+  owner?: string;
+  /** A test input file, relative to the directory: the curl line `publish` prints sends it. */
+  test_input?: string;
+}
+
+const LANGUAGES: Record<string, Language> = {
+  python3: 'python3', python: 'python3', py: 'python3',
+  javascript: 'javascript', js: 'javascript', nodejs: 'javascript', node: 'javascript',
+  typescript: 'typescript', ts: 'typescript',
+};
+const ALGORITHM_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
+const USERNAME = /^[A-Za-z][A-Za-z0-9_]{0,29}$/;
+/** Never uploaded: installed packages are rebuilt by the server, history is not source. */
+const SKIPPED = new Set(['node_modules', '.git']);
+
+function language(value: string | undefined, flag: string): Language {
+  const lang = value === undefined ? undefined : LANGUAGES[value.toLowerCase()];
+  if (!lang) throw new UsageError(`${flag} is one of python3, javascript, typescript${value === undefined ? '' : ` (got "${value}")`}`);
+  return lang;
+}
+
+const ENTRY: Record<Language, (name: string) => string> = {
+  python3: (n) => `src/${n}.py`,
+  javascript: (n) => `src/${n}.js`,
+  typescript: () => 'src/index.ts',
+};
+
+function readme(name: string, lang: Language, owner: string | undefined): string {
+  const apply = { python3: '`def apply(input)`', javascript: '`exports.apply = function (input, cb)`', typescript: '`export function apply(input)` (may be async)' }[lang];
+  const deps = lang === 'python3' ? '`requirements.txt` (pip)' : '`package.json` (npm), if you add one';
+  const ref = `${owner ?? '<you>'}/${name}`;
+  return `# ${name}
+
+A ${lang} algorithm for algohost, made by \`algo init\`. It answers \`hello <input>\`.
+
+- \`${ENTRY[lang](name)}\`: the entry point, ${apply}, called once per request with the
+  input (text, bytes or parsed JSON); what it returns is the result.
+- Dependencies: ${deps}.
+- \`input.json\`: a test input.
+- \`${MANIFEST}\`: the algorithm's name and language (and owner, if given), read by \`algo publish\`.
+
+Publish it: the first time this creates the algorithm; every time, it uploads this directory,
+builds it, shows the build log and publishes a new version.
+
+    algo publish          # a minor version (0.1.0, 0.2.0...); --major, --revision; --private
+    algo run ${ref} -D input.json
+    algo versions ${ref}
+`;
+}
+
+export const init: Command = {
+  summary: 'make a directory with a runnable algorithm template',
+  usage: `usage: algo init [owner/]<name> --language python3|javascript|typescript [--dir DIR]
+
+Writes the language's template (answers "hello <input>"), a test input (input.json), a short
+README and ${MANIFEST} (name, language, owner if given) into DIR (default: ./<name>), which
+must not exist or be empty. Then \`algo publish DIR\`.`,
+
+  async run(ctx, argv) {
+    const args = parseArgs(argv, { language: { short: 'l', value: true }, dir: { value: true } });
+    const ref = args.positionals[0];
+    if (!ref) throw new UsageError('name the algorithm: algo init <name> --language ...');
+    noMore(args, 1);
+    const parts = ref.split('/');
+    const name = parts[parts.length - 1]!;
+    const owner = parts.length === 2 ? parts[0] : undefined;
+    if (parts.length > 2 || (owner !== undefined && !USERNAME.test(owner))) throw new UsageError(`"${ref}" is not [owner/]name`);
+    if (!ALGORITHM_NAME.test(name)) throw new UsageError(`"${name}" is not an algorithm name: a letter, then letters, digits or "_" (64 at most)`);
+    const lang = language(args.string('language'), '--language');
+    const dir = path.resolve(args.string('dir') ?? name);
+    if (fs.existsSync(dir) && (!fs.statSync(dir).isDirectory() || fs.readdirSync(dir).length > 0)) {
+      throw new CliError(`${dir} already exists and is not an empty directory; choose another with --dir`);
+    }
+    const manifest: Manifest = { name, language: lang, ...(owner ? { owner } : {}), test_input: 'input.json' };
+    const files: Record<string, string> = {
+      ...templateFiles(lang, name),
+      'input.json': '"world"\n',
+      'README.md': readme(name, lang, owner),
+      [MANIFEST]: `${JSON.stringify(manifest, null, 2)}\n`,
+      ...(lang === 'python3' ? {} : { '.gitignore': 'node_modules/\n' }),
+    };
+    await writeFiles(dir, files);
+    const rel = path.relative(process.cwd(), dir) || '.';
+    ctx.result({ dir, name, language: lang, owner: owner ?? null, files: Object.keys(files).sort() }, () =>
+      `Created ${rel}/ (${lang}): ${Object.keys(files).sort().join(', ')}\nNext: algo publish ${shellQuote(rel)}`,
+    );
+  },
+};
+
+function readManifest(dir: string): Partial<Manifest> | undefined {
+  let text: string;
+  try {
+    text = fs.readFileSync(path.join(dir, MANIFEST), 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    return JSON.parse(text) as Partial<Manifest>;
+  } catch (err) {
+    throw new CliError(`${path.join(dir, MANIFEST)} is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** The test input as curl arguments (`-H type -d data`), if it is small text. */
+function curlInput(dir: string, file: string | undefined): string {
+  const fallback = `-H 'Content-Type: text/plain' -d world`;
+  if (!file) return fallback;
+  let bytes: Buffer;
+  try {
+    bytes = fs.readFileSync(path.resolve(dir, file));
+  } catch {
+    return fallback;
+  }
+  const text = bytes.length <= 1024 ? utf8(bytes) : undefined;
+  if (text === undefined) return `-H 'Content-Type: application/octet-stream' --data-binary @${shellQuote(path.resolve(dir, file))}`;
+  const type = isJson(text) ? 'application/json' : 'text/plain';
+  return `-H 'Content-Type: ${type}' --data-binary ${shellQuote(text.replace(/\n$/, ''))}`;
+}
+
+/** A stream that counts what passes into a progress bar. */
+function counting(onBytes: (n: number) => void): Transform {
+  return new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      onBytes(chunk.length);
+      callback(null, chunk);
+    },
+  });
+}
+
+export const publish: Command = {
+  summary: 'upload a directory, build it and publish a new version (creating the algorithm if needed)',
+  usage: `usage: algo publish [DIR] [--major|--minor|--revision] [--public|--private] [--owner NAME]
+                    [--name NAME] [--language LANG] [--notes TEXT]
+
+Reads DIR/${MANIFEST} (written by \`algo init\`; --name and --language stand in for it),
+creates the algorithm if it does not exist, uploads DIR (without node_modules and .git),
+builds it (the build log is shown; a failed build stops here), publishes the build as a new
+version and prints it with a curl line that calls it.
+  --major|--minor|--revision   which part of the version to bump (default --minor;
+                               the first version is 1.0.0, 0.1.0 or 0.0.1)
+  --public|--private           who may call the version (default: the algorithm's setting,
+                               public for a new one)
+  --owner NAME                 the algorithm's owner (default: the manifest's "owner", else
+                               the user the API key belongs to)
+  --notes TEXT                 release notes`,
+
+  async run(ctx, argv) {
+    const args = parseArgs(argv, {
+      major: {}, minor: {}, revision: {}, public: {}, private: {},
+      owner: { value: true }, name: { value: true }, language: { short: 'l', value: true }, notes: { value: true },
+    });
+    noMore(args, 1);
+    const bumps = (['major', 'minor', 'revision'] as const).filter((b) => args.flag(b));
+    if (bumps.length > 1) throw new UsageError(`choose one of --${bumps.join(', --')}`);
+    const versionType: VersionType = bumps[0] ?? 'minor';
+    if (args.flag('public') && args.flag('private')) throw new UsageError('choose --public or --private, not both');
+    const callability = args.flag('public') ? 'public' : args.flag('private') ? 'private' : undefined;
+
+    const dir = path.resolve(args.positionals[0] ?? '.');
+    if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new CliError(`${dir} is not a directory`);
+    const manifest = readManifest(dir) ?? {};
+    const name = args.string('name') ?? manifest.name;
+    if (!name) throw new CliError(`no ${MANIFEST} in ${dir}: run \`algo init\`, or pass --name and --language`);
+    if (!ALGORITHM_NAME.test(name)) throw new UsageError(`"${name}" is not an algorithm name: a letter, then letters, digits or "_"`);
+    const langText = args.string('language') ?? manifest.language;
+    const lang = language(langText, args.string('language') !== undefined ? '--language' : `"language" in ${MANIFEST}`);
+    const owner = await resolveUser(ctx, args.string('owner') ?? manifest.owner, '--owner');
+
+    const client = ctx.client();
+    const algo = client.algo(`${owner}/${name}`);
+    const ref = `${owner}/${name}`;
+    let created = false;
+    let existing: Algorithm | undefined;
+    try {
+      existing = await algo.info();
+    } catch (err) {
+      if (!(err instanceof ApiError && err.code === 'algorithm_not_found')) throw err;
+    }
+    if (!existing) {
+      await algo.create({ details: { label: name }, settings: { language: lang, ...(callability ? { algorithm_callability: callability } : {}) } });
+      created = true;
+      ctx.note(`Created ${ref} (${lang})`);
+    } else if (existing.settings.language !== lang) {
+      await algo.update({ settings: { language: lang } });
+      ctx.note(`${ref}: language changed from ${existing.settings.language} to ${lang}`);
+    }
+
+    // Upload: the archive is made as it is sent, so its size is only known at the end.
+    const upload = ctx.progress(`uploading ${ref}`);
+    let source;
+    try {
+      const archive = packDirectory(dir, { filter: (rel) => !rel.split('/').some((part) => SKIPPED.has(part)) });
+      const counted = counting((n) => upload.add(n));
+      // pipeline hands a packing error (an unreadable file) on to the upload, which fails with it.
+      pipeline(archive, counted, () => {});
+      source = await algo.uploadSource(counted);
+    } finally {
+      upload.done();
+    }
+    ctx.note(`Uploaded ${source.files} files (${size(source.bytes)})`);
+
+    // Build: the API answers when the build is done (its log comes whole, at the end).
+    const started = Date.now();
+    const building = ctx.progress(`building ${ref}`, undefined, false);
+    const tick = setInterval(() => building.label(`building ${ref} ${Math.round((Date.now() - started) / 1000)}s`), 1000);
+    let build;
+    try {
+      build = await algo.compile();
+    } finally {
+      clearInterval(tick);
+      building.done();
+    }
+    const log = build.compilation.output;
+    if (!ctx.json && log) ctx.io.stderr.write(log.endsWith('\n') ? log : `${log}\n`);
+    if (!build.compilation.successful) {
+      if (ctx.json) ctx.result({ algorithm: ref, created, build_id: build.version_info.git_hash, successful: false, build_log: log });
+      throw new CliError(`the build of ${ref} failed${ctx.json ? '' : ' (log above)'}; nothing was published`);
+    }
+
+    const notes = args.string('notes');
+    const version: AlgorithmVersion = await algo.publish({
+      version_info: { version_type: versionType, ...(notes !== undefined ? { release_notes: notes } : {}) },
+      ...(callability ? { settings: { algorithm_callability: callability } } : {}),
+    });
+    const semver = version.version_info.semantic_version;
+    const visibility = version.settings.algorithm_callability;
+    const curl = `curl -H "Authorization: Simple $ALGOHOST_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
+    ctx.result(
+      { algorithm: ref, created, version: semver, build_id: version.version_info.git_hash, callability: visibility, source, build_log: log, curl },
+      () => `Published ${ref} ${semver} (${visibility})\nCall it (with ALGOHOST_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
+    );
+  },
+};
+
+export const versions: Command = {
+  summary: 'list the published versions of an algorithm, newest first',
+  usage: `usage: algo versions <owner/name>
+
+Its owner sees private versions too; others see public ones.`,
+
+  async run(ctx, argv) {
+    const args = parseArgs(argv, {});
+    const ref = args.positionals[0];
+    if (!ref) throw new UsageError('which algorithm? (owner/name)');
+    noMore(args, 1);
+    const algo = ctx.client().algo(ref);
+    if (algo.version) throw new UsageError(`name the algorithm without a version: ${algo.owner}/${algo.name}`);
+    const all: AlgorithmVersion[] = [];
+    for await (const v of algo.versions()) all.push(v);
+    ctx.result(all, () => {
+      if (all.length === 0) return `${algo.owner}/${algo.name} has no published versions${ctx.json ? '' : ': `algo publish` makes one'}`;
+      return table(
+        ['VERSION', 'PUBLISHED', 'CALLABLE', 'BUILD', 'NOTES'],
+        all.map((v) => [
+          v.version_info.semantic_version,
+          v.published_at ?? '',
+          v.settings.algorithm_callability,
+          v.version_info.git_hash.slice(0, 12),
+          v.version_info.release_notes ?? '',
+        ]),
+      );
+    });
+  },
+};
