@@ -160,6 +160,30 @@ test('cp: a 50 MiB file local to remote, remote to local and remote to remote, c
   assert.equal(await shaLocal(path.join(work, 'down.bin')), want);
 });
 
+test('Ctrl-C during a download leaves neither the file nor its temporary part behind', async () => {
+  // The 50 MiB file of the test above.
+  assert.equal(await client.file('data://.my/cp/big.bin').exists(), true);
+  const child = spawn(NODE, [ALGO, 'cp', 'data://.my/cp/big.bin', 'interrupted.bin'], {
+    cwd: work,
+    env: childEnv({ HOME: home, ALGOHOST_API: server.url, ALGOHOST_API_KEY: key }),
+    stdio: 'ignore',
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+  const parts = () => fs.readdirSync(work).filter((n) => n.startsWith('.interrupted.bin.') && n.endsWith('.part'));
+  const deadline = Date.now() + 30_000;
+  while (parts().length === 0) {
+    assert.ok(Date.now() < deadline, 'the download never started');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  child.kill('SIGINT');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  const code = await exited;
+  clearTimeout(timer);
+  assert.equal(code, 130);
+  assert.deepEqual(parts(), []);
+  assert.equal(fs.existsSync(path.join(work, 'interrupted.bin')), false);
+});
+
 test('cp -r: a nested tree up, down and across, every file compared, empty directories kept', async () => {
   const tree = path.join(work, 'tree');
   const files: Record<string, Buffer> = {
