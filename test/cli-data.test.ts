@@ -209,8 +209,8 @@ test('cp -r: a nested tree up, down and across, every file compared, empty direc
   assert.match(up.out, /^Copied 36 files in 7 directories to data:\/\/\.my\/trees /);
   assertSameTree(await remoteTree('data://.my/trees/tree'), local);
 
-  // Down, to a new directory: it becomes the copy.
-  ok(await algo(['cp', '-r', 'data://.my/trees/tree', 'down']));
+  // Down, to a new directory (a trailing "/" is fine for a directory): it becomes the copy.
+  ok(await algo(['cp', '-r', 'data://.my/trees/tree', 'down/']));
   assertSameTree(localTree(path.join(work, 'down')), local);
   // Again, now that it exists: the tree goes under it by name, as with cp(1).
   ok(await algo(['cp', '--recursive', 'data://.my/trees/tree', 'down']));
@@ -237,7 +237,12 @@ test('cp -r: a nested tree up, down and across, every file compared, empty direc
   // Several sources need an existing directory.
   const missingDir = await algo(['cp', 'tree/top.txt', 'tree/empty-file', 'data://.my/trees/nowhere']);
   assert.equal(missingDir.code, 1);
-  assert.match(missingDir.err, /algo cp: no such directory data:\/\/\.my\/trees\/nowhere/);
+  assert.equal(missingDir.err, 'algo cp: no such directory data://.my/trees/nowhere\n');
+  // So does a file copied to a name ending in "/".
+  const slash = await algo(['cp', 'tree/top.txt', 'data://.my/trees/nowhere/']);
+  assert.equal(slash.code, 1);
+  assert.equal(slash.err, 'algo cp: no such directory data://.my/trees/nowhere\n');
+  assert.equal(await client.file('data://.my/trees/nowhere').exists(), false);
 });
 
 test('cp goes on after a file that fails, and says which', async () => {

@@ -83,13 +83,15 @@ async function walk(ctx: Context, client: AlgohostClient, from: Loc, to: Loc, pl
 async function makePlan(ctx: Context, client: AlgohostClient, sources: Loc[], dest: Loc, destIsDir: boolean, recursive: boolean, concurrency: number): Promise<Plan> {
   const destKind = await kindOf(client, dest);
   const destName = show(dest);
-  if ((sources.length > 1 || destIsDir) && destKind.type !== 'dir') {
-    throw new CliError(destKind.type === 'missing' ? `no such directory ${destName}` : `${destName} is not a directory`);
-  }
   const kinds: Remote[] = new Array(sources.length);
   await eachLimit(sources.map((s, i) => [s, i] as const), concurrency, async ([s, i]) => {
     kinds[i] = await kindOf(client, s);
   });
+  // Several sources, or a file to a name ending in "/", go into a directory that must exist (a
+  // single directory copied to "new/" creates it, as cp -r does).
+  if ((sources.length > 1 || (destIsDir && kinds.some((k) => k.type !== 'dir'))) && destKind.type !== 'dir') {
+    throw new CliError(destKind.type === 'missing' ? `no such directory ${destName}` : `${destName} is not a directory`);
+  }
   const problems: string[] = [];
   sources.forEach((s, i) => {
     const k = kinds[i]!;

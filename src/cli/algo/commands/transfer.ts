@@ -117,11 +117,17 @@ export async function copyFile(client: AlgohostClient, job: Job, onBytes: (n: nu
   throw new Error('a local to local copy reached the transfer code');
 }
 
-/** Runs `fn` on every item, `concurrency` at a time, starting no new one once `stop` is aborted. */
+/** Runs `fn` on every item, `concurrency` at a time, starting no new one once `stop` is aborted or `fn` threw. */
 export async function eachLimit<T>(items: readonly T[], concurrency: number, fn: (item: T) => Promise<void>, stop?: AbortSignal): Promise<void> {
   let next = 0;
+  let failed = false; // one failure (rejecting the whole) stops the other workers too
   const worker = async () => {
-    while (next < items.length && !stop?.aborted) await fn(items[next++]!);
+    try {
+      while (next < items.length && !stop?.aborted && !failed) await fn(items[next++]!);
+    } catch (err) {
+      failed = true;
+      throw err;
+    }
   };
   await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
 }
