@@ -98,9 +98,7 @@ test('a tree up to an object store, across from it into hosted data, and ls, cat
   assert.equal(missing.err, 'algo cat: no such file objstore+store://bkt/tree/one.txt\n');
 });
 
-test('rmdir without -f refuses a non-empty object-store directory made by mkdir', {
-  todo: 'server bug: ExternalConnector.delete checks emptiness with a one-entry listing, which the directory\'s own marker object fills, so the directory is deleted with its contents',
-}, async () => {
+test('rmdir without -f refuses a non-empty object-store directory made by mkdir', async () => {
   assert.equal((await algo(['mkdir', 'objstore+store://bkt/kept'])).code, 0);
   await client.file('objstore+store://bkt/kept/f.txt').put('keep me');
   const r = await algo(['rmdir', 'objstore+store://bkt/kept']);

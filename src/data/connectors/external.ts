@@ -270,7 +270,9 @@ export class ExternalConnector implements Connector {
     }
     if (!force) {
       const first = await this.remote(segments, (signal) => this.storage.list(segments, undefined, 1, signal));
-      if (first.folders.length + first.files.length > 0) {
+      // A page may come back empty with more after it (an S3 directory's own marker object
+      // takes the one slot asked for, and is not listed): more after it is not empty either.
+      if (first.folders.length + first.files.length > 0 || first.next !== undefined) {
         throw new AppError('directory_not_empty', `${this.uri(segments)} is not empty; delete with force=true to delete it and everything in it`);
       }
     }
