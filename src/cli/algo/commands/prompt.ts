@@ -13,11 +13,12 @@ export class Prompter {
   private readonly lines: string[] = [];
   private waiting: ((line: string | undefined) => void) | undefined;
   private ended = false;
-  private muted = false;
+  /** No echo except while a question that is not secret waits for its answer (typeahead included). */
+  private muted = true;
 
   constructor(private readonly io: Io) {
     this.tty = io.stdin.isTTY === true;
-    // readline echoes what is typed through this; muted while a secret is typed.
+    // readline echoes what is typed through this (terminals only), and writes the prompts.
     const echo = new Writable({
       write: (chunk: Buffer, _encoding, callback) => {
         if (!this.muted) io.stderr.write(chunk);
@@ -46,8 +47,8 @@ export class Prompter {
     const hide = options.secret === true && this.tty;
     if (hide) {
       this.io.stderr.write(question);
-      this.muted = true;
     } else {
+      this.muted = false;
       this.rl.setPrompt(question);
       this.rl.prompt();
     }
@@ -56,7 +57,7 @@ export class Prompter {
       if (this.ended) return undefined;
       return await new Promise<string | undefined>((resolve) => (this.waiting = resolve));
     } finally {
-      this.muted = false;
+      this.muted = true;
       // A piped answer is not echoed, and a hidden one not either: end the question's line.
       if (hide || !this.tty) this.io.stderr.write('\n');
     }
