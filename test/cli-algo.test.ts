@@ -183,6 +183,20 @@ test('auth on a terminal: the key is not echoed; a wrong answer is asked again',
   assert.match(fs.readFileSync(configFile(h), 'utf8'), new RegExp(`api_key = "${aliceKey}"`));
 });
 
+test('auth on a terminal: Ctrl-C stops it, saving nothing', async () => {
+  const h = home();
+  const t = terminal(h);
+  const done = main(['auth'], t.env, t.io);
+  await t.answer('API address [', s.url);
+  await within((async () => {
+    while (!t.err().includes('API key: ')) await new Promise((r) => setTimeout(r, 10));
+  })(), 10_000, 'the key was not asked for');
+  t.io.stdin.write('sim\x03');
+  assert.equal(await done, 1);
+  assert.match(t.err(), /\nalgo auth: interrupted; nothing was saved\n$/);
+  assert.ok(!fs.existsSync(configFile(h)));
+});
+
 test('keys: list, create (the secret printed once, alone on stdout), revoke; a revoked key gets the auth hint', async () => {
   const h = await aliceHome();
   const list = await algo(h, ['keys']);

@@ -1,6 +1,6 @@
 import readline from 'node:readline';
 import { Writable } from 'node:stream';
-import type { Io } from '../context.ts';
+import { CliError, type Io } from '../context.ts';
 
 /**
  * Questions on stderr, answers from stdin, one line each. Works when stdin is not a terminal
@@ -13,6 +13,8 @@ export class Prompter {
   private readonly lines: string[] = [];
   private waiting: ((line: string | undefined) => void) | undefined;
   private ended = false;
+  /** Ctrl-C on a terminal (raw mode: it arrives as a key, not as a signal). */
+  private interrupted = false;
   /** No echo except while a question that is not secret waits for its answer (typeahead included). */
   private muted = true;
 
@@ -35,6 +37,10 @@ export class Prompter {
         this.lines.push(line);
       }
     });
+    this.rl.on('SIGINT', () => {
+      this.interrupted = true;
+      this.rl.close();
+    });
     this.rl.on('close', () => {
       this.ended = true;
       this.waiting?.(undefined);
@@ -54,12 +60,13 @@ export class Prompter {
     }
     try {
       if (this.lines.length) return this.lines.shift();
-      if (this.ended) return undefined;
-      return await new Promise<string | undefined>((resolve) => (this.waiting = resolve));
+      const line = this.ended ? undefined : await new Promise<string | undefined>((resolve) => (this.waiting = resolve));
+      if (this.interrupted) throw new CliError('interrupted; nothing was saved');
+      return line;
     } finally {
       this.muted = true;
       // A piped answer is not echoed, and a hidden one not either: end the question's line.
-      if (hide || !this.tty) this.io.stderr.write('\n');
+      if (hide || !this.tty || this.interrupted) this.io.stderr.write('\n');
     }
   }
 
