@@ -108,6 +108,15 @@ describe('errors', () => {
     assert.equal(err.code, 'invalid_api_key');
   });
 
+  test('whoami: the key\'s user, its id and its permissions (GET /v1/user); a bad key is a 401', async () => {
+    const me = await new AlgohostClient({ baseUrl: s.url, apiKey: aliceKey, env: {} }).whoami();
+    assert.equal(me.username, 'alice');
+    assert.match(me.key_id, /^key_/);
+    assert.equal(me.permissions.allow_data, true);
+    const bad = new AlgohostClient({ baseUrl: s.url, apiKey: 'simNotAKeyOfThisServer00000', env: {} });
+    assert.equal((await rejects(bad.whoami(), ApiError)).status, 401);
+  });
+
   test('no server: NetworkError with the system code', async () => {
     const client = new AlgohostClient({ baseUrl: `http://127.0.0.1:${await closedPort()}`, apiKey: aliceKey, env: {} });
     const err = await rejects(client.file('data://.my/c/f.txt').text(), NetworkError);

@@ -93,6 +93,11 @@ export class AlgohostClient {
   }
 
   /** `GET /health`: whether the server is up, and whether it sandboxes algorithms. */
+  /** The user the key belongs to, the key's id and its permissions. */
+  whoami(options: RequestOptions = {}): Promise<{ username: string; key_id: string; permissions: Record<string, unknown> }> {
+    return this.http.json({ ...options, method: 'GET', path: '/v1/user' });
+  }
+
   health(options: RequestOptions = {}): Promise<{ status: string; sandbox: { enabled: boolean; warning?: string } }> {
     return this.http.json({ ...options, method: 'GET', path: '/health' });
   }

@@ -34,6 +34,13 @@ export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; 
 
   const body = (req: FastifyRequest) => checkObject(req.body, ['name', 'permissions']);
 
+  // Who this key belongs to and what it may do: clients (the algo CLI) need the user name for
+  // the /v1/users/<you>/... routes. Any valid key may ask; it learns nothing it did not hold.
+  app.get('/v1/user', async (req) => {
+    const principal = req.principal!;
+    return { username: principal.username, key_id: principal.keyId, permissions: principal.permissions };
+  });
+
   app.get<{ Params: UserParams }>('/v1/users/:username/keys', async (req) => {
     const { userId } = await owner(req);
     return { results: await keys.list(userId), marker: null, next_link: null };

@@ -3,7 +3,6 @@
  * verbatim, so `-d -5` sends "-5" as the original CLI did), finding out who the key belongs
  * to, and text tables.
  */
-import crypto from 'node:crypto';
 import { ApiError, type AlgohostClient } from '../../../../client/src/index.ts';
 import { CliError, UsageError, type Context } from '../context.ts';
 
@@ -88,29 +87,18 @@ export function noMore(args: Args, max: number): void {
 const USERNAME = /^[A-Za-z][A-Za-z0-9_]{0,29}$/;
 
 /**
- * The user the key belongs to. The API has no "who am I" route, so this asks two questions
- * whose answers name the caller: a read of a missing file in `data://.my` (the not-found
- * answer names the resolved path, `data://<you>/...`), else the keys of a user that cannot
- * exist (the refusal says "you are <you>"). Undefined when neither tells (another server).
- * A rejected key throws its ApiError (401), which main reports with the `algo auth` hint.
+ * The user the key belongs to (GET /v1/user). Undefined when the server has no such route (not
+ * an algohost server). A rejected key throws its ApiError (401), which main reports with the
+ * `algo auth` hint.
  */
 export async function whoami(client: AlgohostClient): Promise<string | undefined> {
-  const probe = `algo-cli-whoami-${crypto.randomBytes(6).toString('hex')}`;
-  const attempts: Array<[() => Promise<unknown>, RegExp]> = [
-    [() => client.file(`data://.my/${probe}`).text(), new RegExp(`\\bdata://([A-Za-z][A-Za-z0-9_]*)/${probe}\\b`)],
-    [() => client.keys('.my').list(), /\(you are ([A-Za-z][A-Za-z0-9_]*)\)/],
-  ];
-  for (const [ask, pattern] of attempts) {
-    try {
-      await ask();
-    } catch (err) {
-      if (!(err instanceof ApiError)) throw err;
-      if (err.status === 401) throw err;
-      const m = pattern.exec(err.message);
-      if (m && USERNAME.test(m[1]!)) return m[1];
-    }
+  try {
+    const me = await client.whoami();
+    return USERNAME.test(me.username) ? me.username : undefined;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return undefined;
+    throw err;
   }
-  return undefined;
 }
 
 /** `explicit` (a flag), else the key's own user; fails with what to do when neither is known. */
