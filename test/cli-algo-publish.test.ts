@@ -329,3 +329,31 @@ test('publish on a terminal shows upload and build progress on stderr; --owner n
   assert.equal(other.code, 1);
   assert.match(other.stderr, /^algo publish: only bob can manage algorithms under bob\n$/);
 });
+
+test('publish follows a running build\'s log: its first step shows while the build still runs', async () => {
+  await ok(['init', 'SlowJs', '--language', 'javascript']);
+  const dir = at('SlowJs');
+  // An install script that keeps the build busy for 2.5 s after npm's step has started.
+  fs.writeFileSync(
+    path.join(dir, 'package.json'),
+    JSON.stringify({ name: 'slowjs', version: '1.0.0', dependencies: { shout: 'file:./vendor/shout' }, scripts: { postinstall: 'node -e "setTimeout(() => {}, 2500)"' } }),
+  );
+  fs.mkdirSync(path.join(dir, 'vendor', 'shout'), { recursive: true });
+  fs.writeFileSync(path.join(dir, 'vendor', 'shout', 'package.json'), JSON.stringify({ name: 'shout', version: '1.0.0', main: 'index.js' }));
+  fs.writeFileSync(path.join(dir, 'vendor', 'shout', 'index.js'), 'module.exports = (s) => String(s);\n');
+  const env = childEnv({ HOME: home });
+  const child = spawn(process.execPath, [BIN, 'publish', 'SlowJs'], { env, cwd: home, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  let stepShownAt: number | undefined;
+  child.stdout.resume();
+  child.stderr.setEncoding('utf8').on('data', (t: string) => {
+    stderr += t;
+    if (stepShownAt === undefined && stderr.includes('$ npm install')) stepShownAt = Date.now();
+  });
+  const code = await within(new Promise<number | null>((resolve) => child.once('close', resolve)), 120_000, 'publish did not finish');
+  const exitedAt = Date.now();
+  assert.equal(code, 0, stderr);
+  assert.ok(stepShownAt !== undefined, `no build step on stderr:\n${stderr}`);
+  assert.ok(exitedAt - stepShownAt >= 1000, `the step appeared only ${exitedAt - stepShownAt} ms before the end: the log was not followed\n${stderr}`);
+  assert.equal(stderr.split('$ npm install').length, 2, 'each line of the log is shown once');
+});

@@ -89,6 +89,36 @@ describe('builds', () => {
     assert.match(logs, /npm install/);
   });
 
+  test('a running build\'s log can be read as it grows, before the compile answers', async () => {
+    // An install script that keeps the build busy for 2.5 s: the builder's first step line
+    // must be readable through the API while the build is still in progress.
+    const files = {
+      'package.json': JSON.stringify({ name: 'slow', version: '1.0.0', dependencies: { shout: 'file:./vendor/shout' }, scripts: { postinstall: 'node -e "setTimeout(() => {}, 2500)"' } }),
+      'vendor/shout/package.json': JSON.stringify({ name: 'shout', version: '1.0.0', main: 'index.js' }),
+      'vendor/shout/index.js': 'module.exports = (s) => String(s);\n',
+      'src/index.js': 'export function apply(input) { return input; }\n',
+    };
+    await createAlgorithm(alice, 'alice', 'SlowBuild', { language: 'javascript' });
+    assert.equal((await upload(alice, 'alice', 'SlowBuild', files)).status, 200);
+    const started = Date.now();
+    let answered = false;
+    const compiling = compile(alice, 'alice', 'SlowBuild').finally(() => (answered = true));
+    let seen: string | undefined;
+    for (let i = 0; i < 100 && seen === undefined && !answered; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const list = (await json(await alice('/v1/algorithms/alice/SlowBuild/builds'))).results as { build_id: string; status: string }[];
+      const running = list.find((b) => b.status === 'in-progress');
+      if (!running) continue;
+      const logs = (await json(await alice(`/v1/algorithms/alice/SlowBuild/builds/${running.build_id}/logs`))).logs as string;
+      if (logs.includes('$ npm install')) seen = logs;
+    }
+    assert.ok(seen !== undefined, 'the build\'s first step was never readable while it ran');
+    const hash = await compiling;
+    assert.ok(Date.now() - started >= 2500, 'the install script kept the build busy');
+    const final = (await json(await alice(`/v1/algorithms/alice/SlowBuild/builds/${hash}/logs`))).logs as string;
+    assert.ok(final.startsWith(seen) && final.length > seen.length, `the final log continues the one read during the build:\n${seen}\n---\n${final}`);
+  });
+
   test('install scripts run in a cgroup: a process flood in a build is capped', { skip: detectCgroups().pids ? false : 'no writable pids controller here' }, async () => {
     const flood = `const { spawn } = require('child_process');
 let ok = 0, failed = 0;

@@ -13,6 +13,8 @@ export interface BuildRequest {
   sourceDir: string;
   /** Empty directory the build is made in. */
   outDir: string;
+  /** Called with the whole log so far whenever it grows (at most a few times a second). */
+  onLog?: (logSoFar: string) => void;
 }
 
 export type BuildResult =
@@ -78,20 +80,44 @@ function entryCandidates(language: Language, name: string): string[] {
   }
 }
 
+/** How often a growing build log is reported while the build runs. */
+const REPORT_MS = 250;
+
 /** Build logs: what each step said, capped (the head and the tail survive). */
 class Log {
   private text = '';
   private dropped = 0;
+  private lastReport = 0;
+  private pending: NodeJS.Timeout | undefined;
+
+  /** `onChange` hears the log as it grows, throttled: a build may print thousands of lines. */
+  constructor(private readonly onChange?: (text: string) => void) {}
+
   line(s: string): void {
     this.add(`${s}\n`);
   }
   add(s: string): void {
     if (this.text.length + s.length <= MAX_LOG) {
       this.text += s;
-      return;
+    } else {
+      this.dropped += s.length;
+      this.tail = (this.tail + s).slice(-MAX_LOG / 2);
     }
-    this.dropped += s.length;
-    this.tail = (this.tail + s).slice(-MAX_LOG / 2);
+    this.changed();
+  }
+  private changed(): void {
+    if (!this.onChange || this.pending) return;
+    const wait = Math.max(0, this.lastReport + REPORT_MS - Date.now());
+    this.pending = setTimeout(() => {
+      this.pending = undefined;
+      this.lastReport = Date.now();
+      this.onChange?.(this.toString());
+    }, wait);
+  }
+  /** Stops reporting (the final log is recorded by whoever asked for the build). */
+  close(): void {
+    clearTimeout(this.pending);
+    this.pending = undefined;
   }
   private tail = '';
   toString(): string {
@@ -169,7 +195,15 @@ export class Builder {
   }
 
   private async buildNow(req: BuildRequest): Promise<BuildResult> {
-    const log = new Log();
+    const log = new Log(req.onLog);
+    try {
+      return await this.buildSteps(req, log);
+    } finally {
+      log.close();
+    }
+  }
+
+  private async buildSteps(req: BuildRequest, log: Log): Promise<BuildResult> {
     const started = Date.now();
     const fail = (why: string): BuildResult => {
       log.line(`build failed: ${why}`);

@@ -186,9 +186,21 @@ export class BuildService {
     }
     const work = await this.files.scratch('build-');
     const out = path.join(work, 'out');
+    // The log is written to the build's row as it grows, so GET .../builds/:id/logs (and
+    // `algo publish`) can follow a build that is still running. Writes go one after another,
+    // and the final record below waits for the last of them.
+    let logWrites = Promise.resolve();
+    const recordLog = (text: string) => {
+      logWrites = logWrites
+        .then(() => this.db.updateTable('builds').set({ logs: text }).where('algorithm_id', '=', algo.id).where('hash', '=', hash).where('status', '=', 'building').execute())
+        .then(
+          () => undefined,
+          () => undefined, // a progress write that fails loses nothing: the final log is written below
+        );
+    };
     let result;
     try {
-      result = await this.builder.build({ name: algo.name, language: algo.settings.language, sourceDir, outDir: out });
+      result = await this.builder.build({ name: algo.name, language: algo.settings.language, sourceDir, outDir: out, onLog: recordLog });
       if (result.ok) {
         const target = this.files.buildDir(algo.id, hash);
         await fs.promises.mkdir(path.dirname(target), { recursive: true });
@@ -200,6 +212,7 @@ export class BuildService {
     } finally {
       await fs.promises.rm(work, { recursive: true, force: true });
     }
+    await logWrites;
     await this.db
       .updateTable('builds')
       .set({

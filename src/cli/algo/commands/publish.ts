@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Transform, pipeline } from 'node:stream';
 import { ApiError, packDirectory, type Algorithm, type AlgorithmVersion, type Language, type VersionType } from '../../../../client/src/index.ts';
 import { templateFiles, writeFiles } from '../../../algorithms/templates.ts';
-import { CliError, UsageError, type Command } from '../context.ts';
+import { CliError, UsageError, type Command, type Context } from '../context.ts';
 import { size } from '../progress.ts';
 import { isJson, noMore, parseArgs, resolveUser, shellQuote, table, utf8 } from './common.ts';
 
@@ -216,19 +216,36 @@ version and prints it with a curl line that calls it.
     }
     ctx.note(`Uploaded ${source.files} files (${size(source.bytes)})`);
 
-    // Build: the API answers when the build is done (its log comes whole, at the end).
+    // Build: the compile request answers when the build is done; meanwhile the build's log
+    // grows on the server and is followed here, so a long npm or pip install shows as it goes.
     const started = Date.now();
     const building = ctx.progress(`building ${ref}`, undefined, false);
     const tick = setInterval(() => building.label(`building ${ref} ${Math.round((Date.now() - started) / 1000)}s`), 1000);
+    let shown = '';
+    const show = (text: string) => {
+      if (ctx.json || text === '') return;
+      building.done();
+      ctx.io.stderr.write(text);
+    };
+    const follower = followBuildLog(algo, started, (logSoFar) => {
+      if (logSoFar.startsWith(shown) && logSoFar.length > shown.length) {
+        show(logSoFar.slice(shown.length));
+        shown = logSoFar;
+      }
+    });
     let build;
     try {
       build = await algo.compile();
     } finally {
       clearInterval(tick);
+      await follower.stop();
       building.done();
     }
     const log = build.compilation.output;
-    if (!ctx.json && log) ctx.io.stderr.write(log.endsWith('\n') ? log : `${log}\n`);
+    // What the follower did not show yet (or, if the log was cut to its head and tail meanwhile, all of it).
+    if (log.startsWith(shown)) show(log.slice(shown.length));
+    else show(`\n--- the whole build log ---\n${log}`);
+    if (!ctx.json && log && !log.endsWith('\n')) ctx.io.stderr.write('\n');
     if (!build.compilation.successful) {
       if (ctx.json) ctx.result({ algorithm: ref, created, build_id: build.version_info.git_hash, successful: false, build_log: log });
       throw new CliError(`the build of ${ref} failed${ctx.json ? '' : ' (log above)'}; nothing was published`);
@@ -279,3 +296,33 @@ Its owner sees private versions too; others see public ones.`,
     });
   },
 };
+
+/**
+ * Polls the algorithm's running build for its log, twice a second, until stopped. Which build:
+ * the one in progress that started after `since` (the compile this command just asked for).
+ */
+function followBuildLog(algo: ReturnType<ReturnType<Context['client']>['algo']>, since: number, onLog: (logSoFar: string) => void): { stop(): Promise<void> } {
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const loop = (async () => {
+    while (!stopped) {
+      try {
+        const running = (await algo.builds()).find((b) => b.status === 'in-progress' && b.started_at !== null && Date.parse(b.started_at) >= since - 1000);
+        if (running && !stopped) onLog(await algo.buildLogs(running.build_id));
+      } catch {
+        // Following is a courtesy: the compile's own answer carries the whole log anyway.
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, 500);
+      });
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      wake?.();
+      await loop;
+    },
+  };
+}
