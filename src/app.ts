@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import injectRequest, { type DispatchFunc } from 'light-my-request';
 import type { Principal } from './auth/principal.ts';
@@ -9,7 +10,7 @@ import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts
 import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
-import { callRoutes, webPreflight } from './http/callRoutes.ts';
+import { callRoutes, DirectCalls, webPreflight } from './http/callRoutes.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
@@ -30,6 +31,8 @@ export interface AppOptions {
 
 const REQ_PREFIX = crypto.randomBytes(4).toString('hex');
 let reqCounter = 0;
+/** Unique per process start (a random prefix) and cheap per request (a counter). */
+const nextRequestId = () => `req-${REQ_PREFIX}${(reqCounter = (reqCounter + 1) >>> 0).toString(16).padStart(8, '0')}`;
 
 /** Never contain a key in a log line, whatever a future serializer might add. */
 export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization', 'api_key', '*.api_key', 'cred_data', '*.cred_data', 'credentials', '*.credentials'];
@@ -43,8 +46,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const isInstance = typeof loggerOpt === 'object' && loggerOpt !== null && 'child' in loggerOpt;
   const app = Fastify({
     ...(isInstance ? { loggerInstance: loggerOpt as FastifyServerOptions['loggerInstance'] } : { logger: loggerOpt as FastifyServerOptions['logger'] }),
-    // Unique per process start (a random prefix) and cheap per request (a counter).
-    genReqId: () => `req-${REQ_PREFIX}${(reqCounter = (reqCounter + 1) >>> 0).toString(16).padStart(8, '0')}`,
+    genReqId: nextRequestId,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
     bodyLimit: 1024 * 1024,
     return503OnClosing: false, // answered below, in our envelope
@@ -131,6 +133,22 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(callRoutes, { calls: services.calls });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
+  });
+  // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the
+  // server's request listener answers them, and hands fastify everything else.
+  const fastify = app.server.listeners('request')[0] as (req: IncomingMessage, res: ServerResponse) => void;
+  const direct = new DirectCalls({
+    calls: services.calls,
+    authenticate: (authorization) => services.keys.authenticate(authorization),
+    fallback: fastify,
+    closing: () => closing,
+    requestId: nextRequestId,
+    log: app.log,
+  });
+  app.server.removeListener('request', fastify);
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);
+    else direct.handle(req, res);
   });
   // Requests from inside algorithms run through these same routes, as their call's identity.
   // Straight into the server's request handler rather than app.inject, which refuses once a

@@ -1,4 +1,3 @@
-import type { FastifyBaseLogger } from 'fastify';
 import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
@@ -13,6 +12,11 @@ export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
 /** `output=void` calls under way at once, server-wide. */
 export const MAX_DETACHED = 32;
+
+/** Where a call logs what went wrong outside the algorithm (a request's logger). */
+export interface CallLog {
+  warn(obj: object, msg: string): void;
+}
 
 export interface CallRequest {
   owner: string;
@@ -74,7 +78,7 @@ export class CallService {
     private readonly allowNetwork = false,
   ) {}
 
-  async call(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult> {
+  async call(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult> {
     const prepared = await this.prepare(principal, req, log);
     return 'result' in prepared ? prepared.result : prepared.run();
   }
@@ -87,7 +91,7 @@ export class CallService {
    * bad selector is still its HTTP error); then the call runs on. Detached calls hold their
    * input while they wait for a worker, so only so many may be under way.
    */
-  async callDetached(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<CallResult | undefined> {
+  async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
     const prepared = await this.prepare(principal, req, log);
     if ('result' in prepared) return prepared.result;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
@@ -100,7 +104,7 @@ export class CallService {
   }
 
   /** The checks and the resolution: a finished result (not found), or the call to run. */
-  private async prepare(principal: Principal, req: CallRequest, log?: FastifyBaseLogger): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
+  private async prepare(principal: Principal, req: CallRequest, log?: CallLog): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
     const parent = req.parent;
     if (parent) {
       if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
@@ -123,7 +127,7 @@ export class CallService {
     return { run: () => this.run(principal, req, target, log) };
   }
 
-  private async run(principal: Principal, req: CallRequest, target: CallTarget, log?: FastifyBaseLogger): Promise<CallResult> {
+  private async run(principal: Principal, req: CallRequest, target: CallTarget, log?: CallLog): Promise<CallResult> {
     const parent = req.parent;
     const mine = isOwner(principal, target.algorithm.owner);
     const result = (outcome: Outcome): CallResult => ({

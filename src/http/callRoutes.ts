@@ -1,11 +1,14 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
-import type { CallService} from '../algorithms/calls.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms/calls.ts';
 import type { ContentType } from '../runtime/worker.ts';
 import { queryBool } from '../data/paths.ts';
 import { readLimited } from './body.ts';
+import { toAppError } from './errorHandler.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -21,8 +24,8 @@ export function inputType(header: string | undefined): ContentType {
 }
 
 /** Reads the input as it streams in, refusing it as soon as it passes the limit. */
-function readInput(req: FastifyRequest, stream: Readable): Promise<Buffer> {
-  const declared = Number(req.headers['content-length']);
+function readInput(headers: IncomingHttpHeaders, stream: Readable): Promise<Buffer> {
+  const declared = Number(headers['content-length']);
   const tooLarge = () => new AppError('payload_too_large', `an algorithm input may be at most 10 MiB; pass larger inputs as a data:// file`);
   if (Number.isFinite(declared) && declared > MAX_INPUT_BYTES) return Promise.reject(tooLarge());
   return readLimited(stream, MAX_INPUT_BYTES, tooLarge);
@@ -131,25 +134,6 @@ function addStdout(metadata: Record<string, unknown>, r: CallResult): void {
   if (r.outcome.stdoutTruncated) metadata.stdout_truncated = true;
 }
 
-/** `output=raw`: the result itself with a fitting type; a failure is a 400 with its message. */
-function sendRaw(reply: FastifyReply, r: CallResult, timeoutS: number): FastifyReply {
-  const o = r.outcome;
-  if (o.kind === 'result') {
-    switch (o.contentType) {
-      case 'void':
-        return reply.code(200).type('text/plain; charset=utf-8').send('');
-      case 'text':
-        return reply.type('text/plain; charset=utf-8').send(o.body);
-      case 'binary':
-        return reply.type('application/octet-stream').send(o.body);
-      default:
-        if (resultJson('json', o.body) !== undefined) return reply.type('application/json').send(o.body);
-    }
-  }
-  const message = o.kind === 'result' ? 'the algorithm returned a json result that is not JSON' : describeFailure(r, timeoutS).message;
-  return reply.code(400).type('text/plain; charset=utf-8').send(message);
-}
-
 /** Whether a browser page at `origin` may call with a key restricted to `allowed` (`host` or `*.host`). */
 export function originAllowed(allowed: string | null, origin: string | undefined): boolean {
   if (allowed === null) return true;
@@ -164,6 +148,69 @@ export function originAllowed(allowed: string | null, origin: string | undefined
   return host === allowed;
 }
 
+/** What a call asks for besides its algorithm: read from the query and headers, before the body. */
+interface CallOptions {
+  timeoutS: number;
+  stdout: boolean;
+  output: string | null;
+  contentType: ContentType;
+}
+
+function callOptions(url: string, q: number, contentTypeHeader: string | undefined): CallOptions {
+  const query = q < 0 ? undefined : new URLSearchParams(url.slice(q + 1));
+  const timeoutS = parseTimeout(query?.get('timeout') ?? undefined);
+  const stdout = queryBool('stdout', query?.get('stdout') ?? undefined);
+  const output = query?.get('output') ?? null;
+  if (output !== null && output !== 'raw' && output !== 'void') {
+    throw new AppError('invalid_query', `output must be "raw" or "void", got "${output.slice(0, 40)}"`);
+  }
+  return { timeoutS, stdout, output, contentType: inputType(contentTypeHeader) };
+}
+
+/** The input, read as it streams in; a json input must be JSON. */
+async function callInput(headers: IncomingHttpHeaders, stream: Readable, contentType: ContentType): Promise<Buffer> {
+  const input = await readInput(headers, stream);
+  if (contentType === 'json') {
+    try {
+      JSON.parse(input.toString('utf8'));
+    } catch {
+      throw new AppError('invalid_json', 'the input is declared application/json but is not valid JSON');
+    }
+  }
+  return input;
+}
+
+/** A call's answer as it goes out: the envelope (spec 2.2), or with `output=raw` the result itself. */
+interface CallAnswer {
+  status: number;
+  /** The Content-Type, with the charset fastify would add to a text body. */
+  type: string;
+  body: string | Buffer;
+}
+
+const JSON_UTF8 = 'application/json; charset=utf-8';
+const TEXT_UTF8 = 'text/plain; charset=utf-8';
+
+function callAnswer(r: CallResult, options: CallOptions): CallAnswer {
+  if (options.output !== 'raw') return { status: 200, type: JSON_UTF8, body: envelope(r, options.timeoutS) };
+  const o = r.outcome;
+  if (o.kind === 'result') {
+    switch (o.contentType) {
+      case 'void':
+        return { status: 200, type: TEXT_UTF8, body: '' };
+      case 'text':
+        return { status: 200, type: TEXT_UTF8, body: o.body };
+      case 'binary':
+        return { status: 200, type: 'application/octet-stream', body: o.body };
+      default:
+        if (resultJson('json', o.body) !== undefined) return { status: 200, type: 'application/json', body: o.body };
+    }
+  }
+  // A failure is a 400 with its message.
+  const message = o.kind === 'result' ? 'the algorithm returned a json result that is not JSON' : describeFailure(r, options.timeoutS).message;
+  return { status: 400, type: TEXT_UTF8, body: message };
+}
+
 /** The call API (spec 4.1): `/v1/algo/...` and the browser variant `/v1/web/algo/...`. */
 export async function callRoutes(app: FastifyInstance, opts: { calls: CallService }): Promise<void> {
   // The body is the algorithm's input, read here as it streams, whatever its type.
@@ -174,7 +221,6 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
     const principal = req.principal!;
     const url = req.raw.url ?? '';
     const q = url.indexOf('?');
-    const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     const prefix = web ? '/v1/web/algo/' : '/v1/algo/';
     const ref = parseAlgoRef((q < 0 ? url : url.slice(0, q)).slice(prefix.length));
     if (web) {
@@ -185,36 +231,161 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
       }
       if (req.headers.origin) reply.header('access-control-allow-origin', req.headers.origin).header('vary', 'Origin');
     }
-    const timeoutS = parseTimeout(query.get('timeout') ?? undefined);
-    const stdout = queryBool('stdout', query.get('stdout') ?? undefined);
-    const output = query.get('output');
-    if (output !== null && output !== 'raw' && output !== 'void') {
-      throw new AppError('invalid_query', `output must be "raw" or "void", got "${output.slice(0, 40)}"`);
-    }
-    const contentType = inputType(req.headers['content-type']);
-    const input = await readInput(req, req.raw);
-    if (contentType === 'json') {
-      try {
-        JSON.parse(input.toString('utf8'));
-      } catch {
-        throw new AppError('invalid_json', 'the input is declared application/json but is not valid JSON');
-      }
-    }
-    const request = { ...ref, contentType, input, timeoutS, stdout, parent: req.callContext };
-    if (output === 'void') {
+    const options = callOptions(url, q, req.headers['content-type']);
+    const input = await callInput(req.headers, req.raw, options.contentType);
+    const request: CallRequest = { ...ref, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, parent: req.callContext };
+    if (options.output === 'void') {
       // Checked and resolved before the answer; the call then runs on, its answer going nowhere.
       const early = await opts.calls.callDetached(principal, request, req.log);
-      if (early) return reply.type('application/json').send(envelope(early, timeoutS));
+      if (early) return reply.type('application/json').send(envelope(early, options.timeoutS));
       return reply.type('application/json').send({ async: true, request_id: req.id });
     }
-    const call = opts.calls.call(principal, request, req.log);
-    const result = await call;
-    if (output === 'raw') return sendRaw(reply, result, timeoutS);
-    return reply.type('application/json').send(envelope(result, timeoutS));
+    const a = callAnswer(await opts.calls.call(principal, request, req.log), options);
+    return reply.code(a.status).type(a.type).send(a.body);
   };
 
   app.post('/v1/algo/*', handle(false));
   app.post('/v1/web/algo/*', handle(true));
+}
+
+// ---- the direct path -----------------------------------------------------------------------
+
+/**
+ * A plain call: `POST /v1/algo/` then only unreserved characters and slashes, at most as long
+ * as the router's longest parameter; any query. Such a path means the same to fastify's
+ * router (no percent-encoding, no dot segments' encodings, no `;` or `#`) and to parseAlgoRef.
+ */
+const PLAIN_CALL = /^\/v1\/algo\/[A-Za-z0-9._~/-]{1,1000}(?:\?|$)/;
+
+/** What the direct path needs from the app (app.ts). */
+export interface DirectCallsOptions {
+  calls: CallService;
+  authenticate(authorization: string | undefined): Promise<Principal>;
+  /** Fastify's handler, for every request this path does not answer itself. */
+  fallback(req: IncomingMessage, res: ServerResponse): void;
+  /** A drain has begun: nothing new is taken, answers close their connection. */
+  closing(): boolean;
+  /** The next request id (the one fastify's genReqId hands out). */
+  requestId(): string;
+  /** The app's logger (app.log): request lines and errors as fastify would log them. */
+  log: FastifyBaseLogger;
+}
+
+/**
+ * Warm calls without fastify's per-request machinery (DESIGN.md's call-latency target; see
+ * docs/performance.md): a plain `POST /v1/algo/OWNER/NAME[/VERSION]` from a client, with a
+ * Content-Length, whose key authenticates and whose query and Content-Type are valid, is
+ * answered here, with the same checks, headers, errors and log lines as through fastify.
+ * Everything else goes to fastify untouched, including any request this path has doubts
+ * about before it has read a byte of the body (a refused key, a bad query, `output=void`,
+ * a too large input): fastify then answers it exactly as it always did.
+ */
+export class DirectCalls {
+  constructor(private readonly o: DirectCallsOptions) {}
+
+  /** Whether this path may take the request (the app has already excluded internal ones). */
+  static takes(req: IncomingMessage): boolean {
+    return req.method === 'POST' && req.headers['content-length'] !== undefined && req.headers['transfer-encoding'] === undefined && PLAIN_CALL.test(req.url ?? '');
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    this.serve(req, res).catch((err: unknown) => this.o.log.error({ err }, 'a call on the direct path failed'));
+  }
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = req.url!;
+    const q = url.indexOf('?');
+    let principal: Principal;
+    let ref: ReturnType<typeof parseAlgoRef>;
+    let options: CallOptions;
+    try {
+      principal = await this.o.authenticate(req.headers.authorization);
+      ref = parseAlgoRef((q < 0 ? url : url.slice(0, q)).slice(9));
+      options = callOptions(url, q, req.headers['content-type']);
+    } catch {
+      // Fastify answers it, authenticating and checking again: the same error, the same way.
+      return this.o.fallback(req, res);
+    }
+    if (options.output === 'void' || Number(req.headers['content-length']) > MAX_INPUT_BYTES || this.o.closing()) return this.o.fallback(req, res);
+
+    const log = new RequestLog(this.o.log, this.o.requestId(), req, res);
+    try {
+      const input = await callInput(req.headers, req, options.contentType);
+      const request: CallRequest = { ...ref, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
+      const a = callAnswer(await this.o.calls.call(principal, request, log), options);
+      this.send(res, a.status, a.type, a.body, undefined);
+    } catch (err) {
+      // As sendError (errorHandler.ts) answers it through fastify.
+      const e = toAppError(err);
+      if (e.status >= 500) log.error({ err: e.code === 'internal_error' ? err : (e.cause ?? e) }, 'request failed');
+      const head = ['x-error-message', headerSafe(e.message)];
+      if (e.status === 401) head.push('www-authenticate', 'Simple realm="algohost"');
+      if (e.code === 'payload_too_large') head.push('connection', 'close');
+      this.send(res, e.status, JSON_UTF8, JSON.stringify({ error: { code: e.code, message: e.message, id: log.id, ...e.extra } }), head);
+    }
+  }
+
+  /** Headers in fastify's order: the route's, Content-Type, then the app's onSend hook's. */
+  private send(res: ServerResponse, status: number, type: string, body: string | Buffer, head: string[] | undefined): void {
+    const headers = head ?? [];
+    headers.push('content-type', type);
+    if (this.o.closing() && !headers.includes('connection')) headers.push('connection', 'close');
+    headers.push('x-content-type-options', 'nosniff', 'content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
+    res.writeHead(status, headers);
+    res.end(body);
+  }
+}
+
+/**
+ * A request's logger on the direct path: fastify's request lines (`incoming request`,
+ * `request completed`, with the request id as `reqId`) when the level logs them, and the
+ * child logger made only when something is logged.
+ */
+class RequestLog {
+  private child: FastifyBaseLogger | undefined;
+  private readonly started: number;
+
+  constructor(
+    private readonly parent: FastifyBaseLogger,
+    readonly id: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ) {
+    this.started = performance.now();
+    if (!infoEnabled(parent)) return;
+    // What fastify's req serializer reads from its request object.
+    const request = { method: req.method, url: req.url, headers: req.headers, host: req.headers.host ?? '', ip: req.socket.remoteAddress, socket: req.socket };
+    this.logger().info({ req: request }, 'incoming request');
+    const finished = (err?: Error) => {
+      res.off('finish', finished).off('error', finished);
+      const responseTime = performance.now() - this.started;
+      if (err) this.logger().error({ res, err, responseTime }, 'request errored');
+      else this.logger().info({ res, responseTime }, 'request completed');
+    };
+    res.on('finish', finished).on('error', finished);
+  }
+
+  private logger(): FastifyBaseLogger {
+    return (this.child ??= this.parent.child({ reqId: this.id }));
+  }
+
+  warn(obj: object, msg: string): void {
+    this.logger().warn(obj, msg);
+  }
+
+  error(obj: object, msg: string): void {
+    this.logger().error(obj, msg);
+  }
+}
+
+/** Whether the logger writes info lines (pino's check; fastify's null logger has none: it drops them anyway). */
+function infoEnabled(log: FastifyBaseLogger): boolean {
+  return (log as FastifyBaseLogger & { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.('info') ?? true;
+}
+
+/** Header values must be printable ASCII (as errorHandler.ts's headerSafe). */
+function headerSafe(message: string): string {
+  return message.replace(/[^\x20-\x7e]/g, (c) => encodeURIComponent(c)).slice(0, 1000);
 }
 
 /** Browser preflight for `/v1/web/algo`: carries no key, so it lives outside authentication. */
