@@ -168,6 +168,26 @@ test('an algorithm reads and writes its caller\'s connected accounts through the
   assert.match(bobs.error.message, /no objstore account|no default objstore account|unknown_connector/);
 });
 
+test('a Python algorithm reaches its caller\'s connected account too (import Algorithmia)', async () => {
+  await release(alice, 'alice', 'PyCopier', {
+    'src/PyCopier.py': `import Algorithmia
+
+def apply(input):
+    client = Algorithmia.client()
+    text = client.file(input['from']).getString()
+    client.file(input['to']).put(text[::-1])
+    names = sorted(f.path.rsplit('/', 1)[-1] for f in client.dir(input['dir']).files())
+    return {'text': text, 'names': names}
+`,
+  }, { settings: { language: 'python3', algorithm_callability: 'public' } });
+  const input = JSON.stringify({ from: 'objstore+store://bkt/allowed/in.txt', to: 's3://bkt/allowed/py.txt', dir: 'objstore://bkt/allowed' });
+  const out = await json(await callAlgo(alice, 'alice/PyCopier', input, 'application/json'));
+  assert.equal(out.error, undefined, JSON.stringify(out));
+  assert.equal(out.result.text, 'inside');
+  assert.ok(out.result.names.includes('py.txt'), JSON.stringify(out.result));
+  assert.equal(await (await alice('/v1/connector/objstore/bkt/allowed/py.txt')).text(), 'edisni');
+});
+
 test('the official npm client (algorithmia 0.3.10) reaches a connected account with an s3+label:// URI', async () => {
   const client = algorithmia.client(aliceKey, s.url);
   // It sends the URI untranslated: PUT /v1/data/s3+store://bkt/npm/hello.txt
