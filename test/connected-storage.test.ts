@@ -18,7 +18,10 @@ import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
 import { startDropboxStandIn } from './helpers/dropboxStandIn.ts';
-import { isInternalAddress } from '../src/connectors/egress.ts';
+import { isInternalAddress, publicOnlyLookup } from '../src/connectors/egress.ts';
+import { RemoteError } from '../src/data/connectors/remote.ts';
+import { S3Storage } from '../src/data/connectors/s3.ts';
+import { WebDavStorage } from '../src/data/connectors/webdav.ts';
 import { buildApp, LOG_REDACT } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/services.ts';
@@ -301,4 +304,25 @@ test('by default accounts may not point at the server\'s own network (ALGOHOST_C
   for (const external of ['8.8.8.8', '1.1.1.1', '172.32.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8']) {
     assert.equal(isInternalAddress(external), false, external);
   }
+});
+
+test('with the public-only rule, every new connection is checked: a name that resolves to an internal address is refused at connect time', async () => {
+  // "localhost" stands for a name that resolved to a public address when the account's client
+  // was made and to an internal one later (DNS rebinding): only the lookup at connect time sees it.
+  const port = new URL(s3.endpoint).port;
+  const providers = [
+    new S3Storage({ endpoint: `http://localhost:${port}`, ...S3RVER_KEY, force_path_style: true }, { lookup: publicOnlyLookup }),
+    new WebDavStorage({ url: `http://localhost:${port}/`, lookup: publicOnlyLookup }),
+  ];
+  for (const provider of providers) {
+    const err = await provider.stat(['bkt', 'outside.txt'], AbortSignal.timeout(5000)).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof RemoteError, `${provider.constructor.name}: expected a RemoteError, got ${String(err)}`);
+    assert.equal(err.kind, 'denied');
+    assert.match(err.message, /internal address/);
+  }
+  // The same providers without the rule reach it.
+  assert.deepEqual(await new S3Storage({ endpoint: `http://localhost:${port}`, ...S3RVER_KEY, force_path_style: true }).stat(['bkt'], AbortSignal.timeout(5000)), { kind: 'dir' });
 });

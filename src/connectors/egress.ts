@@ -1,4 +1,5 @@
 import dns from 'node:dns/promises';
+import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns';
 import net from 'node:net';
 import { AppError } from '../errors.ts';
 
@@ -48,9 +49,9 @@ export function isInternalAddress(address: string): boolean {
 }
 
 /**
- * Refuses an endpoint whose host is, or resolves to, an internal address. Checked when an
- * account's client is made (and again when it is remade, at most every few minutes): a DNS
- * name that changes its answer in between (rebinding) is not caught; docs/connectors.md says so.
+ * Refuses an endpoint whose host is, or resolves to, an internal address, when an account's
+ * client is made; its connections then resolve through `publicOnlyLookup`, which catches a name
+ * that changes its answer later (DNS rebinding).
  */
 export async function checkPublicEndpoint(url: string, label: string): Promise<void> {
   const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
@@ -71,4 +72,31 @@ export async function checkPublicEndpoint(url: string, label: string): Promise<v
       `the account "${label}" points at ${host} (${internal}), an internal address; this server only connects accounts to public addresses unless its operator sets ALGOHOST_CONNECTOR_NETWORK=any`,
     );
   }
+}
+
+/** The error code a guarded lookup fails with; remote.ts reports it as the provider being refused. */
+export const INTERNAL_ADDRESS = 'ERR_ALGOHOST_INTERNAL_ADDRESS';
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+
+/**
+ * A DNS lookup for the sockets of accounts' HTTP clients that refuses internal addresses at
+ * connect time, so a name that resolved to a public address when the account's client was made
+ * cannot be made to resolve to an internal one later (DNS rebinding). IP literals are not
+ * looked up by Node: `checkPublicEndpoint` judges those when the client is made.
+ */
+export function publicOnlyLookup(hostname: string, options: LookupOptions, callback: LookupCallback): void {
+  dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+    if (err) return callback(err, []);
+    const internal = addresses.find((a) => isInternalAddress(a.address));
+    if (internal) {
+      const refused: NodeJS.ErrnoException = new Error(`${hostname} resolved to ${internal.address}, an internal address`);
+      refused.code = INTERNAL_ADDRESS;
+      return callback(refused, []);
+    }
+    if (options.all) return callback(null, addresses);
+    const first = addresses[0];
+    if (!first) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), []);
+    callback(null, first.address, first.family);
+  });
 }

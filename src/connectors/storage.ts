@@ -7,7 +7,7 @@ import { ExternalConnector } from '../data/connectors/external.ts';
 import type { RemoteStorage } from '../data/connectors/remote.ts';
 import type { S3Credentials } from '../data/connectors/s3.ts';
 import type { Account, ConnectedAccounts, Protocol } from './accounts.ts';
-import { checkPublicEndpoint } from './egress.ts';
+import { checkPublicEndpoint, publicOnlyLookup } from './egress.ts';
 
 export interface ConnectedStorageOptions {
   maxUploadBytes: number;
@@ -105,7 +105,7 @@ export class ConnectedStorage {
         if (creds.endpoint) await this.checkEndpoint(creds.endpoint, account.label);
         // Providers load when first used: a server with no such account never loads their code.
         const { S3Storage } = await import('../data/connectors/s3.ts');
-        return new S3Storage(creds, this.options.s3PartSize ? { partSize: this.options.s3PartSize } : {});
+        return new S3Storage(creds, { ...(this.options.s3PartSize ? { partSize: this.options.s3PartSize } : {}), ...this.guard() });
       }
       case 'webdav': {
         const url = String(c.url);
@@ -115,6 +115,7 @@ export class ConnectedStorage {
           url,
           ...(typeof c.username === 'string' ? { username: c.username } : {}),
           ...(typeof c.password === 'string' ? { password: c.password } : {}),
+          ...this.guard(),
         });
       }
       case 'dropbox': {
@@ -124,6 +125,11 @@ export class ConnectedStorage {
       default:
         throw new AppError('invalid_connector', `the account "${account.label}" has an unknown provider`);
     }
+  }
+
+  /** With the public-only rule, every new connection's address is checked too (not only the name at creation). */
+  private guard(): { lookup?: typeof publicOnlyLookup } {
+    return this.options.network === 'public' ? { lookup: publicOnlyLookup } : {};
   }
 
   private async checkEndpoint(url: string, label: string): Promise<void> {

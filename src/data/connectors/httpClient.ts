@@ -20,6 +20,8 @@ export interface HttpRequest {
   body?: string | Buffer | Readable;
   /** Aborts the request and its answer's body. */
   signal: AbortSignal;
+  /** Resolves host names for new connections (egress.ts's, to refuse internal addresses). */
+  lookup?: net.LookupFunction;
 }
 
 export interface HttpAnswer {
@@ -75,7 +77,7 @@ export function httpRequest(url: string | URL, init: HttpRequest): Promise<HttpA
   return new Promise<HttpAnswer>((resolve, reject) => {
     const headers: Record<string, string> = { ...init.headers };
     if (typeof init.body === 'string' || Buffer.isBuffer(init.body)) headers['content-length'] = String(Buffer.byteLength(init.body));
-    const req = transport.request(target, { method: init.method, headers, agent: agents[protocol], signal: init.signal });
+    const req = transport.request(target, { method: init.method, headers, agent: agents[protocol], signal: init.signal, ...(init.lookup ? { lookup: init.lookup } : {}) });
     req.once('error', reject);
     req.once('response', (res) => {
       const status = res.statusCode ?? 0;

@@ -115,6 +115,9 @@ export function networkError(err: unknown, signal: AbortSignal): RemoteError {
   let e: unknown = err;
   for (let depth = 0; e && depth < 4; depth++) {
     const code = (e as { code?: unknown }).code;
+    if (code === 'ERR_ALGOHOST_INTERNAL_ADDRESS') {
+      return new RemoteError('denied', 'its host resolved to an internal address, which this server does not connect accounts to', { cause: err });
+    }
     if (typeof code === 'string' && UNREACHABLE.has(code)) return new RemoteError('unreachable', `it could not be reached (${code})`, { cause: err });
     if (typeof code === 'string' && (code === 'ETIMEDOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT')) {
       return new RemoteError('timeout', `it did not answer in time (${code})`, { cause: err });

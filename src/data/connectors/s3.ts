@@ -1,3 +1,6 @@
+import http from 'node:http';
+import https from 'node:https';
+import type net from 'node:net';
 import { Readable } from 'node:stream';
 import {
   DeleteObjectCommand,
@@ -32,6 +35,8 @@ export interface S3Options {
   queueSize?: number;
   /** Socket inactivity limit of the HTTP client, ms. */
   socketTimeoutMs?: number;
+  /** Host name resolution for new connections (the server's egress rule). */
+  lookup?: net.LookupFunction;
 }
 
 const MIB = 1024 * 1024;
@@ -60,7 +65,13 @@ export class S3Storage implements RemoteStorage {
       responseChecksumValidation: 'WHEN_REQUIRED',
       // One retry for a dropped connection; our own deadline bounds the whole request anyway.
       maxAttempts: 2,
-      requestHandler: { connectionTimeout: 10_000, requestTimeout: options.socketTimeoutMs ?? 60_000 },
+      requestHandler: {
+        connectionTimeout: 10_000,
+        requestTimeout: options.socketTimeoutMs ?? 60_000,
+        ...(options.lookup
+          ? { httpAgent: new http.Agent({ keepAlive: true, maxSockets: 50, lookup: options.lookup }), httpsAgent: new https.Agent({ keepAlive: true, maxSockets: 50, lookup: options.lookup }) }
+          : {}),
+      },
     });
     this.partSize = Math.max(5 * MIB, options.partSize ?? 8 * MIB);
     this.queueSize = options.queueSize ?? 2;

@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import type net from 'node:net';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ByteRange } from '../blobStore.ts';
@@ -11,6 +12,8 @@ export interface WebDavConfig {
   url: string;
   username?: string;
   password?: string;
+  /** Host name resolution for new connections (the server's egress rule). */
+  lookup?: net.LookupFunction;
 }
 
 /** What list and deleteDir ask for: not getcontenttype, which some servers (Go's x/net/webdav, so rclone) sniff by opening each file. */
@@ -31,8 +34,10 @@ export class WebDavStorage implements RemoteStorage {
   /** The root's path, decoded, to map the hrefs of PROPFIND answers back to account paths. */
   private readonly rootSegments: string[];
   private readonly auth: string | undefined;
+  private readonly lookup: net.LookupFunction | undefined;
 
   constructor(config: WebDavConfig) {
+    this.lookup = config.lookup;
     let url: URL;
     try {
       url = new URL(config.url);
@@ -256,7 +261,7 @@ export class WebDavStorage implements RemoteStorage {
     try {
       // node:http follows no redirect: one is reported (the account's URL is likely wrong),
       // never followed with the credentials to wherever it points.
-      return await httpRequest(this.urlOf(path, opts.dir), { method, headers, ...(opts.body !== undefined ? { body: opts.body } : {}), signal: opts.signal });
+      return await httpRequest(this.urlOf(path, opts.dir), { method, headers, ...(opts.body !== undefined ? { body: opts.body } : {}), signal: opts.signal, ...(this.lookup ? { lookup: this.lookup } : {}) });
     } catch (err) {
       throw networkError(err, opts.signal);
     }
