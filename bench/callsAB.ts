@@ -21,7 +21,7 @@ import { api } from '../test/helpers/server.ts';
 import { argOf, baseTree } from './baseTree.ts';
 import { createBench, fmt, interleaved, waitForQuiet } from './common.ts';
 import { median, percentile, rawRequest, runLoad } from './load.ts';
-import { treeCpu } from './procTree.ts';
+import { treeCpuExact as treeCpu } from './procTree.ts';
 import { REPO, spawnServer, type ServerProc } from './procs.ts';
 
 const REPS = Number(argOf('--reps') ?? 8);
