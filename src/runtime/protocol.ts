@@ -16,15 +16,35 @@ export const MAX_HEADER_BYTES = 1024 * 1024;
 /** Bodies above this are refused (calls are capped at 10 MiB; results may be larger). */
 export const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
-export function encodeFrame(header: Frame['header'], body: Buffer = Buffer.alloc(0)): Buffer {
-  const h = Buffer.from(JSON.stringify(header), 'utf8');
-  const prefix = Buffer.allocUnsafe(8);
-  prefix.writeUInt32LE(h.length, 0);
-  prefix.writeUInt32LE(body.length, 4);
-  return Buffer.concat([prefix, h, body]);
+const NO_BODY = Buffer.alloc(0);
+
+/** One frame in one buffer (a single allocation: calls encode one per call). */
+export function encodeFrame(header: Frame['header'], body: Buffer = NO_BODY): Buffer {
+  const text = JSON.stringify(header);
+  const hLen = Buffer.byteLength(text, 'utf8');
+  const frame = Buffer.allocUnsafe(8 + hLen + body.length);
+  frame.writeUInt32LE(hLen, 0);
+  frame.writeUInt32LE(body.length, 4);
+  frame.write(text, 8, hLen, 'utf8');
+  body.copy(frame, 8 + hLen);
+  return frame;
 }
 
 export class ProtocolError extends Error {}
+
+/** The frame whose header is `buf[start, start + hLen)` and whose body runs from there to `end`. */
+function parseFrame(buf: Buffer, start: number, hLen: number, end: number): Frame {
+  let header: unknown;
+  try {
+    header = JSON.parse(buf.toString('utf8', start, start + hLen));
+  } catch {
+    throw new ProtocolError('frame header is not JSON');
+  }
+  if (typeof header !== 'object' || header === null || typeof (header as { type?: unknown }).type !== 'string') {
+    throw new ProtocolError('frame header has no type');
+  }
+  return { header: header as Frame['header'], body: buf.subarray(start + hLen, end) };
+}
 
 /**
  * Reassembles frames from a byte stream, whatever the chunking. Chunks are kept as they come
@@ -38,9 +58,24 @@ export class FrameDecoder {
 
   /** Feeds bytes; returns every frame completed by them. */
   push(chunk: Buffer): Frame[] {
+    const frames: Frame[] = [];
+    // The usual case, a chunk holding whole frames and nothing before it: read in place.
+    let off = 0;
+    if (this.buffered === 0) {
+      while (chunk.length - off >= 8) {
+        const hLen = chunk.readUInt32LE(off);
+        const bLen = chunk.readUInt32LE(off + 4);
+        if (hLen > MAX_HEADER_BYTES || bLen > MAX_BODY_BYTES) throw new ProtocolError(`frame too large (header ${hLen}, body ${bLen})`);
+        const end = off + 8 + hLen + bLen;
+        if (end > chunk.length) break;
+        frames.push(parseFrame(chunk, off + 8, hLen, end));
+        off = end;
+      }
+      if (off === chunk.length) return frames;
+      chunk = chunk.subarray(off);
+    }
     this.chunks.push(chunk);
     this.buffered += chunk.length;
-    const frames: Frame[] = [];
     for (;;) {
       if (this.need === undefined) {
         if (this.buffered < 8) return frames;
@@ -53,17 +88,7 @@ export class FrameDecoder {
       if (this.buffered < this.need) return frames;
       const frame = this.take(this.need);
       this.need = undefined;
-      const hLen = frame.readUInt32LE(0);
-      let header: unknown;
-      try {
-        header = JSON.parse(frame.subarray(8, 8 + hLen).toString('utf8'));
-      } catch {
-        throw new ProtocolError('frame header is not JSON');
-      }
-      if (typeof header !== 'object' || header === null || typeof (header as { type?: unknown }).type !== 'string') {
-        throw new ProtocolError('frame header has no type');
-      }
-      frames.push({ header: header as Frame['header'], body: frame.subarray(8 + hLen) });
+      frames.push(parseFrame(frame, 8, frame.readUInt32LE(0), frame.length));
     }
   }
 

@@ -73,6 +73,53 @@ function errorInfo(raw: unknown): AlgorithmErrorInfo {
 }
 
 /**
+ * One timer for the deadlines of every worker's wait (a call's answer, a start's `ready`),
+ * armed for the earliest: a call costs a Set entry, not a timer of its own. Waits with the
+ * same timeout end in the order they began, so the timer mostly stays armed as it is.
+ */
+class Deadlines {
+  private readonly waiting = new Set<Worker>();
+  private timer: NodeJS.Timeout | undefined;
+  /** performance.now() the timer fires at. */
+  private armedAt = Infinity;
+
+  add(w: Worker, at: number): void {
+    this.waiting.add(w);
+    if (at < this.armedAt) this.arm(at);
+  }
+
+  delete(w: Worker): void {
+    this.waiting.delete(w);
+  }
+
+  private arm(at: number): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.armedAt = at;
+    this.timer = setTimeout(() => this.fire(), Math.max(0, at - performance.now()));
+    // Whatever waits keeps the event loop alive by its own channel; the timer need not.
+    this.timer.unref();
+  }
+
+  private fire(): void {
+    this.timer = undefined;
+    this.armedAt = Infinity;
+    const now = performance.now();
+    let next = Infinity;
+    for (const w of this.waiting) {
+      if (w.deadline <= now) {
+        this.waiting.delete(w);
+        w.settle('timeout');
+      } else if (w.deadline < next) next = w.deadline;
+    }
+    if (next < Infinity) this.arm(next);
+  }
+}
+
+const deadlines = new Deadlines();
+
+const NO_STDOUT: Buffer[] = [];
+
+/**
  * One sandboxed process running one algorithm version, answering one call at a time. A
  * worker whose call timed out or whose process died is dead: the pool replaces it.
  */
@@ -80,10 +127,11 @@ export class Worker {
   private readonly decoder = new FrameDecoder();
   private readonly channel: Readable & Writable;
   private readonly exited: Promise<{ code: number | null; signal: string | null }>;
-  private waiting: ((frame: Frame) => void) | undefined;
-  /** Set while next() waits: one listener, not one per call on a promise that may never settle. */
-  private onExit: (() => void) | undefined;
-  private stdout: Buffer[] = [];
+  /** Set while next() waits for a frame: settled by the frame, the exit, or the deadline. */
+  private waiting: ((r: Frame | 'timeout' | 'exited') => void) | undefined;
+  /** performance.now() by which the frame waited for must have come (Deadlines). */
+  deadline = Infinity;
+  private stdout: Buffer[] = NO_STDOUT;
   private stdoutBytes = 0;
   private stdoutTotal = 0;
   private stderrTail = '';
@@ -107,7 +155,7 @@ export class Worker {
       try {
         for (const frame of this.decoder.push(chunk)) {
           if (frame.header.type === 'request') this.hostRequest(frame);
-          else this.waiting?.(frame);
+          else this.settle(frame);
         }
       } catch {
         this.kill();
@@ -121,6 +169,7 @@ export class Worker {
       if (this.stdoutWanted !== undefined && this.stdoutTotal >= this.stdoutWanted.bytes) this.stdoutWanted.resolve();
       if (this.stdoutBytes < this.maxStdout) {
         const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
+        if (this.stdout === NO_STDOUT) this.stdout = [];
         this.stdout.push(keep);
         this.stdoutBytes += keep.length;
       }
@@ -132,7 +181,7 @@ export class Worker {
       child.once('exit', (code, signal) => {
         this.dead = true;
         resolve({ code, signal });
-        this.onExit?.();
+        this.settle('exited');
       });
     });
   }
@@ -153,18 +202,21 @@ export class Worker {
 
   /** The next frame, or why none came. */
   private next(timeoutMs: number): Promise<Frame | 'timeout' | 'exited'> {
+    if (this.dead) return Promise.resolve('exited');
     return new Promise((resolve) => {
-      const timer = setTimeout(() => finish('timeout'), timeoutMs);
-      const finish = (r: Frame | 'timeout' | 'exited') => {
-        clearTimeout(timer);
-        this.waiting = undefined;
-        this.onExit = undefined;
-        resolve(r);
-      };
-      if (this.dead) return finish('exited');
-      this.waiting = (frame) => finish(frame);
-      this.onExit = () => finish('exited');
+      this.waiting = resolve;
+      this.deadline = performance.now() + timeoutMs;
+      deadlines.add(this, this.deadline);
     });
+  }
+
+  /** Ends next()'s wait, if one is under way (Deadlines calls it with 'timeout'). */
+  settle(r: Frame | 'timeout' | 'exited'): void {
+    const waiting = this.waiting;
+    if (waiting === undefined) return;
+    this.waiting = undefined;
+    deadlines.delete(this);
+    waiting(r);
   }
 
   /** Runs one call. Never throws for anything the algorithm does. */
@@ -172,7 +224,7 @@ export class Worker {
     if (this.busy || this.dead) throw new Error('worker is busy or dead');
     this.busy = true;
     this.host = host;
-    this.stdout = [];
+    this.stdout = NO_STDOUT;
     this.stdoutBytes = 0;
     this.stdoutTotal = 0;
     const started = performance.now();
@@ -184,30 +236,31 @@ export class Worker {
       const elapsed = performance.now() - started;
       if (answer === 'timeout') {
         this.kill();
-        return { kind: 'timeout', ...this.output(elapsed) };
+        return { kind: 'timeout', stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs: elapsed };
       }
       if (answer === 'exited') {
         const { code, signal } = await this.exited;
         // Two ways to run out: V8 stops at its heap cap (and says so on stderr) before the
         // cgroup limit; memory outside the heap meets the cgroup's OOM killer (a bare SIGKILL).
         if (cgroupOf(this.child)?.oomKilled() || /heap out of memory|Allocation failed/i.test(this.stderrTail)) {
-          return { kind: 'out_of_memory', ...this.output(elapsed) };
+          return { kind: 'out_of_memory', stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs: elapsed };
         }
-        return { kind: 'crashed', exitCode: code, signal, ...this.output(elapsed) };
+        return { kind: 'crashed', exitCode: code, signal, stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs: elapsed };
       }
       // The channel and stdout are separate pipes: what the algorithm printed before answering
       // may arrive after the answer. Runners say how much they wrote; wait for it, briefly.
       const h = answer.header;
-      await this.stdoutArrived(typeof h.stdout_bytes === 'number' ? h.stdout_bytes : undefined);
+      const wait = this.stdoutArrived(typeof h.stdout_bytes === 'number' ? h.stdout_bytes : undefined);
+      if (wait !== undefined) await wait;
       // The algorithm shares the runner's process and could write frames itself: accept only
       // a well-formed answer to this call, and never a duration longer than we measured.
       const durationMs = typeof h.duration_ms === 'number' && h.duration_ms >= 0 ? Math.min(h.duration_ms, elapsed) : elapsed;
       if (h.id !== id || (h.type !== 'result' && h.type !== 'error')) return this.violation(elapsed);
       if (h.type === 'result') {
         if (!RESULT_TYPES.has(h.content_type as string)) return this.violation(elapsed);
-        return { kind: 'result', contentType: h.content_type as ContentType | 'void', body: answer.body, ...this.output(durationMs) };
+        return { kind: 'result', contentType: h.content_type as ContentType | 'void', body: answer.body, stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs };
       }
-      return { kind: 'algorithm_error', error: errorInfo(h.error), ...this.output(durationMs) };
+      return { kind: 'algorithm_error', error: errorInfo(h.error), stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs };
     } finally {
       this.busy = false;
       this.host = undefined;
@@ -239,38 +292,45 @@ export class Worker {
     );
   }
 
-  /** Until `bytes` of stdout arrived this call (bounded: the count comes from the sandbox). */
-  private async stdoutArrived(bytes: number | undefined): Promise<void> {
+  /**
+   * Until `bytes` of stdout arrived this call (bounded: the count comes from the sandbox);
+   * undefined when they already have.
+   */
+  private stdoutArrived(bytes: number | undefined): Promise<void> | undefined {
     // A runner that does not count: let what is already on its way arrive, and no more.
     if (bytes === undefined) return new Promise((r) => setImmediate(r));
     const wanted = Math.min(bytes, this.maxStdout + 1);
-    if (this.stdoutTotal < wanted) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, STDOUT_WAIT_MS);
-        this.stdoutWanted = {
-          bytes: wanted,
-          resolve: () => {
-            clearTimeout(timer);
-            resolve();
-          },
-        };
-      });
-      this.stdoutWanted = undefined;
-    }
+    if (this.stdoutTotal >= wanted) return undefined;
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.stdoutWanted = undefined;
+        resolve();
+      }, STDOUT_WAIT_MS);
+      this.stdoutWanted = {
+        bytes: wanted,
+        resolve: () => {
+          clearTimeout(timer);
+          this.stdoutWanted = undefined;
+          resolve();
+        },
+      };
+    });
   }
 
   /** A malformed answer: the worker cannot be trusted with another call. */
   private violation(elapsed: number): Outcome {
     this.kill();
-    return { kind: 'crashed', exitCode: null, signal: null, ...this.output(elapsed) };
+    return { kind: 'crashed', exitCode: null, signal: null, stdout: this.stdoutText(), stdoutTruncated: this.truncated(), durationMs: elapsed };
   }
 
-  private output(durationMs: number): Output {
-    return {
-      stdout: Buffer.concat(this.stdout).toString('utf8'),
-      stdoutTruncated: this.stdoutTotal > this.stdoutBytes,
-      durationMs,
-    };
+  /** What the algorithm printed this call, as far as it is kept. */
+  private stdoutText(): string {
+    const s = this.stdout;
+    return s.length === 0 ? '' : s.length === 1 ? s[0]!.toString('utf8') : Buffer.concat(s).toString('utf8');
+  }
+
+  private truncated(): boolean {
+    return this.stdoutTotal > this.stdoutBytes;
   }
 
   /** Kills the whole sandbox at once (its process group; bwrap takes its pid namespace along). */

@@ -8,12 +8,18 @@ import { createClient } from './sdk.mjs';
 
 const channel = new net.Socket({ fd: 3, readable: true, writable: true });
 
-function send(header, body = Buffer.alloc(0)) {
-  const h = Buffer.from(JSON.stringify(header), 'utf8');
-  const prefix = Buffer.allocUnsafe(8);
-  prefix.writeUInt32LE(h.length, 0);
-  prefix.writeUInt32LE(body.length, 4);
-  channel.write(Buffer.concat([prefix, h, body]));
+const NO_BODY = Buffer.alloc(0);
+
+/** Writes one frame, built in one buffer. */
+function send(header, body = NO_BODY) {
+  const text = JSON.stringify(header);
+  const hLen = Buffer.byteLength(text, 'utf8');
+  const frame = Buffer.allocUnsafe(8 + hLen + body.length);
+  frame.writeUInt32LE(hLen, 0);
+  frame.writeUInt32LE(body.length, 4);
+  frame.write(text, 8, hLen, 'utf8');
+  body.copy(frame, 8 + hLen);
+  channel.write(frame);
 }
 
 // Requests to the platform (the SDK), answered by `response` frames with the same rid.
@@ -134,21 +140,23 @@ async function handleCall(header, body) {
     return send({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
   }
   stdoutBytes = 0;
-  const started = process.hrtime.bigint();
+  const started = performance.now();
   let answer;
   let out;
   try {
     const result = await invoke(input);
-    const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
+    const duration_ms = performance.now() - started;
     const [content_type, body] = encodeResult(result);
-    answer = { type: 'result', id, content_type, duration_ms };
+    answer = { type: 'result', id, content_type, duration_ms, stdout_bytes: 0 };
     out = body;
   } catch (err) {
-    const duration_ms = Number(process.hrtime.bigint() - started) / 1e6;
-    answer = { type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError') };
+    const duration_ms = performance.now() - started;
+    answer = { type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 };
   }
-  await stdoutFlushed();
-  send({ ...answer, stdout_bytes: stdoutBytes }, out);
+  // Nothing written this call: nothing to wait for (and no empty write to stdout).
+  if (stdoutBytes > 0) await stdoutFlushed();
+  answer.stdout_bytes = stdoutBytes;
+  send(answer, out);
 }
 
 // Calls arrive one at a time; frames are reassembled from the socket's chunks, which are
@@ -166,7 +174,7 @@ channel.on('data', (chunk) => {
     const bLen = chunks[0].readUInt32LE(4);
     const size = 8 + hLen + bLen;
     if (buffered < size) return;
-    const all = Buffer.concat(chunks);
+    const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
     const header = JSON.parse(all.subarray(8, 8 + hLen).toString('utf8'));
     const body = all.subarray(8 + hLen, size);
     chunks = all.length > size ? [all.subarray(size)] : [];
