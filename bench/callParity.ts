@@ -215,6 +215,8 @@ async function main(): Promise<void> {
     { name: 'Expect: 100-continue', path: '/v1/algo/alice/Kinds', headers: { ...B, ...text, expect: '100-continue' }, body: 'x' },
   ];
   // "declared too large" sets its own Content-Length: send() must not add a second one.
+  // The setup's last request logs its completion after its client has the answer.
+  await sleep(200);
   for (const s of servers) s.log.take();
   let differences = 0;
   for (const c of cases) {

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { buildApp } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { envelope } from '../src/http/callRoutes.ts';
+import type { Worker } from '../src/runtime/worker.ts';
 import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
@@ -45,10 +46,22 @@ async function main(): Promise<void> {
       ['store.version() (PRAGMA data_version)', 20_000, () => services.store.version()],
       ['keys.authenticate (cached principal)', 20_000, () => services.keys.authenticate(authorization)],
       ['releases.resolveCall (cached target)', 20_000, () => services.releases.resolveCall(principal, 'bench', 'Echo', undefined)],
+      ['authenticate + resolveCall, each reading the store\'s version', 20_000, async () => services.releases.resolveCall(await services.keys.authenticate(authorization), 'bench', 'Echo', undefined)],
+      ['authenticate + resolveCall, one version read passed to both', 20_000, async () => {
+        const at = services.store.version();
+        return services.releases.resolveCall(await services.keys.authenticate(authorization, at), 'bench', 'Echo', undefined, at);
+      }],
       ['envelope', 20_000, () => envelope(result, 300)],
       ['runtime.run: pool + Worker.call round trip (server side)', 2_000, () => services.runtime.run({ key: `${target.algorithm.id}:${target.build.hash}`, dir: '', runner: 'node', entry: '', network: false }, 'text', INPUT, 30_000)],
       ['calls.call: resolution + run + round trip', 2_000, () => services.calls.call(principal, request)],
     ];
+    // The pool's warm worker itself, for Worker.call alone.
+    const key = `${target.algorithm.id}:${target.build.hash}`;
+    let worker: Worker | undefined;
+    await services.runtime.pool.with(key, () => Promise.reject(new Error('no warm worker')), async (w) => {
+      worker = w;
+    });
+    stages.push(['Worker.call alone (server side)', 2_000, () => worker!.call('text', INPUT, 30_000)]);
     const results = new Map<string, number[]>(stages.map(([n]) => [n, []]));
     for (let round = 0; round <= ROUNDS; round++) {
       for (const [name, n, fn] of stages) {

@@ -139,7 +139,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const fastify = app.server.listeners('request')[0] as (req: IncomingMessage, res: ServerResponse) => void;
   const direct = new DirectCalls({
     calls: services.calls,
-    authenticate: (authorization) => services.keys.authenticate(authorization),
+    authenticate: (authorization, at) => services.keys.authenticate(authorization, at),
+    version: () => services.store.version(),
     fallback: fastify,
     closing: () => closing,
     requestId: nextRequestId,

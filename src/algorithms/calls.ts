@@ -78,8 +78,9 @@ export class CallService {
     private readonly allowNetwork = false,
   ) {}
 
-  async call(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult> {
-    const prepared = await this.prepare(principal, req, log);
+  /** `at`: the store's version the request read its key against (VersionedCache). */
+  async call(principal: Principal, req: CallRequest, log?: CallLog, at?: string): Promise<CallResult> {
+    const prepared = await this.prepare(principal, req, log, at);
     return 'result' in prepared ? prepared.result : prepared.run();
   }
 
@@ -104,7 +105,7 @@ export class CallService {
   }
 
   /** The checks and the resolution: a finished result (not found), or the call to run. */
-  private async prepare(principal: Principal, req: CallRequest, log?: CallLog): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
+  private async prepare(principal: Principal, req: CallRequest, log?: CallLog, at?: string): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
     const parent = req.parent;
     if (parent) {
       if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
@@ -117,7 +118,7 @@ export class CallService {
     }
     let target: CallTarget;
     try {
-      target = await this.releases.resolveCall(principal, req.owner, req.name, req.version);
+      target = await this.releases.resolveCall(principal, req.owner, req.name, req.version, at);
     } catch (err) {
       if (err instanceof AppError && err.code === 'algorithm_not_found') {
         return { result: { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false } };

@@ -182,8 +182,9 @@ export class ReleaseService {
   /**
    * What a call of `owner/name/selector` runs, as `principal` may see it. Anything the
    * caller may not call is "not found", like what does not exist: private names do not leak.
+   * `at`: the store's version the request read its key against (VersionedCache).
    */
-  async resolveCall(principal: Principal, owner: string, name: string, selectorText: string | undefined): Promise<CallTarget> {
+  async resolveCall(principal: Principal, owner: string, name: string, selectorText: string | undefined, at?: string): Promise<CallTarget> {
     const selector = parseSelector(selectorText);
     // What a reference resolves to depends on who asks (owner or not, private or public).
     const key = `${principal.userId}\u0000${owner.toLowerCase()}\u0000${name.toLowerCase()}\u0000${selectorText ?? ''}`;
@@ -194,7 +195,7 @@ export class ReleaseService {
         if (err instanceof AppError && err.code === 'algorithm_not_found') return { missing: err };
         throw err;
       }
-    });
+    }, at);
     if ('missing' in found) throw new AppError(found.missing.code, found.missing.message);
     return found;
   }

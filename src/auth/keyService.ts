@@ -63,11 +63,12 @@ export class KeyService {
   }
 
   /**
-   * Establishes the principal of a request from its Authorization header. Every call reads
-   * the store (one indexed lookup), so revoking a key, even from the admin CLI in another
-   * process, takes effect on the very next request.
+   * Establishes the principal of a request from its Authorization header. Principals are
+   * cached against the store's version (`at`, when the request read it already; see
+   * VersionedCache), so revoking a key, even from the admin CLI in another process, takes
+   * effect on the very next request.
    */
-  async authenticate(authorization: string | undefined): Promise<Principal> {
+  async authenticate(authorization: string | undefined, at?: string): Promise<Principal> {
     const key = keyFromAuthorization(authorization);
     if (key === undefined) throw new AppError('auth_required', 'authorization required');
     if (!API_KEY_PATTERN.test(key)) {
@@ -84,7 +85,7 @@ export class KeyService {
         keyId: row.keyId,
         permissions: Object.freeze(JSON.parse(row.permissions) as KeyPermissions),
       });
-    });
+    }, at);
     if ('refused' in found) throw new AppError(found.refused.code, found.refused.message);
     return found;
   }

@@ -260,7 +260,10 @@ const PLAIN_CALL = /^\/v1\/algo\/[A-Za-z0-9._~/-]{1,1000}(?:\?|$)/;
 /** What the direct path needs from the app (app.ts). */
 export interface DirectCallsOptions {
   calls: CallService;
-  authenticate(authorization: string | undefined): Promise<Principal>;
+  /** keys.authenticate, as of the store's version `at`. */
+  authenticate(authorization: string | undefined, at: string): Promise<Principal>;
+  /** The store's version (MetadataStore.version). */
+  version(): string;
   /** Fastify's handler, for every request this path does not answer itself. */
   fallback(req: IncomingMessage, res: ServerResponse): void;
   /** A drain has begun: nothing new is taken, answers close their connection. */
@@ -298,8 +301,11 @@ export class DirectCalls {
     let principal: Principal;
     let ref: ReturnType<typeof parseAlgoRef>;
     let options: CallOptions;
+    // The key and the call's target are both read from the hot-path caches as of this version
+    // of the store: one read of it per call (see VersionedCache).
+    const at = this.o.version();
     try {
-      principal = await this.o.authenticate(req.headers.authorization);
+      principal = await this.o.authenticate(req.headers.authorization, at);
       ref = parseAlgoRef((q < 0 ? url : url.slice(0, q)).slice(9));
       options = callOptions(url, q, req.headers['content-type']);
     } catch {
@@ -312,7 +318,7 @@ export class DirectCalls {
     try {
       const input = await callInput(req.headers, req, options.contentType);
       const request: CallRequest = { ...ref, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
-      const a = callAnswer(await this.o.calls.call(principal, request, log), options);
+      const a = callAnswer(await this.o.calls.call(principal, request, log, at), options);
       this.send(res, a.status, a.type, a.body, undefined);
     } catch (err) {
       // As sendError (errorHandler.ts) answers it through fastify.

@@ -13,8 +13,14 @@ export class VersionedCache<V> {
     private readonly max = 10_000,
   ) {}
 
-  async get(key: string, load: () => Promise<V>): Promise<V> {
-    const version = this.store.version();
+  /**
+   * `at`: the store's version as a request read it when it began, so that a call reads its key
+   * and its target against one version (one read of the store's version, not one per cache).
+   * It is used only while this cache still holds that very version; otherwise the version is
+   * read now, as without it. Either way what is answered was current during the request.
+   */
+  async get(key: string, load: () => Promise<V>, at?: string): Promise<V> {
+    const version = at !== undefined && at === this.at ? at : this.store.version();
     if (version !== this.at) {
       this.map.clear();
       this.at = version;
