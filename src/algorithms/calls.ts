@@ -2,7 +2,7 @@ import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import { PoolBusyError } from '../runtime/pool.ts';
-import { WorkerStartError, type AlgorithmRuntime } from '../runtime/runtime.ts';
+import { WorkerStartError, type AlgorithmRuntime, type RunTarget } from '../runtime/runtime.ts';
 import type { ContentType, Outcome } from '../runtime/worker.ts';
 import type { AlgorithmFiles } from './builds.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
@@ -53,6 +53,34 @@ export function aclAdmits(acl: readonly string[], owner: string, name: string): 
   });
 }
 
+function result(outcome: Outcome, target: CallTarget, mine: boolean, req: CallRequest): CallResult {
+  return { outcome, target, showStdout: mine && req.stdout, showTrace: mine || target.settings.source_visibility === 'open' };
+}
+
+/**
+ * Who the algorithm acts as during a call (CallContext): the caller through this algorithm.
+ * The principal is made when first asked for: most calls make no request through the SDK.
+ */
+class CallScope implements CallContext {
+  private acting: Principal | undefined;
+
+  constructor(
+    private readonly caller: Principal,
+    private readonly algorithm: { owner: string; name: string },
+    readonly depth: number,
+    readonly deadline: number,
+    readonly pipelineEnabled: boolean,
+  ) {}
+
+  get principal(): Principal {
+    if (this.acting === undefined) {
+      const { algorithm: _outer, ...caller } = this.caller;
+      this.acting = { ...caller, algorithm: { owner: this.algorithm.owner, name: this.algorithm.name } };
+    }
+    return this.acting;
+  }
+}
+
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
@@ -80,8 +108,8 @@ export class CallService {
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
   async call(principal: Principal, req: CallRequest, log?: CallLog, at?: string): Promise<CallResult> {
-    const prepared = await this.prepare(principal, req, log, at);
-    return 'result' in prepared ? prepared.result : prepared.run();
+    const target = await this.target(principal, req, at);
+    return 'outcome' in target ? target : this.run(principal, req, target, log);
   }
 
   /** Calls running with nobody waiting for them (`output=void`). */
@@ -93,19 +121,18 @@ export class CallService {
    * input while they wait for a worker, so only so many may be under way.
    */
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
-    const prepared = await this.prepare(principal, req, log);
-    if ('result' in prepared) return prepared.result;
+    const target = await this.target(principal, req);
+    if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
     this.detached++;
-    prepared
-      .run()
+    this.run(principal, req, target, log)
       .catch((err: unknown) => log?.warn({ err }, 'a call with output=void failed'))
       .finally(() => this.detached--);
     return undefined;
   }
 
-  /** The checks and the resolution: a finished result (not found), or the call to run. */
-  private async prepare(principal: Principal, req: CallRequest, log?: CallLog, at?: string): Promise<{ result: CallResult } | { run: () => Promise<CallResult> }> {
+  /** The checks and the resolution: what to run, or the finished result (not found). */
+  private async target(principal: Principal, req: CallRequest, at?: string): Promise<CallTarget | CallResult> {
     const parent = req.parent;
     if (parent) {
       if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
@@ -116,64 +143,55 @@ export class CallService {
     if (!aclAdmits(p.algo_acl, req.owner, req.name)) {
       throw new AppError('algo_not_allowed', `this API key may not call algo://${req.owner}/${req.name} (its algo_acl allows ${p.algo_acl.join(', ') || 'nothing'})`);
     }
-    let target: CallTarget;
     try {
-      target = await this.releases.resolveCall(principal, req.owner, req.name, req.version, at);
+      return await this.releases.resolveCall(principal, req.owner, req.name, req.version, at);
     } catch (err) {
       if (err instanceof AppError && err.code === 'algorithm_not_found') {
-        return { result: { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false } };
+        return { outcome: failure('EntityNotFoundError', err.message), target: null, showStdout: false, showTrace: false };
       }
       throw err;
     }
-    return { run: () => this.run(principal, req, target, log) };
   }
+
+  /** What the runtime runs for a target: made once per target (targets are cached, VersionedCache). */
+  private runTarget(target: CallTarget): RunTarget {
+    let t = this.runTargets.get(target);
+    if (t === undefined) {
+      t = {
+        key: `${target.algorithm.id}:${target.build.hash}`,
+        dir: this.files.buildDir(target.algorithm.id, target.build.hash),
+        runner: target.build.runner!,
+        entry: target.build.entry!,
+        network: this.allowNetwork && target.settings.network_access === 'full',
+      };
+      this.runTargets.set(target, t);
+    }
+    return t;
+  }
+
+  private readonly runTargets = new WeakMap<CallTarget, RunTarget>();
 
   private async run(principal: Principal, req: CallRequest, target: CallTarget, log?: CallLog): Promise<CallResult> {
     const parent = req.parent;
     const mine = isOwner(principal, target.algorithm.owner);
-    const result = (outcome: Outcome): CallResult => ({
-      outcome,
-      target,
-      showStdout: mine && req.stdout,
-      showTrace: mine || target.settings.source_visibility === 'open',
-    });
     // A nested call gets at most what is left of its parent's time.
     const timeoutMs = Math.min(req.timeoutS * 1000, parent ? parent.deadline - Date.now() : Infinity);
-    if (timeoutMs <= 0) return result(TIMED_OUT);
+    if (timeoutMs <= 0) return result(TIMED_OUT, target, mine, req);
     const started = performance.now();
-    const { algorithm: _outer, ...caller } = principal;
-    const context: CallContext = {
-      principal: { ...caller, algorithm: { owner: target.algorithm.owner, name: target.algorithm.name } },
-      depth: (parent?.depth ?? 0) + 1,
-      deadline: Date.now() + timeoutMs,
-      pipelineEnabled: target.settings.pipeline_enabled,
-    };
+    const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
     try {
-      const outcome = await this.runtime.run(
-        {
-          key: `${target.algorithm.id}:${target.build.hash}`,
-          dir: this.files.buildDir(target.algorithm.id, target.build.hash),
-          runner: target.build.runner!,
-          entry: target.build.entry!,
-          network: this.allowNetwork && target.settings.network_access === 'full',
-        },
-        req.contentType,
-        req.input,
-        timeoutMs,
-        this.internal.handler(context),
-        context.depth - 1,
-      );
-      return result(outcome);
+      const outcome = await this.runtime.run(this.runTarget(target), req.contentType, req.input, timeoutMs, this.internal.handler(context), context.depth - 1);
+      return result(outcome, target, mine, req);
     } catch (err) {
       if (err instanceof PoolBusyError) {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
-        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT);
+        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerStartError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');
-        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT);
-        return result(failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
+        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
+        return result(failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'), target, mine, req);
       }
       throw err;
     }

@@ -28,8 +28,12 @@ export function generateApiKey(): string {
  * attacker controls the key, not its hash, so index timing says nothing about stored keys.
  */
 export function hashApiKey(key: string): string {
-  return crypto.createHash('sha256').update(key).digest('hex');
+  return sha256Hex(key);
 }
+
+/** crypto.hash (Node >= 20.12) is the one-shot form, without a Hash object per call. */
+const sha256Hex: (text: string) => string =
+  typeof crypto.hash === 'function' ? (text) => crypto.hash('sha256', text, 'hex') : (text) => crypto.createHash('sha256').update(text).digest('hex');
 
 export function newKeyId(): string {
   return 'key_' + randomBase62(16);

@@ -74,8 +74,9 @@ export class KeyService {
     if (!API_KEY_PATTERN.test(key)) {
       throw new AppError('invalid_api_key', 'API key not recognised: keys are 28 characters starting with "sim"');
     }
-    const found = await this.principals.get(hashApiKey(key), async () => {
-      const [row] = await this.byHash([hashApiKey(key)]);
+    const hash = hashApiKey(key);
+    const found = await this.principals.get(hash, async () => {
+      const [row] = await this.byHash([hash]);
       if (!row) return { refused: new AppError('invalid_api_key', 'API key not recognised') };
       if (row.revoked_at !== null) return { refused: new AppError('api_key_revoked', 'this API key was revoked; use another key') };
       // Shared by every request made with this key until the store changes: frozen.

@@ -26,9 +26,12 @@ export function inputType(header: string | undefined): ContentType {
 /** Reads the input as it streams in, refusing it as soon as it passes the limit. */
 function readInput(headers: IncomingHttpHeaders, stream: Readable): Promise<Buffer> {
   const declared = Number(headers['content-length']);
-  const tooLarge = () => new AppError('payload_too_large', `an algorithm input may be at most 10 MiB; pass larger inputs as a data:// file`);
-  if (Number.isFinite(declared) && declared > MAX_INPUT_BYTES) return Promise.reject(tooLarge());
-  return readLimited(stream, MAX_INPUT_BYTES, tooLarge);
+  if (Number.isFinite(declared) && declared > MAX_INPUT_BYTES) return Promise.reject(inputTooLarge());
+  return readLimited(stream, MAX_INPUT_BYTES, inputTooLarge);
+}
+
+function inputTooLarge(): AppError {
+  return new AppError('payload_too_large', `an algorithm input may be at most 10 MiB; pass larger inputs as a data:// file`);
 }
 
 function parseTimeout(raw: string | undefined): number {

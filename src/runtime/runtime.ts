@@ -51,25 +51,33 @@ export class AlgorithmRuntime {
   /** `nesting`: how many calls up the chain hold workers while they wait for this one. */
   async run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, nesting = 0): Promise<Outcome> {
     const deadline = performance.now() + timeoutMs;
-    const start = async () => {
-      try {
-        return await Worker.start(
-          {
-            runner: target.runner,
-            algoDir: target.dir,
-            entry: target.entry,
-            network: target.network,
-            limits: this.options.limits,
-            unsandboxed: this.options.unsandboxed,
-            bwrap: this.options.bwrapPath,
-          },
-          { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
-        );
-      } catch (err) {
-        throw new WorkerStartError((err as Error).message);
-      }
-    };
-    return this.pool.with(target.key, start, (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host), nesting, timeoutMs);
+    return this.pool.with(
+      target.key,
+      () => this.start(target, deadline),
+      (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host),
+      nesting,
+      timeoutMs,
+    );
+  }
+
+  /** A worker for `target`, given until `deadline` (the call's) to be ready. */
+  private async start(target: RunTarget, deadline: number): Promise<Worker> {
+    try {
+      return await Worker.start(
+        {
+          runner: target.runner,
+          algoDir: target.dir,
+          entry: target.entry,
+          network: target.network,
+          limits: this.options.limits,
+          unsandboxed: this.options.unsandboxed,
+          bwrap: this.options.bwrapPath,
+        },
+        { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
+      );
+    } catch (err) {
+      throw new WorkerStartError((err as Error).message);
+    }
   }
 
   close(): Promise<void> {
