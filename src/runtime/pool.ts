@@ -40,7 +40,8 @@ interface Waiter {
   start: () => Promise<Worker>;
   resolve: (w: Worker) => void;
   reject: (err: unknown) => void;
-  timer: NodeJS.Timeout;
+  /** performance.now() by which it must have a worker. */
+  deadline: number;
 }
 
 /**
@@ -54,6 +55,12 @@ export class WorkerPool {
   private readonly counts = new Map<string, number>();
   private total = 0;
   private readonly queue: Waiter[] = [];
+  /**
+   * One timer for the waiters' deadlines, armed for the earliest (a waiting call costs no
+   * timer of its own: under load most calls wait).
+   */
+  private waitTimer: NodeJS.Timeout | undefined;
+  private waitTimerAt = Infinity;
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
 
@@ -91,19 +98,42 @@ export class WorkerPool {
     if (this.canStart(key, extra)) return this.launch(key, start);
     if (this.queue.length >= this.options.maxQueue) return Promise.reject(new PoolBusyError('queue_full'));
     return new Promise((resolve, reject) => {
-      const waiter: Waiter = {
-        key,
-        extra,
-        start,
-        resolve,
-        reject,
-        timer: setTimeout(() => {
-          this.queue.splice(this.queue.indexOf(waiter), 1);
-          reject(new PoolBusyError('queue_timeout'));
-        }, Math.min(this.options.queueTimeoutMs, waitMs)),
-      };
-      this.queue.push(waiter);
+      const deadline = performance.now() + Math.min(this.options.queueTimeoutMs, waitMs);
+      this.queue.push({ key, extra, start, resolve, reject, deadline });
+      if (deadline < this.waitTimerAt) this.armWaitTimer(deadline);
     });
+  }
+
+  /** No one waits: nothing for the timer to keep the process alive for. */
+  private stopWaitTimer(): void {
+    if (this.waitTimer !== undefined) clearTimeout(this.waitTimer);
+    this.waitTimer = undefined;
+    this.waitTimerAt = Infinity;
+  }
+
+  private armWaitTimer(at: number): void {
+    if (this.waitTimer !== undefined) clearTimeout(this.waitTimer);
+    this.waitTimerAt = at;
+    this.waitTimer = setTimeout(() => this.expireWaiters(), Math.max(0, at - performance.now()));
+  }
+
+  /** Turns away the waiters whose time is up; re-arms for the next deadline. */
+  private expireWaiters(): void {
+    this.waitTimer = undefined;
+    this.waitTimerAt = Infinity;
+    const now = performance.now();
+    let next = Infinity;
+    for (let i = 0; i < this.queue.length; ) {
+      const w = this.queue[i]!;
+      if (w.deadline <= now) {
+        this.queue.splice(i, 1);
+        w.reject(new PoolBusyError('queue_timeout'));
+      } else {
+        if (w.deadline < next) next = w.deadline;
+        i++;
+      }
+    }
+    if (next < Infinity) this.armWaitTimer(next);
   }
 
   /** Under both limits, or at the global one with an idle worker of another version to stop. */
@@ -143,11 +173,12 @@ export class WorkerPool {
       this.serveQueue();
       return;
     }
-    const same = this.queue.findIndex((w) => w.key === key);
-    if (same >= 0) {
-      const [waiter] = this.queue.splice(same, 1);
-      clearTimeout(waiter!.timer);
-      waiter!.resolve(worker);
+    for (let i = 0; i < this.queue.length; i++) {
+      const waiter = this.queue[i]!;
+      if (waiter.key !== key) continue;
+      this.queue.splice(i, 1);
+      if (this.queue.length === 0) this.stopWaitTimer();
+      waiter.resolve(worker);
       return;
     }
     const list = this.idle.get(key) ?? [];
@@ -163,13 +194,13 @@ export class WorkerPool {
       const warm = this.takeIdle(waiter.key);
       if (warm || this.canStart(waiter.key, waiter.extra)) {
         this.queue.splice(i, 1);
-        clearTimeout(waiter.timer);
         if (warm) waiter.resolve(warm);
         else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
       } else {
         i++;
       }
     }
+    if (this.queue.length === 0) this.stopWaitTimer();
   }
 
   /** The most recently used live idle worker of `key`; ones that died while idle are dropped. */
@@ -207,10 +238,8 @@ export class WorkerPool {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweeper);
-    for (const w of this.queue.splice(0)) {
-      clearTimeout(w.timer);
-      w.reject(new Error('the worker pool is closed'));
-    }
+    this.stopWaitTimer();
+    for (const w of this.queue.splice(0)) w.reject(new Error('the worker pool is closed'));
     const stops: Promise<void>[] = [];
     for (const [key, list] of this.idle) {
       for (const e of list) {
