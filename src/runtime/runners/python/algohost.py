@@ -4,10 +4,14 @@
 # the server as the call's identity: `.my` is the caller, nested calls get what is left of this
 # call's time. Standard library only; synchronous, like the algorithms that use it.
 import json as _json
+import sys as _sys
 from urllib.parse import quote as _quote, urlencode as _urlencode
 
-# Set by the runner: (method, url, headers, body) -> (status, headers, body, error).
-_request = None
+# The runner's transport: (method, url, headers, body) -> (status, headers, body, error). The
+# runner sets it here if this module was imported while the algorithm loaded; imported later,
+# it takes it from the runner (__main__), which does not import the SDK for algorithms that
+# never use it.
+_request = getattr(_sys.modules.get('__main__'), '_algohost_request', None)
 
 
 class AlgohostError(Exception):

@@ -3,10 +3,12 @@
 # calls one at a time over the control channel on fd 3 (docs/runtime-protocol.md). Standard
 # library only: it runs on the system python with nothing of the server's installed.
 #
-# Start-up time matters (every cold worker pays it), so only cheap modules are imported up
-# front: the channel is used through plain read(2)/write(2) (fd 3 is a Unix socket, but the
-# `socket` module costs more to import than the runner needs), `json` is imported once `ready`
-# has been sent, and `inspect`, `traceback` and `asyncio` only when something needs them.
+# Start-up time matters (every cold worker pays it, and a cold worker is started for a call
+# that waits for it), so only cheap modules are imported up front: the channel is used through
+# plain read(2)/write(2) (fd 3 is a Unix socket, but the `socket` module costs more to import
+# than the runner needs); `json` only for what needs it (a call's header and a text or binary
+# answer's are read and written by hand), the SDK when the algorithm imports it, and `inspect`,
+# `traceback` and `asyncio` only when something needs them.
 import os
 import sys
 
@@ -60,7 +62,7 @@ class Channel:
         body = self.read_exactly(int.from_bytes(prefix[4:8], 'little')) if header is not None else None
         if body is None:
             return None
-        return _json().loads(header.decode('utf-8')), body
+        return _call_header(header) or _json().loads(header.decode('utf-8')), body
 
     def send(self, header, body=b''):
         """One frame; `header` is a dict, or JSON bytes made by hand."""
@@ -76,6 +78,22 @@ class Channel:
     def _write_all(self, view):
         while len(view):
             view = view[os.write(self.fd, view):]
+
+
+_CALL_PREFIX = b'{"type":"call","id":'
+_CALL_TYPES = {b'text': 'text', b'json': 'json', b'binary': 'binary'}
+
+
+def _call_header(raw):
+    """The header of a call as the server writes it, `{"type":"call","id":N,"content_type":"T"}`,
+    read without json; None for anything else (then json reads it)."""
+    if not raw.startswith(_CALL_PREFIX) or not raw.endswith(b'"}'):
+        return None
+    digits, sep, rest = bytes(raw[len(_CALL_PREFIX):-2]).partition(b',"content_type":"')
+    content_type = _CALL_TYPES.get(rest)
+    if not sep or content_type is None or not digits.isdigit():
+        return None
+    return {'type': 'call', 'id': int(digits), 'content_type': content_type}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,8 +358,15 @@ class _CountingStdout:
 _stdout = _CountingStdout()
 
 
+# The SDK's transport: algohost.py takes it from here when it is imported after start-up.
+_algohost_request = None
+
+
 def _install_sdk(channel):
-    """`import algohost` (and `import Algorithmia`) reach the platform through the channel."""
+    """`import algohost` (and `import Algorithmia`) reach the platform through the channel. The
+    SDK is not imported for that: a module that imported it while loading gets the transport
+    now, one imported later takes it from this module (__main__) as it is imported."""
+    global _algohost_request
     next_rid = [0]
 
     def request(method, url, headers, body):
@@ -356,8 +381,10 @@ def _install_sdk(channel):
             if h.get('type') == 'response' and h.get('rid') == rid:
                 return h.get('status', 0), h.get('headers') or {}, bytes(b), h.get('error')
 
-    import algohost
-    algohost._request = request
+    _algohost_request = request
+    sdk = sys.modules.get('algohost')
+    if sdk is not None:
+        sdk._request = request
 
 
 def handle_call(channel, algo, header, body, perf_counter):
@@ -393,7 +420,12 @@ def handle_call(channel, algo, header, body, perf_counter):
         value = result = None
         return fail(describe(exc, 'AlgorithmError'), duration_ms)
     _flush_output()
-    channel.send({'type': 'result', 'id': call_id, 'content_type': out_type, 'duration_ms': duration_ms, 'stdout_bytes': _stdout.count}, out)
+    if type(call_id) is int:
+        # What json.dumps would write (repr of a float is JSON for finite values).
+        header = b'{"type":"result","id":%d,"content_type":"%s","duration_ms":%s,"stdout_bytes":%d}' % (call_id, out_type.encode(), repr(duration_ms).encode(), _stdout.count)
+    else:
+        header = {'type': 'result', 'id': call_id, 'content_type': out_type, 'duration_ms': duration_ms, 'stdout_bytes': _stdout.count}
+    channel.send(header, out)
 
 
 def _sdk_importable():
@@ -410,7 +442,6 @@ def serve(entry):
         channel.send(b'{"type":"ready","pid":%d}' % os.getpid())
     else:
         channel.send({'type': 'ready', 'pid': os.getpid(), 'load_error': algo.load_error})
-    _json()
     _stdout.install()
     _install_sdk(channel)
     from time import perf_counter
