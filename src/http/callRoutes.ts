@@ -8,7 +8,7 @@ import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms
 import type { ContentType } from '../runtime/worker.ts';
 import { queryBool } from '../data/paths.ts';
 import { readLimited } from './body.ts';
-import { toAppError } from './errorHandler.ts';
+import { headerSafe, toAppError } from './errorHandler.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -390,11 +390,6 @@ class RequestLog {
 /** Whether the logger writes info lines (pino's check; fastify's null logger has none: it drops them anyway). */
 function infoEnabled(log: FastifyBaseLogger): boolean {
   return (log as FastifyBaseLogger & { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.('info') ?? true;
-}
-
-/** Header values must be printable ASCII (as errorHandler.ts's headerSafe). */
-function headerSafe(message: string): string {
-  return message.replace(/[^\x20-\x7e]/g, (c) => encodeURIComponent(c)).slice(0, 1000);
 }
 
 /** Browser preflight for `/v1/web/algo`: carries no key, so it lives outside authentication. */

@@ -14,7 +14,7 @@ const FASTIFY_STATUS_CODES: Record<number, ErrorCode> = {
  * Header values must be printable ASCII; a message naming a non-ASCII path is
  * percent-encoded there (the JSON body carries it as it is).
  */
-function headerSafe(message: string): string {
+export function headerSafe(message: string): string {
   return message.replace(/[^\x20-\x7e]/g, (c) => encodeURIComponent(c)).slice(0, 1000);
 }
 
