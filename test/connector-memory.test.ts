@@ -6,13 +6,11 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import readline from 'node:readline';
-import { runCli, startServerProcess, type ServerProcess } from './helpers/process.ts';
+import { childEnv, runCli, spawnUntilFirstLine, startServerProcess, type ServerProcess } from './helpers/process.ts';
 import { tempHome } from './helpers/server.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
@@ -98,30 +96,13 @@ function get(url: string, key: string): Promise<{ status: number; bytes: number;
 
 /** The Dropbox stand-in as its own process (it stands in for the real service, which cannot be reached from here). */
 async function startDropboxProcess(): Promise<{ apiUrl: string; contentUrl: string; stop(): Promise<void> }> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.join(REPO, 'test/helpers/dropboxStandIn.ts'), '--token', DROPBOX_TOKEN], {
+  const started = await spawnUntilFirstLine(process.execPath, ['--import', 'tsx', path.join(REPO, 'test/helpers/dropboxStandIn.ts'), '--token', DROPBOX_TOKEN], {
+    what: 'the Dropbox stand-in',
     cwd: REPO,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    env: childEnv(),
   });
-  const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the Dropbox stand-in did not start within 15 s')), 15_000);
-    child.once('exit', (code) => reject(new Error(`the Dropbox stand-in exited (${code})`)));
-    readline.createInterface({ input: child.stdout! }).once('line', (l) => {
-      clearTimeout(timer);
-      resolve(l);
-    });
-  });
-  const urls = JSON.parse(line) as { apiUrl: string; contentUrl: string };
-  return {
-    ...urls,
-    async stop() {
-      if (child.exitCode === null) {
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGKILL');
-        await exited;
-      }
-    },
-  };
+  const urls = JSON.parse(started.line) as { apiUrl: string; contentUrl: string };
+  return { ...urls, stop: started.stop };
 }
 
 describe('a 200 MiB file through each provider, the server\'s memory flat', () => {

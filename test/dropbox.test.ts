@@ -4,9 +4,7 @@
  * real HTTP on 127.0.0.1. The provider's chunk size is made small so that upload sessions run.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
-import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -15,7 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { DropboxStorage, type DropboxOptions } from '../src/data/connectors/dropbox.ts';
 import { RemoteError, type RemoteErrorKind, type RemotePage } from '../src/data/connectors/remote.ts';
 import { startDropboxStandIn, type DropboxStandIn } from './helpers/dropboxStandIn.ts';
-import { NODE, childEnv, within } from './helpers/process.ts';
+import { NODE, childEnv, spawnUntilFirstLine } from './helpers/process.ts';
 
 const TOKEN = 'sl.u.test-token-7Hq2';
 const CHUNK = 64 * 1024;
@@ -319,15 +317,13 @@ describe('failures', () => {
 
 test('the stand-in runs as its own process, printing where it listens', async () => {
   const helper = path.join(import.meta.dirname, 'helpers', 'dropboxStandIn.ts');
-  const child = spawn(NODE, ['--import', 'tsx', helper, '--token', TOKEN], { env: childEnv(), stdio: ['ignore', 'pipe', 'inherit'] });
+  const started = await spawnUntilFirstLine(NODE, ['--import', 'tsx', helper, '--token', TOKEN], { what: 'the stand-in', env: childEnv() });
   try {
-    const [line] = await within(once(child.stdout, 'data') as Promise<[Buffer]>, 15_000, 'the stand-in did not start');
-    const where = JSON.parse(line.toString().split('\n')[0] ?? '') as { apiUrl: string; contentUrl: string; root: string };
+    const where = JSON.parse(started.line) as { apiUrl: string; contentUrl: string; root: string };
     fs.writeFileSync(path.join(where.root, 'here.txt'), 'x');
     const remote = new DropboxStorage({ accessToken: TOKEN, apiUrl: where.apiUrl, contentUrl: where.contentUrl });
     assert.deepEqual((await remote.list([], undefined, 10, signal())).files.map((f) => f.name), ['here.txt']);
   } finally {
-    child.kill('SIGTERM');
-    if (child.exitCode === null && child.signalCode === null) await within(once(child, 'exit'), 15_000, 'the stand-in did not stop');
+    await started.stop();
   }
 });

@@ -59,6 +59,6 @@ export class MarkerCodec {
   }
 }
 
-function invalidMarker(): AppError {
+export function invalidMarker(): AppError {
   return new AppError('invalid_marker', 'this marker was not issued for this listing; list again without a marker');
 }

@@ -290,3 +290,46 @@ export function freshRequest(url: string, timeoutMs = 5_000): Promise<{ status: 
     });
   });
 }
+
+export interface LineStarted {
+  child: ChildProcess;
+  /** The first line the child printed on stdout: where it listens, as it says. */
+  line: string;
+  /** Kills the child (SIGKILL, by its pid) and waits for it to exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a helper process (a stand-in server) that announces readiness by printing one line on
+ * stdout, and waits for that line, at most `timeoutMs`. A child that exits first or says
+ * nothing in time is killed, and the start fails saying so.
+ */
+export async function spawnUntilFirstLine(
+  command: string,
+  args: string[],
+  options: { what: string; env: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number },
+): Promise<LineStarted> {
+  const child = spawn(command, args, { env: options.env, cwd: options.cwd, stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited;
+    }
+  };
+  let buffered = '';
+  const line = new Promise<string>((resolve, reject) => {
+    child.stdout!.setEncoding('utf8').on('data', (s: string) => {
+      buffered += s;
+      const nl = buffered.indexOf('\n');
+      if (nl >= 0) resolve(buffered.slice(0, nl));
+    });
+    child.once('exit', (code, signal) => reject(new Error(`${options.what} exited (${code ?? signal}) before it was ready`)));
+  });
+  try {
+    return { child, line: await within(line, options.timeoutMs ?? WAIT_MS, `${options.what} did not start`), stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

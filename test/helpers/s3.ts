@@ -1,9 +1,8 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { spawnUntilFirstLine } from './process.ts';
 
 /** s3rver's fixed credentials: it checks signatures made with them. */
 export const S3RVER_KEY = { access_key_id: 'S3RVER', secret_access_key: 'S3RVER' };
@@ -31,29 +30,20 @@ export async function startS3(buckets: string[]): Promise<S3Server> {
     server.run().then(({ port }) => console.log(JSON.stringify({ port })), (err) => { console.error(err); process.exit(1); });
   `;
   // s3rver makes its continuation tokens with DES, which OpenSSL 3 keeps in its legacy provider.
-  const child: ChildProcess = spawn('/usr/bin/node', ['--openssl-legacy-provider', '-e', script, dir, JSON.stringify(buckets)], {
+  const started = await spawnUntilFirstLine('/usr/bin/node', ['--openssl-legacy-provider', '-e', script, dir, JSON.stringify(buckets)], {
+    what: 's3rver',
     cwd: REPO,
     env: { PATH: '/usr/bin:/bin', NODE_PATH: path.join(REPO, 'node_modules') },
-    stdio: ['ignore', 'pipe', 'inherit'],
+  }).catch((err: unknown) => {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw err;
   });
-  const lines = readline.createInterface({ input: child.stdout! });
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('s3rver did not start within 15 s')), 15_000);
-    child.once('exit', (code) => reject(new Error(`s3rver exited (${code}) before it was ready`)));
-    lines.once('line', (line) => {
-      clearTimeout(timer);
-      resolve((JSON.parse(line) as { port: number }).port);
-    });
-  });
+  const port = (JSON.parse(started.line) as { port: number }).port;
   return {
     endpoint: `http://127.0.0.1:${port}`,
-    pid: child.pid!,
+    pid: started.child.pid!,
     async stop() {
-      if (child.exitCode === null) {
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await started.stop();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

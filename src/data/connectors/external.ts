@@ -3,7 +3,7 @@ import { AppError, isAppError } from '../../errors.ts';
 import type { Principal } from '../../auth/principal.ts';
 import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptions } from '../connector.ts';
 import { contentTypeFor } from '../contentType.ts';
-import type { MarkerCodec } from '../marker.ts';
+import { invalidMarker, type MarkerCodec } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
 import { RemoteError, type RemoteStorage } from './remote.ts';
 
@@ -287,7 +287,7 @@ function aclNotSupported(): AppError {
 function decodeMarker(value: unknown): ExternalMarker {
   const v = value as { t?: unknown; s?: unknown } | null;
   if (typeof v !== 'object' || v === null || !Number.isSafeInteger(v.s) || (v.s as number) < 0 || (v.t !== undefined && typeof v.t !== 'string')) {
-    throw new AppError('invalid_marker', 'this marker was not issued for this listing; list again without a marker');
+    throw invalidMarker();
   }
   return v.t === undefined ? { s: v.s as number } : { t: v.t as string, s: v.s as number };
 }
