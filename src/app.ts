@@ -140,6 +140,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const direct = new DirectCalls({
     calls: services.calls,
     authenticate: (authorization, at) => services.keys.authenticate(authorization, at),
+    cachedPrincipal: (authorization, at) => services.keys.cachedPrincipal(authorization, at),
     version: () => services.store.version(),
     fallback: fastify,
     closing: () => closing,

@@ -5,6 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import algorithmia from 'algorithmia';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
@@ -129,6 +130,35 @@ describe('inputs and results', () => {
     // Exactly 10 MiB is fine.
     const ok = await json(await kinds(bob, Buffer.alloc(10 * 1024 * 1024, 7), 'application/octet-stream'));
     assert.equal(Buffer.from(ok.result, 'base64').length, 10 * 1024 * 1024);
+  });
+
+  test('an input is read whole however it arrives: with its headers, after them in pieces, empty, or followed by the next request', async () => {
+    const port = Number(new URL(s.url).port);
+    const head = (length: number) => `POST /v1/algo/alice/Kinds HTTP/1.1\r\nHost: x\r\nAuthorization: Simple ${aliceKey}\r\nContent-Type: text/plain\r\nContent-Length: ${length}\r\n\r\n`;
+    const results = (text: string) => [...text.matchAll(/\r\n\r\n(\{.*?\}\})/g)].map((m) => JSON.parse(m[1]!).result as string);
+    // Sends `pieces` on one connection, 30 ms apart, and reads until `answers` responses came.
+    const exchange = (pieces: string[], answers: number) =>
+      new Promise<string[]>((resolve, reject) => {
+        const socket = net.connect(port, '127.0.0.1');
+        let text = '';
+        const timer = setTimeout(() => (socket.destroy(), reject(new Error(`no answer in time; got ${text}`))), 10_000);
+        socket.on('data', (d) => {
+          text += d.toString('utf8');
+          if (results(text).length === answers) {
+            clearTimeout(timer);
+            socket.end();
+            resolve(results(text));
+          }
+        });
+        socket.on('error', reject);
+        pieces.forEach((p, i) => setTimeout(() => socket.write(p), i * 30));
+      });
+    const body = 'stitched together';
+    assert.deepEqual(await exchange([head(body.length) + body], 1), [body]);
+    assert.deepEqual(await exchange([head(body.length), body.slice(0, 5), body.slice(5)], 1), [body]);
+    assert.deepEqual(await exchange([head(0)], 1), ['']);
+    // Two requests in one write: the first body ends where its Content-Length says.
+    assert.deepEqual(await exchange([head(3) + 'one' + head(3) + 'two'], 2), ['one', 'two']);
   });
 
   test('the reference may carry algo://, a trailing slash or percent-encoding', async () => {

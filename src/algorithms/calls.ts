@@ -108,7 +108,10 @@ export class CallService {
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
   async call(principal: Principal, req: CallRequest, log?: CallLog, at?: string): Promise<CallResult> {
-    const target = await this.target(principal, req, at);
+    // A warm call (its target cached, a worker idle) has its frame written to the worker
+    // before this returns: nothing on the way awaits (see docs/performance.md).
+    this.admit(principal, req);
+    const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
     return 'outcome' in target ? target : this.run(principal, req, target, log);
   }
 
@@ -121,6 +124,7 @@ export class CallService {
    * input while they wait for a worker, so only so many may be under way.
    */
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
+    this.admit(principal, req);
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
@@ -131,8 +135,8 @@ export class CallService {
     return undefined;
   }
 
-  /** The checks and the resolution: what to run, or the finished result (not found). */
-  private async target(principal: Principal, req: CallRequest, at?: string): Promise<CallTarget | CallResult> {
+  /** Whether this caller may make this call at all (its key, the nesting); throws if not. */
+  private admit(principal: Principal, req: CallRequest): void {
     const parent = req.parent;
     if (parent) {
       if (!parent.pipelineEnabled) throw new AppError('nested_call_refused', 'this algorithm may not call other algorithms (its pipeline_enabled setting is off)');
@@ -143,6 +147,10 @@ export class CallService {
     if (!aclAdmits(p.algo_acl, req.owner, req.name)) {
       throw new AppError('algo_not_allowed', `this API key may not call algo://${req.owner}/${req.name} (its algo_acl allows ${p.algo_acl.join(', ') || 'nothing'})`);
     }
+  }
+
+  /** The resolution of an admitted call: what to run, or the finished result (not found). */
+  private async target(principal: Principal, req: CallRequest, at?: string): Promise<CallTarget | CallResult> {
     try {
       return await this.releases.resolveCall(principal, req.owner, req.name, req.version, at);
     } catch (err) {

@@ -186,9 +186,7 @@ export class ReleaseService {
    */
   async resolveCall(principal: Principal, owner: string, name: string, selectorText: string | undefined, at?: string): Promise<CallTarget> {
     const selector = parseSelector(selectorText);
-    // What a reference resolves to depends on who asks (owner or not, private or public).
-    const key = `${principal.userId}\u0000${owner.toLowerCase()}\u0000${name.toLowerCase()}\u0000${selectorText ?? ''}`;
-    const found = await this.targets.get(key, async () => {
+    const found = await this.targets.get(targetKey(principal, owner, name, selectorText), async () => {
       try {
         return await this.resolveUncached(principal, owner, name, selectorText, selector);
       } catch (err) {
@@ -198,6 +196,15 @@ export class ReleaseService {
     }, at);
     if ('missing' in found) throw new AppError(found.missing.code, found.missing.message);
     return found;
+  }
+
+  /**
+   * resolveCall()'s target when it is cached, without a promise (the warm call path);
+   * undefined when it is not, or when it is "not found": resolveCall() then answers.
+   */
+  cachedCall(principal: Principal, owner: string, name: string, selectorText: string | undefined, at?: string): CallTarget | undefined {
+    const found = this.targets.peek(targetKey(principal, owner, name, selectorText), at);
+    return found === undefined || 'missing' in found ? undefined : found;
   }
 
   private async resolveUncached(principal: Principal, owner: string, name: string, selectorText: string | undefined, selector: Selector): Promise<CallTarget> {
@@ -224,6 +231,11 @@ export class ReleaseService {
     if (!build) throw notFound(algo.owner, algo.name, selectorText);
     return { algorithm: algo, build, version: formatSemVer(version), settings: version.settings };
   }
+}
+
+/** A call target's cache key: what a reference resolves to depends on who asks (owner or not, private or public). */
+function targetKey(principal: Principal, owner: string, name: string, selectorText: string | undefined): string {
+  return `${principal.userId}\u0000${owner.toLowerCase()}\u0000${name.toLowerCase()}\u0000${selectorText ?? ''}`;
 }
 
 function published(v: Version): PublishedVersion & { id: number } {

@@ -68,6 +68,17 @@ export class KeyService {
    * VersionedCache), so revoking a key, even from the admin CLI in another process, takes
    * effect on the very next request.
    */
+  /**
+   * authenticate()'s principal when the key's is cached, without a promise (the warm call
+   * path); undefined when it is not, or when the key is refused: authenticate() then answers.
+   */
+  cachedPrincipal(authorization: string | undefined, at?: string): Principal | undefined {
+    const key = keyFromAuthorization(authorization);
+    if (key === undefined || !API_KEY_PATTERN.test(key)) return undefined;
+    const found = this.principals.peek(hashApiKey(key), at);
+    return found === undefined || 'refused' in found ? undefined : found;
+  }
+
   async authenticate(authorization: string | undefined, at?: string): Promise<Principal> {
     const key = keyFromAuthorization(authorization);
     if (key === undefined) throw new AppError('auth_required', 'authorization required');

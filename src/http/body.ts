@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 
@@ -8,6 +9,23 @@ import { AppError } from '../errors.ts';
  */
 export function readLimited(stream: Readable, limit: number, tooLarge: () => AppError): Promise<Buffer> {
   return new Promise((resolve, reject) => void new LimitedRead(stream, limit, tooLarge, resolve, reject));
+}
+
+/**
+ * A request body that has already arrived whole, taken from the stream's buffer without
+ * waiting for its events (a call's input that came with its headers, seen a microtask after
+ * the request event); undefined when it has not (or is over `limit`): read it with readLimited.
+ */
+export function bufferedBody(req: IncomingMessage, limit: number): Buffer | undefined {
+  const length = Number(req.headers['content-length']);
+  // Nothing read yet, and all of the declared length waits in the buffer: that is the body
+  // (what follows a Content-Length body is the connection's next request, never buffered here).
+  if (req.readableFlowing !== null || !(length <= limit) || req.readableLength !== length) return undefined;
+  const body = length === 0 ? Buffer.alloc(0) : (req.read() as Buffer);
+  // Flowing from here on, so that the stream ends (and is not left to be dumped) as it would
+  // have for a reader; it runs after this microtask, and nothing is left to flow.
+  req.resume();
+  return body;
 }
 
 /** One body being read by readLimited (a class: no function objects of its own per request but its three listeners). */

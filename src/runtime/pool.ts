@@ -82,7 +82,8 @@ export class WorkerPool {
    * workers as its callers hold, or an algorithm calling itself would wait for itself forever.
    */
   async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity): Promise<T> {
-    const worker = await this.acquire(key, start, extra, waitMs);
+    // An idle worker is taken at once: `fn` starts before anything else gets a turn.
+    const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs));
     try {
       return await fn(worker);
     } finally {

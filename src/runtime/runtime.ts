@@ -49,7 +49,7 @@ export class AlgorithmRuntime {
   }
 
   /** `nesting`: how many calls up the chain hold workers while they wait for this one. */
-  async run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, nesting = 0): Promise<Outcome> {
+  run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, nesting = 0): Promise<Outcome> {
     const deadline = performance.now() + timeoutMs;
     return this.pool.with(
       target.key,

@@ -20,11 +20,7 @@ export class VersionedCache<V> {
    * read now, as without it. Either way what is answered was current during the request.
    */
   async get(key: string, load: () => Promise<V>, at?: string): Promise<V> {
-    const version = at !== undefined && at === this.at ? at : this.store.version();
-    if (version !== this.at) {
-      this.map.clear();
-      this.at = version;
-    }
+    const version = this.current(at);
     const hit = this.map.get(key);
     if (hit !== undefined) return hit;
     const value = await load();
@@ -35,5 +31,25 @@ export class VersionedCache<V> {
       this.map.set(key, value);
     }
     return value;
+  }
+
+  /**
+   * The value get() would answer from the cache, without a promise (a warm call's path: the
+   * frame for its worker is written before anything else gets a turn); undefined when it is
+   * not cached as of the store's version, in which case get() loads it.
+   */
+  peek(key: string, at?: string): V | undefined {
+    this.current(at);
+    return this.map.get(key);
+  }
+
+  /** The store's version now (or `at`, see get()), the cache emptied if it has changed. */
+  private current(at: string | undefined): string {
+    const version = at !== undefined && at === this.at ? at : this.store.version();
+    if (version !== this.at) {
+      this.map.clear();
+      this.at = version;
+    }
+    return version;
   }
 }
