@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
-import { FrameDecoder, ProtocolError, encodeFrame } from '../src/runtime/protocol.ts';
+import { FrameDecoder, ProtocolError, encodeCall, encodeFrame } from '../src/runtime/protocol.ts';
 
 test('frames survive any chunking, with binary bodies byte for byte', () => {
   const bodies = [Buffer.alloc(0), crypto.randomBytes(1), crypto.randomBytes(70_000), Buffer.from([0, 255, 10, 13])];
@@ -18,6 +18,14 @@ test('frames survive any chunking, with binary bodies byte for byte', () => {
   }
   // The body is sent as it is: no base64 inflation.
   assert.equal(encodeFrame({ type: 'x' }, Buffer.alloc(1000)).length, 8 + '{"type":"x"}'.length + 1000);
+});
+
+test('a call frame written by hand is byte for byte the one encodeFrame writes (the Python runner reads its exact form)', () => {
+  for (const [id, type] of [[1, 'text'], [4_294_967_296, 'json'], [Number.MAX_SAFE_INTEGER, 'binary']] as const) {
+    for (const input of [Buffer.alloc(0), crypto.randomBytes(100), Buffer.from('héllo')]) {
+      assert.ok(encodeCall(id, type, input).equals(encodeFrame({ type: 'call', id, content_type: type }, input)), `${id} ${type} ${input.length}`);
+    }
+  }
 });
 
 test('malformed frames are refused, not half-read', () => {

@@ -76,6 +76,49 @@ describe('the Node runner in the sandbox', { skip }, () => {
     assert.ok(v.durationMs >= 0 && v.durationMs < 5000);
   });
 
+  test('every way apply answers is answered once, with what it printed', async () => {
+    const w = await start(
+      algorithm(
+        'ways',
+        `export function apply(input, cb) {
+          switch (input) {
+            case 'sync': Promise.resolve().then(() => console.log('queued while it ran')); return 'sync';
+            case 'cb-now': cb(null, 'called back at once'); return;
+            case 'cb-later': setTimeout(() => cb(null, 'called back later'), 20); return;
+            case 'cb-error': setTimeout(() => cb(new Error('called back with an error')), 5); return;
+            case 'cb-twice': cb(null, 'first'); cb(null, 'second'); return 'returned';
+            case 'promise': return new Promise((r) => setTimeout(() => r('resolved'), 20));
+            case 'thenable': return { then(ok) { ok('a thenable'); } };
+            case 'rejects': return Promise.reject(new Error('rejected'));
+            case 'throws': throw new Error('thrown');
+            case 'unencodable': return { big: 10n };
+          }
+        }`,
+      ),
+    );
+    const expect: [string, string, string][] = [
+      ['sync', 'result', 'sync'],
+      ['cb-now', 'result', 'called back at once'],
+      ['cb-later', 'result', 'called back later'],
+      ['cb-error', 'algorithm_error', 'called back with an error'],
+      ['cb-twice', 'result', 'first'],
+      ['promise', 'result', 'resolved'],
+      ['thenable', 'result', 'a thenable'],
+      ['rejects', 'algorithm_error', 'rejected'],
+      ['throws', 'algorithm_error', 'thrown'],
+      ['unencodable', 'algorithm_error', 'BigInt'],
+    ];
+    for (const [input, kind, what] of expect) {
+      const o = await w.call('text', Buffer.from(input), 5000);
+      assert.equal(o.kind, kind, input);
+      if (o.kind === 'result') assert.equal(text(o), what, input);
+      if (o.kind === 'algorithm_error') assert.match(o.error.message, new RegExp(what), input);
+      // What the algorithm queued while it ran belongs to its call.
+      if (input === 'sync') assert.equal(o.stdout, 'queued while it ran\n');
+    }
+    assert.equal(w.dead, false);
+  });
+
   test('load() runs once per worker; a failing load or a missing apply is a LoadingError', async () => {
     const once = await start(algorithm('once', `let n = 0; export function load() { n++; } export function apply() { return n; }`));
     await once.call('json', Buffer.from('1'), 5000);

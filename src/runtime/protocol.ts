@@ -30,6 +30,21 @@ export function encodeFrame(header: Frame['header'], body: Buffer = NO_BODY): Bu
   return frame;
 }
 
+/**
+ * A `call` frame, the same bytes as `encodeFrame({ type: 'call', id, content_type }, input)`
+ * with its header written by hand: one is sent for every call. `id` is an integer and
+ * `contentType` one of the input types (plain ASCII words), so the text is JSON as it stands.
+ */
+export function encodeCall(id: number, contentType: 'json' | 'text' | 'binary', input: Buffer): Buffer {
+  const text = `{"type":"call","id":${id},"content_type":"${contentType}"}`;
+  const frame = Buffer.allocUnsafe(8 + text.length + input.length);
+  frame.writeUInt32LE(text.length, 0);
+  frame.writeUInt32LE(input.length, 4);
+  frame.write(text, 8, 'latin1');
+  input.copy(frame, 8 + text.length);
+  return frame;
+}
+
 export class ProtocolError extends Error {}
 
 /** The frame whose header is `buf[start, start + hLen)` and whose body runs from there to `end`. */

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import { FrameDecoder, encodeFrame, type Frame } from './protocol.ts';
+import { FrameDecoder, encodeCall, encodeFrame, type Frame } from './protocol.ts';
 import { cgroupOf, spawnSandbox, type SandboxSpec } from './sandbox.ts';
 
 export type ContentType = 'json' | 'text' | 'binary';
@@ -231,7 +231,7 @@ export class Worker {
     const id = this.nextId++;
     this.callId = id;
     try {
-      this.channel.write(encodeFrame({ type: 'call', id, content_type: contentType }, input));
+      this.channel.write(encodeCall(id, contentType, input));
       const answer = await this.next(timeoutMs);
       const elapsed = performance.now() - started;
       if (answer === 'timeout') {

@@ -12,7 +12,10 @@ const NO_BODY = Buffer.alloc(0);
 
 /** Writes one frame, built in one buffer. */
 function send(header, body = NO_BODY) {
-  const text = JSON.stringify(header);
+  sendText(JSON.stringify(header), body);
+}
+
+function sendText(text, body) {
   const hLen = Buffer.byteLength(text, 'utf8');
   const frame = Buffer.allocUnsafe(8 + hLen + body.length);
   frame.writeUInt32LE(hLen, 0);
@@ -20,6 +23,12 @@ function send(header, body = NO_BODY) {
   frame.write(text, 8, hLen, 'utf8');
   body.copy(frame, 8 + hLen);
   channel.write(frame);
+}
+
+/** A `result` frame; its header, all numbers and known words, written by hand (it is sent for every call). */
+function sendResult(id, contentType, durationMs, stdoutCount, body) {
+  if (!Number.isSafeInteger(id)) return send({ type: 'result', id, content_type: contentType, duration_ms: durationMs, stdout_bytes: stdoutCount }, body);
+  sendText(`{"type":"result","id":${id},"content_type":"${contentType}","duration_ms":${durationMs},"stdout_bytes":${stdoutCount}}`, body);
 }
 
 // Requests to the platform (the SDK), answered by `response` frames with the same rid.
@@ -104,66 +113,111 @@ async function load(entry) {
   }
 }
 
+const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
+
 /**
- * Calls apply in either of its styles: `apply(input, cb)` calling back (the original
- * convention) or `apply(input, ctx)` returning a value or a promise. The second argument
- * serves both: it is a callback with the context's fields on it.
+ * One call, answered once. apply has two styles: `apply(input, cb)` calling back (the original
+ * convention) or `apply(input, ctx)` returning a value or a promise; the second argument serves
+ * both (a callback with the context's fields on it). A value returned at once is answered after
+ * the microtasks the algorithm queued while it ran (as `await` would), without a chain of
+ * promises of its own: warm calls are mostly this, and every hop is on their critical path.
  */
-function invoke(input) {
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    const cb = (err, result) => {
-      if (settled) return;
-      settled = true;
-      if (err) reject(err);
-      else resolve(result);
-    };
+class Call {
+  constructor(id) {
+    this.id = id;
+    this.settled = false;
+    this.started = performance.now();
+  }
+
+  run(input) {
+    const cb = (err, result) => (err ? this.fail(err) : this.succeed(result));
     cb.client = client;
-    const returned = apply(input, cb);
-    if (returned !== undefined || apply.length < 2) {
-      settled = true;
-      Promise.resolve(returned).then(resolve, reject);
+    try {
+      const returned = apply(input, cb);
+      if (returned === undefined && apply.length >= 2) return; // it calls back
+      if (isThenable(returned)) Promise.resolve(returned).then((r) => this.succeed(r), (e) => this.fail(e));
+      else queueMicrotask(() => this.succeed(returned));
+    } catch (err) {
+      this.fail(err);
     }
-  });
+  }
+
+  succeed(result) {
+    if (this.settled) return;
+    const duration = performance.now() - this.started;
+    let encoded;
+    try {
+      encoded = encodeResult(result);
+    } catch (err) {
+      return this.fail(err);
+    }
+    this.settled = true;
+    this.answer(() => sendResult(this.id, encoded[0], duration, stdoutBytes, encoded[1]));
+  }
+
+  fail(err) {
+    if (this.settled) return;
+    this.settled = true;
+    const answer = { type: 'error', id: this.id, duration_ms: performance.now() - this.started, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 };
+    this.answer(() => {
+      answer.stdout_bytes = stdoutBytes;
+      send(answer);
+    });
+  }
+
+  /** Sends once what the call printed has gone to stdout (nothing to wait for if nothing was). */
+  answer(write) {
+    if (stdoutBytes === 0) {
+      write();
+      return callDone();
+    }
+    stdoutFlushed().then(() => {
+      write();
+      callDone();
+    });
+  }
 }
 
-async function handleCall(header, body) {
+function handleCall(header, body) {
   const id = header.id;
-  if (loadError) return send({ type: 'error', id, duration_ms: 0, error: loadError });
+  if (loadError) return answered({ type: 'error', id, duration_ms: 0, error: loadError });
   if (inputTypes && !inputTypes.has(header.content_type)) {
-    return send({ type: 'error', id, duration_ms: 0, error: { message: INPUT_MISMATCH, stacktrace: '', error_type: 'InputError' } });
+    return answered({ type: 'error', id, duration_ms: 0, error: { message: INPUT_MISMATCH, stacktrace: '', error_type: 'InputError' } });
   }
   let input;
   try {
     input = decodeInput(header.content_type, body);
   } catch (err) {
-    return send({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
+    return answered({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
   }
   stdoutBytes = 0;
-  const started = performance.now();
-  let answer;
-  let out;
-  try {
-    const result = await invoke(input);
-    const duration_ms = performance.now() - started;
-    const [content_type, body] = encodeResult(result);
-    answer = { type: 'result', id, content_type, duration_ms, stdout_bytes: 0 };
-    out = body;
-  } catch (err) {
-    const duration_ms = performance.now() - started;
-    answer = { type: 'error', id, duration_ms, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 };
-  }
-  // Nothing written this call: nothing to wait for (and no empty write to stdout).
-  if (stdoutBytes > 0) await stdoutFlushed();
-  answer.stdout_bytes = stdoutBytes;
-  send(answer, out);
+  new Call(id).run(input);
+}
+
+function answered(header) {
+  send(header);
+  callDone();
+}
+
+// The server sends a call only once the previous one is answered; calls that come early anyway
+// wait here, so that calls never overlap.
+let calling = false;
+const early = [];
+function takeCall(header, body) {
+  if (calling) return void early.push([header, body]);
+  calling = true;
+  handleCall(header, body);
+}
+function callDone() {
+  calling = false;
+  const next = early.shift();
+  if (next) takeCall(next[0], next[1]);
 }
 
 // Calls arrive one at a time; frames are reassembled from the socket's chunks, which are
 // joined once per frame (not once per chunk: large inputs stay linear).
 let chunks = [];
 let buffered = 0;
-let queue = Promise.resolve();
 channel.on('data', (chunk) => {
   chunks.push(chunk);
   buffered += chunk.length;
@@ -179,7 +233,7 @@ channel.on('data', (chunk) => {
     const body = all.subarray(8 + hLen, size);
     chunks = all.length > size ? [all.subarray(size)] : [];
     buffered -= size;
-    if (header.type === 'call') queue = queue.then(() => handleCall(header, body));
+    if (header.type === 'call') takeCall(header, body);
     else if (header.type === 'response' && pending.has(header.rid)) {
       const resolve = pending.get(header.rid);
       pending.delete(header.rid);
