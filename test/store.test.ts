@@ -25,6 +25,23 @@ test('the version changes on our writes and on commits of another process, not o
     other.close();
     assert.notEqual(store.version(), v1, "another connection's commit");
 
+    // Every commit of another connection is seen, also across checkpoints that restart the WAL,
+    // and nothing else changes the version.
+    const seen = new Set([store.version()]);
+    const more = new Database(file);
+    for (let i = 0; i < 40; i++) {
+      if (i % 10 === 5) more.pragma(`wal_checkpoint(${i % 20 === 5 ? 'TRUNCATE' : 'PASSIVE'})`);
+      const before = store.version();
+      assert.equal(store.version(), before, `read twice, no commit between (${i})`);
+      more.prepare('INSERT INTO users (username, username_lc, created_at) VALUES (?, ?, ?)').run(`u${i}`, `u${i}`, i);
+      const after = store.version();
+      assert.notEqual(after, before, `commit ${i} of another connection`);
+      assert.ok(!seen.has(after), `commit ${i}: a new version, not an earlier one`);
+      seen.add(after);
+    }
+    more.prepare('DELETE FROM users WHERE username_lc LIKE ?').run('u%');
+    more.close();
+
     // The cache reads again after a change, and not before.
     const cache = new VersionedCache(store);
     let loads = 0;
