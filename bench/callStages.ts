@@ -43,7 +43,7 @@ async function main(): Promise<void> {
     if (result.outcome.kind !== 'result') throw new Error(`the echo answered ${result.outcome.kind}`);
 
     const stages: [string, number, () => unknown][] = [
-      ['store.version() (PRAGMA data_version)', 20_000, () => services.store.version()],
+      ['store.version() (the WAL index header; PRAGMA data_version before ceac707)', 20_000, () => services.store.version()],
       ['keys.authenticate (cached principal)', 20_000, () => services.keys.authenticate(authorization)],
       ['releases.resolveCall (cached target)', 20_000, () => services.releases.resolveCall(principal, 'bench', 'Echo', undefined)],
       ['authenticate + resolveCall, each reading the store\'s version', 20_000, async () => services.releases.resolveCall(await services.keys.authenticate(authorization), 'bench', 'Echo', undefined)],

@@ -27,6 +27,7 @@ test('the version changes on our writes and on commits of another process, not o
 
     // Every commit of another connection is seen, also across checkpoints that restart the WAL,
     // and nothing else changes the version.
+    assert.doesNotMatch(store.version(), /:d/, 'read from the WAL index header, not through PRAGMA data_version');
     const seen = new Set([store.version()]);
     const more = new Database(file);
     for (let i = 0; i < 40; i++) {

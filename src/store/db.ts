@@ -52,7 +52,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
   migrate(sqlite);
   let generation = 0;
   const statements = withStatementCache(sqlite, () => generation++);
-  const dataVersion = sqlite.prepare('PRAGMA data_version').pluck();
+  const commits = new CommitWatch(file, sqlite);
   const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: statements }) });
   // While a write transaction is open on the one connection, a direct read would see its
   // uncommitted rows: reads then take Kysely's way, which waits for the transaction to end.
@@ -76,7 +76,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
           writing--;
         }
       }),
-    version: () => (writing > 0 ? `w${generation}` : `${generation}:${dataVersion.get() as number}`),
+    version: () => (writing > 0 ? `w${generation}` : `${generation}:${commits.count()}`),
     prepared<R>(query: Compilable<R>) {
       const compiled = query.compile();
       return async (params: readonly unknown[]) => {
@@ -85,9 +85,65 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
       };
     },
     async close() {
+      commits.close();
       await db.destroy();
     },
   };
+}
+
+/** The WAL index header: two copies of a 48-byte header at the start of the -shm file. */
+const WAL_INDEX_HEADER_BYTES = 96;
+
+/**
+ * Counts commits by other connections (the admin CLI), read before every call (the hot-path
+ * caches' version). SQLite rewrites the WAL index header in `<db>-shm` at every commit (its
+ * change counter and frame count, and salts when the WAL restarts), and readers find new
+ * commits through it; the page cache keeps that file coherent with SQLite's shared mapping.
+ * One pread of it, compared with the last one, says whether anything was committed since,
+ * where `PRAGMA data_version` opens a read transaction (two fcntl locks on that file). A read
+ * torn by a commit under way only differs: a change is never missed. Where the file cannot be
+ * read (not in WAL mode, an unusual VFS), data_version answers instead.
+ */
+class CommitWatch {
+  private readonly dataVersion: Database.Statement;
+  private fd: number | undefined;
+  private readonly last = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
+  private readonly now = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
+  private changes = 0;
+
+  constructor(file: string, sqlite: Database.Database) {
+    this.dataVersion = sqlite.prepare('PRAGMA data_version').pluck();
+    // Reading once makes SQLite open (and create) the WAL index; our connection keeps it.
+    this.dataVersion.get();
+    if (String(sqlite.pragma('journal_mode', { simple: true })).toLowerCase() !== 'wal') return;
+    try {
+      this.fd = fs.openSync(`${file}-shm`, 'r');
+      if (fs.readSync(this.fd, this.last, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES) this.close();
+    } catch {
+      this.close();
+    }
+  }
+
+  /** A value that changes whenever another connection has committed since it was last read. */
+  count(): number | string {
+    if (this.fd !== undefined) {
+      try {
+        if (fs.readSync(this.fd, this.now, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES || !this.now.equals(this.last)) {
+          this.now.copy(this.last);
+          this.changes++;
+        }
+        return this.changes;
+      } catch {
+        this.close();
+      }
+    }
+    return `d${this.dataVersion.get() as number}`;
+  }
+
+  close(): void {
+    if (this.fd !== undefined) fs.closeSync(this.fd);
+    this.fd = undefined;
+  }
 }
 
 /**
