@@ -9,6 +9,8 @@ import net from 'node:net';
 import algorithmia from 'algorithmia';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { parseAlgoRef } from '../src/http/callRoutes.ts';
+import type { AppError } from '../src/errors.ts';
 
 let s: TestServer;
 let aliceKey: string;
@@ -159,6 +161,16 @@ describe('inputs and results', () => {
     assert.deepEqual(await exchange([head(0)], 1), ['']);
     // Two requests in one write: the first body ends where its Content-Length says.
     assert.deepEqual(await exchange([head(3) + 'one' + head(3) + 'two'], 2), ['one', 'two']);
+  });
+
+  test('how a reference is read: owner, name and version, trailing slashes tolerated, empty segments not', () => {
+    assert.deepEqual(parseAlgoRef('a/B'), { owner: 'a', name: 'B', version: undefined });
+    assert.deepEqual(parseAlgoRef('a/B/1.2.*//'), { owner: 'a', name: 'B', version: '1.2.*' });
+    assert.deepEqual(parseAlgoRef('ALGO:/a/B/'), { owner: 'a', name: 'B', version: undefined });
+    assert.deepEqual(parseAlgoRef('algo://%61/B%2F0.1.0'), { owner: 'a', name: 'B', version: '0.1.0' });
+    for (const bad of ['a', 'a//B', '/a/B', 'a/B/1.0.0/x', '///', '', 'a/%zz']) {
+      assert.throws(() => parseAlgoRef(bad), (e: AppError) => e.code === 'invalid_path', bad);
+    }
   });
 
   test('the reference may carry algo://, a trailing slash or percent-encoding', async () => {

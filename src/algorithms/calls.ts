@@ -112,7 +112,10 @@ export class CallService {
     // before this returns: nothing on the way awaits (see docs/performance.md).
     this.admit(principal, req);
     const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
-    return 'outcome' in target ? target : this.run(principal, req, target, log);
+    if ('outcome' in target) return target;
+    // Awaited rather than returned: an async function that returns a promise takes two more
+    // microtask turns to settle, and this is every call's way back.
+    return await this.run(principal, req, target, log);
   }
 
   /** Calls running with nobody waiting for them (`output=void`). */

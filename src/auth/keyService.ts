@@ -73,7 +73,9 @@ export class KeyService {
    * path); undefined when it is not, or when the key is refused: authenticate() then answers.
    */
   cachedPrincipal(authorization: string | undefined, at?: string): Principal | undefined {
-    const key = keyFromAuthorization(authorization);
+    // The usual form, "Simple <key>", without keyFromAuthorization's splitting: anything else
+    // about it (spacing, another scheme) fails the pattern or goes that way.
+    const key = authorization?.startsWith('Simple ') ? authorization.slice(7) : keyFromAuthorization(authorization);
     if (key === undefined || !API_KEY_PATTERN.test(key)) return undefined;
     const found = this.principals.peek(hashApiKey(key), at);
     return found === undefined || 'refused' in found ? undefined : found;

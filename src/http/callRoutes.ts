@@ -48,15 +48,18 @@ function parseTimeout(raw: string | undefined): number {
  * reference verbatim (`algo://demo/Hello`), and a proxy may collapse its `//`: both tolerated.
  */
 export function parseAlgoRef(rest: string): { owner: string; name: string; version: string | undefined } {
-  let decoded: string;
+  let decoded = rest;
   try {
-    decoded = decodeURIComponent(rest);
+    if (rest.includes('%')) decoded = decodeURIComponent(rest);
   } catch {
     throw new AppError('invalid_path', 'the algorithm path is not valid percent-encoding');
   }
-  const parts = decoded.replace(/^algo:\/*/i, '').split('/').filter((s, i, all) => s !== '' || i < all.length - 1);
-  while (parts.length > 0 && parts[parts.length - 1] === '') parts.pop();
-  if (parts.length < 2 || parts.length > 3 || parts.some((p) => p === '')) {
+  const bare = decoded.replace(/^algo:\/*/i, '');
+  // Trailing slashes are tolerated; an empty segment anywhere else is not.
+  let end = bare.length;
+  while (end > 0 && bare.charCodeAt(end - 1) === 0x2f) end--;
+  const parts = bare.slice(0, end).split('/');
+  if (parts.length < 2 || parts.length > 3 || parts.includes('')) {
     throw new AppError('invalid_path', `"${decoded.slice(0, 120)}" is not an algorithm; call /v1/algo/OWNER/NAME[/VERSION]`);
   }
   return { owner: parts[0]!, name: parts[1]!, version: parts[2] };
