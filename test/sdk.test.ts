@@ -180,6 +180,31 @@ describe('what the SDK holds in the server', () => {
     assert.match(out.error.message, /reads at most 67108864 bytes/);
   });
 
+  test('a call has at most 8 requests in flight; more at once are refused, and it may go on after', async () => {
+    await release(
+      alice,
+      'alice',
+      'Burst',
+      {
+        'src/index.js': `export async function apply(n, ctx) {
+  const c = ctx.client;
+  const all = await Promise.allSettled(Array.from({ length: n }, () => c.algo('alice/Sleepy').pipe(200)));
+  const errors = [...new Set(all.filter((r) => r.status === 'rejected').map((r) => r.reason.message))];
+  return { ok: all.filter((r) => r.status === 'fulfilled').length, errors, again: await c.file('data://.my/none').exists() };
+}
+`,
+      },
+      { settings: js },
+    );
+    // Sent in one burst, the requests reach the server while the first ones still sleep: the
+    // first 8 are served, the rest refused at once.
+    const out = await result(await callAlgo(bob, 'alice/Burst', '20', 'application/json'));
+    assert.equal(out.ok, 8, JSON.stringify(out));
+    assert.equal(out.errors.length, 1, JSON.stringify(out));
+    assert.match(out.errors[0], /at most 8 requests at once/);
+    assert.equal(out.again, false);
+  });
+
   test('the byte budget: first come first served, waits end at the deadline, gives back what it took', async () => {
     const b = new ByteBudget(100);
     assert.equal(await b.take(60, Date.now() + 1000), true);
