@@ -71,3 +71,26 @@ test('the version changes on our writes and on commits of another process, not o
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("reading the version keeps SQLite's lock on the WAL index (no descriptor of that file is closed under it)", async (t) => {
+  if (!fs.existsSync('/proc/locks')) return t.skip('no /proc/locks on this system');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-store-'));
+  const file = path.join(dir, 'metadata.sqlite');
+  const store = await openSqliteStore(file);
+  try {
+    // A POSIX lock of this process on the -shm file's inode: SQLite's mark that a connection uses it.
+    const ino = fs.statSync(`${file}-shm`).ino;
+    const held = () => fs.readFileSync('/proc/locks', 'utf8').split('\n').some((l) => {
+      const f = l.trim().split(/\s+/);
+      return f[1] === 'POSIX' && f[4] === String(process.pid) && f[5]?.split(':')[2] === String(ino);
+    });
+    assert.ok(held(), 'SQLite holds its lock once the store is open');
+    for (let i = 0; i < 100; i++) store.version();
+    await store.db.insertInto('users').values({ username: 'a', username_lc: 'a', created_at: 1 }).execute();
+    store.version();
+    assert.ok(held(), 'still held after reads of the version and a write');
+  } finally {
+    await store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -63,12 +63,6 @@ export class KeyService {
   }
 
   /**
-   * Establishes the principal of a request from its Authorization header. Principals are
-   * cached against the store's version (`at`, when the request read it already; see
-   * VersionedCache), so revoking a key, even from the admin CLI in another process, takes
-   * effect on the very next request.
-   */
-  /**
    * authenticate()'s principal when the key's is cached, without a promise (the warm call
    * path); undefined when it is not, or when the key is refused: authenticate() then answers.
    */
@@ -81,6 +75,12 @@ export class KeyService {
     return found === undefined || 'refused' in found ? undefined : found;
   }
 
+  /**
+   * Establishes the principal of a request from its Authorization header. Principals are
+   * cached against the store's version (`at`, when the request read it already; see
+   * VersionedCache), so revoking a key, even from the admin CLI in another process, takes
+   * effect on the very next request.
+   */
   async authenticate(authorization: string | undefined, at?: string): Promise<Principal> {
     const key = keyFromAuthorization(authorization);
     if (key === undefined) throw new AppError('auth_required', 'authorization required');

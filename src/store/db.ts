@@ -85,8 +85,9 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
       };
     },
     async close() {
-      commits.close();
       await db.destroy();
+      // Only once SQLite's connection is closed: see CommitWatch.
+      commits.close();
     },
   };
 }
@@ -103,10 +104,17 @@ const WAL_INDEX_HEADER_BYTES = 96;
  * where `PRAGMA data_version` opens a read transaction (two fcntl locks on that file). A read
  * torn by a commit under way only differs: a change is never missed. Where the file cannot be
  * read (not in WAL mode, an unusual VFS), data_version answers instead.
+ *
+ * The descriptor is closed only after SQLite's own connection: closing any descriptor of a file
+ * drops every POSIX lock the process holds on it, SQLite's on the -shm file included (the one
+ * that tells other processes a connection is using it), and another process would then
+ * re-initialise the WAL index under our live connection. So a failed read leaves it open, unused.
  */
 class CommitWatch {
   private readonly dataVersion: Database.Statement;
   private fd: number | undefined;
+  /** False once reading the header failed: data_version answers from then on. */
+  private usable = false;
   private readonly last = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
   private readonly now = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
   private changes = 0;
@@ -118,29 +126,31 @@ class CommitWatch {
     if (String(sqlite.pragma('journal_mode', { simple: true })).toLowerCase() !== 'wal') return;
     try {
       this.fd = fs.openSync(`${file}-shm`, 'r');
-      if (fs.readSync(this.fd, this.last, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES) this.close();
+      this.usable = fs.readSync(this.fd, this.last, 0, WAL_INDEX_HEADER_BYTES, 0) === WAL_INDEX_HEADER_BYTES;
     } catch {
-      this.close();
+      this.usable = false;
     }
   }
 
   /** A value that changes whenever another connection has committed since it was last read. */
   count(): number | string {
-    if (this.fd !== undefined) {
+    if (this.usable) {
       try {
-        if (fs.readSync(this.fd, this.now, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES || !this.now.equals(this.last)) {
+        if (fs.readSync(this.fd!, this.now, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES || !this.now.equals(this.last)) {
           this.now.copy(this.last);
           this.changes++;
         }
         return this.changes;
       } catch {
-        this.close();
+        this.usable = false;
       }
     }
     return `d${this.dataVersion.get() as number}`;
   }
 
+  /** After SQLite's connection is closed, never before (see above). */
   close(): void {
+    this.usable = false;
     if (this.fd !== undefined) fs.closeSync(this.fd);
     this.fd = undefined;
   }
