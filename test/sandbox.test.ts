@@ -92,6 +92,10 @@ describe('the Node runner in the sandbox', { skip }, () => {
             case 'rejects': return Promise.reject(new Error('rejected'));
             case 'throws': throw new Error('thrown');
             case 'unencodable': return { big: 10n };
+            case 'cb-then-print': cb(null, 'r1'); console.log('printed right after the callback'); return;
+            case 'late-microtasks': (async () => { await null; await null; await null; console.log('three microtasks later'); })(); return 'v';
+            case 'return-then-cb': Promise.resolve().then(() => cb(null, 'from the callback')); return 'returned';
+            case 'quiet': return 'quiet';
           }
         }`,
       ),
@@ -107,14 +111,21 @@ describe('the Node runner in the sandbox', { skip }, () => {
       ['rejects', 'algorithm_error', 'rejected'],
       ['throws', 'algorithm_error', 'thrown'],
       ['unencodable', 'algorithm_error', 'BigInt'],
+      ['cb-then-print', 'result', 'r1'],
+      ['quiet', 'result', 'quiet'],
+      ['late-microtasks', 'result', 'v'],
+      ['quiet', 'result', 'quiet'],
+      ['return-then-cb', 'result', 'returned'],
     ];
     for (const [input, kind, what] of expect) {
       const o = await w.call('text', Buffer.from(input), 5000);
       assert.equal(o.kind, kind, input);
       if (o.kind === 'result') assert.equal(text(o), what, input);
       if (o.kind === 'algorithm_error') assert.match(o.error.message, new RegExp(what), input);
-      // What the algorithm queued while it ran belongs to its call.
-      if (input === 'sync') assert.equal(o.stdout, 'queued while it ran\n');
+      // What the algorithm prints in the turn that decided its answer belongs to its call, and
+      // never shows up in the next one.
+      const printed: Record<string, string> = { sync: 'queued while it ran\n', 'cb-then-print': 'printed right after the callback\n', 'late-microtasks': 'three microtasks later\n' };
+      assert.equal(o.stdout, printed[input] ?? '', input);
     }
     assert.equal(w.dead, false);
   });

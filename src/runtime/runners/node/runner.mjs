@@ -118,63 +118,85 @@ const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === '
 /**
  * One call, answered once. apply has two styles: `apply(input, cb)` calling back (the original
  * convention) or `apply(input, ctx)` returning a value or a promise; the second argument serves
- * both (a callback with the context's fields on it). A value returned at once is answered after
- * the microtasks the algorithm queued while it ran (as `await` would), without a chain of
- * promises of its own: warm calls are mostly this, and every hop is on their critical path.
+ * both (a callback with the context's fields on it). Whichever comes first decides: the callback
+ * called while apply runs, or apply's return (unless it returns nothing and takes a callback);
+ * a returned promise or thenable then decides when it settles.
+ *
+ * The answer goes out once the turn that decided it is over (a setImmediate): what the
+ * algorithm still does in that turn, its synchronous rest and every microtask, and prints,
+ * belongs to this call and is counted in it, not left to arrive after the answer (where it
+ * would be dropped, or taken for the next call's output).
  */
 class Call {
   constructor(id) {
     this.id = id;
-    this.settled = false;
+    this.decided = false;
     this.started = performance.now();
   }
 
   run(input) {
-    const cb = (err, result) => (err ? this.fail(err) : this.succeed(result));
+    const cb = (err, result) => {
+      if (this.decided) return;
+      this.decided = true;
+      // The original convention: a falsy first argument is success.
+      if (err) this.fail(err);
+      else this.succeed(result);
+    };
     cb.client = client;
+    let returned;
     try {
-      const returned = apply(input, cb);
-      if (returned === undefined && apply.length >= 2) return; // it calls back
-      if (isThenable(returned)) Promise.resolve(returned).then((r) => this.succeed(r), (e) => this.fail(e));
-      else queueMicrotask(() => this.succeed(returned));
+      returned = apply(input, cb);
     } catch (err) {
-      this.fail(err);
+      if (!this.decided) {
+        this.decided = true;
+        this.fail(err);
+      }
+      return;
     }
+    if ((returned === undefined && apply.length >= 2) || this.decided) return; // it calls back, or did
+    this.decided = true;
+    let thenable;
+    try {
+      thenable = isThenable(returned);
+    } catch (err) {
+      return this.fail(err); // a `then` getter that throws
+    }
+    if (thenable) Promise.resolve(returned).then((r) => this.succeed(r), (e) => this.fail(e));
+    else this.succeed(returned);
   }
 
   succeed(result) {
-    if (this.settled) return;
     const duration = performance.now() - this.started;
-    let encoded;
-    try {
-      encoded = encodeResult(result);
-    } catch (err) {
-      return this.fail(err);
-    }
-    this.settled = true;
-    this.answer(() => sendResult(this.id, encoded[0], duration, stdoutBytes, encoded[1]));
+    setImmediate(() => {
+      let encoded;
+      try {
+        encoded = encodeResult(result);
+      } catch (err) {
+        return this.answer({ type: 'error', id: this.id, duration_ms: duration, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 });
+      }
+      this.answer(undefined, encoded, duration);
+    });
   }
 
   fail(err) {
-    if (this.settled) return;
-    this.settled = true;
-    const answer = { type: 'error', id: this.id, duration_ms: performance.now() - this.started, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 };
-    this.answer(() => {
-      answer.stdout_bytes = stdoutBytes;
-      send(answer);
-    });
+    const duration = performance.now() - this.started;
+    setImmediate(() => this.answer({ type: 'error', id: this.id, duration_ms: duration, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 }));
   }
 
-  /** Sends once what the call printed has gone to stdout (nothing to wait for if nothing was). */
-  answer(write) {
-    if (stdoutBytes === 0) {
-      write();
-      return callDone();
-    }
-    stdoutFlushed().then(() => {
-      write();
+  /** Sends an error header, or the encoded result, once what the call printed has gone to stdout. */
+  answer(error, encoded, duration) {
+    const write = () => {
+      if (error) {
+        error.stdout_bytes = stdoutBytes;
+        send(error);
+      } else {
+        sendResult(this.id, encoded[0], duration, stdoutBytes, encoded[1]);
+      }
       callDone();
-    });
+    };
+    // Nothing printed: nothing to wait for (and no empty write to stdout).
+    if (stdoutBytes === 0) write();
+    else stdoutFlushed().then(write);
   }
 }
 
