@@ -177,10 +177,13 @@ export class WebDavStorage implements RemoteStorage {
     // Destroyed without an error (the client went away) is a failed body too, not a server fault.
     const onBodyClose = () => body.readableEnded || onBodyError(new Error('the upload stopped before its end'));
     body.on('error', onBodyError).on('close', onBodyClose);
+    // Whether the server answered the PUT: then what it left of the upload is there now.
+    let answered = false;
     try {
       const res = await this.send('PUT', temp, { body, signal: AbortSignal.any([signal, stop.signal]) }).catch((err: unknown) => {
         throw bodyError ?? networkError(err, signal);
       });
+      answered = true;
       if (!res.ok) {
         stop.abort(); // the server may answer (507, 413) before reading the whole body: stop sending it
         throw await failure(res);
@@ -194,7 +197,7 @@ export class WebDavStorage implements RemoteStorage {
       await discard(moved);
     } catch (err) {
       stop.abort(); // after a timeout too, so that the body stream stops waiting for `body`
-      await this.removeQuietly(temp);
+      await this.removeQuietly(temp, answered);
       throw err;
     } finally {
       body.off('error', onBodyError).off('close', onBodyClose);
@@ -301,16 +304,27 @@ export class WebDavStorage implements RemoteStorage {
   /**
    * Best effort, bounded: the write has already failed, and its error is what matters. A
    * server may still hold the aborted upload when we get here (rclone answers 423 Locked
-   * until it notices the broken connection), so 423 is retried within the budget.
+   * until it notices the broken connection), so 423 is retried within the budget. When we
+   * broke the upload off (`answered` false), the server may not even have started on it yet:
+   * rclone, under load, creates the file after a DELETE that found nothing (seen in CI). A 404
+   * is then asked again a few times, 25 ms apart and doubling (under 0.8 s in all).
    */
-  private async removeQuietly(path: string[]): Promise<void> {
+  private async removeQuietly(path: string[], answered: boolean): Promise<void> {
     const signal = AbortSignal.timeout(CLEANUP_MS);
+    let askAgain = answered ? 0 : 5;
+    let pause = 25;
     try {
       for (;;) {
         const res = await this.send('DELETE', path, { signal });
         await discard(res);
-        if (res.status !== 423) return;
-        await sleep(50, undefined, { signal });
+        if (res.status === 423) {
+          await sleep(50, undefined, { signal });
+        } else if (res.status === 404 && askAgain-- > 0) {
+          await sleep(pause, undefined, { signal });
+          pause *= 2;
+        } else {
+          return;
+        }
       }
     } catch {
       // The server is gone, slow or still busy: the temporary file, if any, stays.
