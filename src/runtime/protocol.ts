@@ -20,7 +20,11 @@ const NO_BODY = Buffer.alloc(0);
 
 /** One frame in one buffer (a single allocation: calls encode one per call). */
 export function encodeFrame(header: Frame['header'], body: Buffer = NO_BODY): Buffer {
-  const text = JSON.stringify(header);
+  return frameOf(JSON.stringify(header), body);
+}
+
+/** A frame from its header's JSON text and its body. */
+function frameOf(text: string, body: Buffer): Buffer {
   const hLen = Buffer.byteLength(text, 'utf8');
   const frame = Buffer.allocUnsafe(8 + hLen + body.length);
   frame.writeUInt32LE(hLen, 0);
@@ -36,13 +40,7 @@ export function encodeFrame(header: Frame['header'], body: Buffer = NO_BODY): Bu
  * `contentType` one of the input types (plain ASCII words), so the text is JSON as it stands.
  */
 export function encodeCall(id: number, contentType: 'json' | 'text' | 'binary', input: Buffer): Buffer {
-  const text = `{"type":"call","id":${id},"content_type":"${contentType}"}`;
-  const frame = Buffer.allocUnsafe(8 + text.length + input.length);
-  frame.writeUInt32LE(text.length, 0);
-  frame.writeUInt32LE(input.length, 4);
-  frame.write(text, 8, 'latin1');
-  input.copy(frame, 8 + text.length);
-  return frame;
+  return frameOf(`{"type":"call","id":${id},"content_type":"${contentType}"}`, input);
 }
 
 export class ProtocolError extends Error {}
