@@ -172,7 +172,7 @@ class Call {
       try {
         encoded = encodeResult(result);
       } catch (err) {
-        return this.answer({ type: 'error', id: this.id, duration_ms: duration, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 });
+        return this.answer(this.errorHeader(err, duration));
       }
       this.answer(undefined, encoded, duration);
     });
@@ -180,7 +180,11 @@ class Call {
 
   fail(err) {
     const duration = performance.now() - this.started;
-    setImmediate(() => this.answer({ type: 'error', id: this.id, duration_ms: duration, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 }));
+    setImmediate(() => this.answer(this.errorHeader(err, duration)));
+  }
+
+  errorHeader(err, duration) {
+    return { type: 'error', id: this.id, duration_ms: duration, error: describe(err, 'AlgorithmError'), stdout_bytes: 0 };
   }
 
   /** Sends an error header, or the encoded result, once what the call printed has gone to stdout. */
