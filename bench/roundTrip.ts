@@ -85,8 +85,12 @@ function floorKind(): Kind {
 async function driverKind(label: string, root: string, dir: string, entry: string, mode: 'sandboxed' | 'unsandboxed'): Promise<Kind> {
   const child: ChildProcess = fork(path.join(REPO, 'bench/roundTripDriver.ts'), [root, RUNNER, dir, entry, mode], { execArgv: ['--import', 'tsx'], cwd: REPO, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const next = () => new Promise<Record<string, number>>((resolve, reject) => {
-    child.once('message', resolve);
-    child.once('exit', (code) => reject(new Error(`${label}: the driver exited (${code})`)));
+    const exited = (code: number | null) => reject(new Error(`${label}: the driver exited (${code})`));
+    child.once('exit', exited);
+    child.once('message', (m: Record<string, number>) => {
+      child.off('exit', exited);
+      resolve(m);
+    });
   });
   await next();
   return {

@@ -2,13 +2,41 @@
 // algorithm once, then answers calls one at a time over the control channel on fd 3
 // (docs/runtime-protocol.md). Plain JavaScript with no dependencies: it runs on the system
 // node with nothing of the server's installed.
+import fs from 'node:fs';
 import net from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createClient } from './sdk.mjs';
 
-const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+const CHANNEL_FD = 3;
+/**
+ * The channel's reads land in one buffer of ours, handed to onChannelRead (net's `onread`):
+ * no stream machinery, no allocation per read. What is kept past the callback is copied.
+ */
+const READ_BUFFER = Buffer.allocUnsafe(64 * 1024);
+const channel = new net.Socket({ fd: CHANNEL_FD, readable: true, writable: true, onread: { buffer: READ_BUFFER, callback: (n, buf) => onChannelRead(buf, n) } });
 
 const NO_BODY = Buffer.alloc(0);
+
+/**
+ * Writes a frame to the channel: at once with one write(2) when nothing is queued before it (the
+ * usual case: a small answer into an empty socket buffer), what does not fit then, or anything
+ * while something is queued, through the socket stream, in order.
+ */
+function writeFrame(frame) {
+  if (channel.writableLength === 0) {
+    let n = 0;
+    try {
+      n = fs.writeSync(CHANNEL_FD, frame);
+    } catch (err) {
+      // Full (the socket is non-blocking) or interrupted: the stream waits for room. Anything
+      // else means the server is gone, which is the signal to stop.
+      if (err?.code !== 'EAGAIN' && err?.code !== 'EINTR') process.exit(0);
+    }
+    if (n === frame.length) return;
+    frame = frame.subarray(n);
+  }
+  channel.write(frame);
+}
 
 /** Writes one frame, built in one buffer. */
 function send(header, body = NO_BODY) {
@@ -22,7 +50,7 @@ function sendText(text, body) {
   frame.writeUInt32LE(body.length, 4);
   frame.write(text, 8, hLen, 'utf8');
   body.copy(frame, 8 + hLen);
-  channel.write(frame);
+  writeFrame(frame);
 }
 
 /** A `result` frame; its header, all numbers and known words, written by hand (it is sent for every call). */
@@ -230,7 +258,7 @@ function answered(header) {
 let calling = false;
 const early = [];
 function takeCall(header, body) {
-  if (calling) return void early.push([header, body]);
+  if (calling) return void early.push([header, Buffer.from(body)]);
   calling = true;
   handleCall(header, body);
 }
@@ -240,33 +268,55 @@ function callDone() {
   if (next) takeCall(next[0], next[1]);
 }
 
-// Calls arrive one at a time; frames are reassembled from the socket's chunks, which are
-// joined once per frame (not once per chunk: large inputs stay linear).
-let chunks = [];
-let buffered = 0;
-channel.on('data', (chunk) => {
-  chunks.push(chunk);
-  buffered += chunk.length;
-  for (;;) {
-    if (buffered < 8) return;
-    if (chunks[0].length < 8) chunks = [Buffer.concat(chunks)];
-    const hLen = chunks[0].readUInt32LE(0);
-    const bLen = chunks[0].readUInt32LE(4);
-    const size = 8 + hLen + bLen;
-    if (buffered < size) return;
-    const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
-    const header = JSON.parse(all.subarray(8, 8 + hLen).toString('utf8'));
-    const body = all.subarray(8 + hLen, size);
-    chunks = all.length > size ? [all.subarray(size)] : [];
-    buffered -= size;
-    if (header.type === 'call') takeCall(header, body);
-    else if (header.type === 'response' && pending.has(header.rid)) {
-      const resolve = pending.get(header.rid);
-      pending.delete(header.rid);
-      resolve({ status: header.status, headers: header.headers ?? {}, error: header.error, body: Buffer.from(body) });
-    }
+/**
+ * Frames from the server. A read usually holds whole frames, which are taken from the read
+ * buffer as they are; a frame split over reads is gathered (copied: the buffer is reused) and
+ * joined once it is complete, so that large inputs stay linear. Everything a frame's handler
+ * keeps past its return is copied by it (decodeInput, a response's body, an early call).
+ */
+let held = [];
+let heldBytes = 0;
+/** Bytes the held frame needs in all: its 8-byte lengths first, then the whole frame. */
+let heldNeeds = 0;
+
+function onChannelRead(buf, n) {
+  // Whether `data` is the shared read buffer, which the next read overwrites.
+  const shared = heldBytes === 0;
+  let data;
+  if (shared) data = buf.subarray(0, n);
+  else {
+    held.push(Buffer.from(buf.subarray(0, n)));
+    heldBytes += n;
+    if (heldBytes < heldNeeds) return;
+    data = Buffer.concat(held, heldBytes);
+    held = [];
+    heldBytes = 0;
   }
-});
+  let off = 0;
+  while (data.length - off >= 8) {
+    const hLen = data.readUInt32LE(off);
+    const size = 8 + hLen + data.readUInt32LE(off + 4);
+    if (data.length - off < size) break;
+    const header = JSON.parse(data.toString('utf8', off + 8, off + 8 + hLen));
+    dispatch(header, data.subarray(off + 8 + hLen, off + size));
+    off += size;
+  }
+  if (off === data.length) return;
+  const rest = data.subarray(off);
+  held = [shared ? Buffer.from(rest) : rest];
+  heldBytes = rest.length;
+  heldNeeds = rest.length < 8 ? 8 : 8 + rest.readUInt32LE(0) + rest.readUInt32LE(4);
+}
+
+function dispatch(header, body) {
+  if (header.type === 'call') takeCall(header, body);
+  else if (header.type === 'response' && pending.has(header.rid)) {
+    const resolve = pending.get(header.rid);
+    pending.delete(header.rid);
+    resolve({ status: header.status, headers: header.headers ?? {}, error: header.error, body: Buffer.from(body) });
+  }
+}
+
 // The server closing the channel is the signal to stop.
 channel.on('end', () => process.exit(0));
 channel.on('error', () => process.exit(0));
