@@ -297,7 +297,7 @@ function onChannelRead(buf, n) {
     const hLen = data.readUInt32LE(off);
     const size = 8 + hLen + data.readUInt32LE(off + 4);
     if (data.length - off < size) break;
-    const header = JSON.parse(data.toString('utf8', off + 8, off + 8 + hLen));
+    const header = callHeader(data, off + 8, off + 8 + hLen) ?? JSON.parse(data.toString('utf8', off + 8, off + 8 + hLen));
     dispatch(header, data.subarray(off + 8 + hLen, off + size));
     off += size;
   }
@@ -306,6 +306,37 @@ function onChannelRead(buf, n) {
   held = [shared ? Buffer.from(rest) : rest];
   heldBytes = rest.length;
   heldNeeds = rest.length < 8 ? 8 : 8 + rest.readUInt32LE(0) + rest.readUInt32LE(4);
+}
+
+const CALL_START = Buffer.from('{"type":"call","id":', 'latin1');
+const CALL_TYPE = Buffer.from(',"content_type":"', 'latin1');
+const INPUT_TYPES = ['json', 'text', 'binary'].map((t) => [t, Buffer.from(`${t}"}`, 'latin1')]);
+
+function bytesAt(buf, pos, end, lit) {
+  if (pos + lit.length > end) return false;
+  for (let i = 0; i < lit.length; i++) if (buf[pos + i] !== lit[i]) return false;
+  return true;
+}
+
+/**
+ * The header `buf[start, end)` when it is a `call` header in the exact form the server writes
+ * for every call (protocol.ts `encodeCall`): `{"type":"call","id":<int>,"content_type":"<type>"}`,
+ * read without a string and JSON.parse (which take several µs with the caches cold, as they are
+ * when a call wakes the worker); undefined for anything else, which JSON.parse reads.
+ */
+function callHeader(buf, start, end) {
+  if (!bytesAt(buf, start, end, CALL_START)) return undefined;
+  let p = start + CALL_START.length;
+  let id = 0;
+  const first = p;
+  while (p < end && buf[p] >= 0x30 && buf[p] <= 0x39) id = id * 10 + (buf[p++] - 0x30);
+  // 1 to 15 digits, no leading zero: an integer JSON.parse reads exactly the same.
+  if (p === first || p - first > 15 || (buf[first] === 0x30 && p - first > 1) || !bytesAt(buf, p, end, CALL_TYPE)) return undefined;
+  p += CALL_TYPE.length;
+  for (const [type, bytes] of INPUT_TYPES) {
+    if (p + bytes.length === end && bytesAt(buf, p, end, bytes)) return { type: 'call', id, content_type: type };
+  }
+  return undefined;
 }
 
 function dispatch(header, body) {
