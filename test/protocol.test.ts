@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { FrameDecoder, ProtocolError, encodeCall, encodeFrame, type Frame } from '../src/runtime/protocol.ts';
+import { FrameDecoder, ProtocolError, encodeCall, encodeFrame, resultHeader, type Frame } from '../src/runtime/protocol.ts';
 
 const RUNNER = fileURLToPath(new URL('../src/runtime/runners/node/runner.mjs', import.meta.url));
 
@@ -44,6 +44,60 @@ test('malformed frames are refused, not half-read', () => {
   assert.throws(() => new FrameDecoder().push(notJson), ProtocolError);
   const noType = encodeFrame({ type: 'x' }).toString().replace('"type"', '"tipe"');
   assert.throws(() => new FrameDecoder().push(Buffer.from(noType)), ProtocolError);
+});
+
+test('a result header in the runners\' form is read by hand exactly as JSON.parse reads it, and anything else is left to JSON.parse', () => {
+  // A seeded generator: the same cases every run.
+  let seed = 42;
+  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+  const pick = <T>(xs: readonly T[]): T => xs[rand(xs.length)]!;
+  const durations = [
+    '0', '0.0', '1.5', '12', '0.012345678901234567', '1e-7', '1.2e-07', '5E+2', '3.25e2', '-0.0', '123456.789',
+    String(Math.random() * 1000), String(Math.random() / 1e6), String(2 ** 60), String(Number.MIN_VALUE),
+  ];
+  const canonical = (id: string, type: string, duration: string, stdout: string) =>
+    `{"type":"result","id":${id},"content_type":"${type}","duration_ms":${duration},"stdout_bytes":${stdout}}`;
+  const cases: string[] = [];
+  for (let i = 0; i < 300; i++) {
+    cases.push(canonical(pick(['0', '1', '7', '42', String(rand(1e9)), '999999999999999']), pick(['json', 'text', 'binary', 'void']), pick(durations), pick(['0', '15', String(rand(1e6))])));
+  }
+  // Every canonical one takes the fast path, with JSON.parse's answer.
+  for (const text of cases) {
+    const buf = Buffer.from(`xx${text}yy`, 'latin1');
+    assert.deepEqual(resultHeader(buf, 2, buf.length - 2), JSON.parse(text), text);
+  }
+  // Near misses: not JSON, other forms, numbers JSON refuses. None may be read differently
+  // from JSON.parse: either the fast path declines, or JSON.parse reads the same.
+  const near = [
+    canonical('01', 'text', '1', '0'), canonical('-1', 'text', '1', '0'), canonical('1', 'text', '1.', '0'), canonical('1', 'text', '.5', '0'),
+    canonical('1', 'text', '+1', '0'), canonical('1', 'text', '1e', '0'), canonical('1', 'text', '1e+', '0'), canonical('1', 'text', '--1', '0'),
+    canonical('1', 'text', '00', '0'), canonical('1', 'text', 'NaN', '0'), canonical('1', 'text', 'Infinity', '0'), canonical('1', 'text', '1', '00'),
+    canonical('1', 'texts', '1', '0'), canonical('1', 'TEXT', '1', '0'), canonical('1', 'error', '1', '0'), canonical('1234567890123456', 'text', '1', '0'),
+    canonical('1', 'text', '1', '1234567890123456'), canonical('1', 'text', '1', '0') + ' ', ' ' + canonical('1', 'text', '1', '0'),
+    '{"type":"result","content_type":"text","id":1,"duration_ms":1,"stdout_bytes":0}', '{"type":"result","id":1,"content_type":"text","duration_ms":1}',
+    '{"type": "result","id":1,"content_type":"text","duration_ms":1,"stdout_bytes":0}', '{"type":"error","id":1,"duration_ms":1,"stdout_bytes":0}',
+  ];
+  for (const text of near) assert.equal(resultHeader(Buffer.from(text, 'latin1'), 0, text.length), undefined, text);
+  const mutants: string[] = [];
+  const chars = '0123456789-+.eE",:{} aé\\';
+  for (let i = 0; i < 3000; i++) {
+    const t = pick(cases);
+    const at = rand(t.length);
+    const c = pick([...chars]);
+    mutants.push(pick([t.slice(0, at) + c + t.slice(at + 1), t.slice(0, at) + t.slice(at + 1), t.slice(0, at) + c + t.slice(at)]));
+  }
+  let read = 0;
+  for (const text of mutants) {
+    const buf = Buffer.from(text, 'utf8');
+    const fast = resultHeader(buf, 0, buf.length);
+    if (fast === undefined) continue;
+    read++;
+    let parsed: unknown;
+    assert.doesNotThrow(() => (parsed = JSON.parse(text)), `read by hand but not JSON: ${text}`);
+    assert.deepEqual(fast, parsed, text);
+  }
+  // Mutants that are still in the form (a digit for a digit) were read by hand and compared.
+  assert.ok(read > 100 && read < mutants.length, `${read} of ${mutants.length} mutants read by hand`);
 });
 
 test('the Node runner reads frames however the channel cuts them: a prefix split, frames joined, a large body in pieces', async () => {
@@ -102,6 +156,16 @@ test('the Node runner reads frames however the channel cuts them: a prefix split
     assert.deepEqual(
       frames.slice(4).map((f) => [f.header.id, f.body.toString('latin1')]),
       [[4, 'slow'], [5, 'five'], [6, '\x03\x02\x01'], [7, 'SEVEN-SEVEN-SEVEN-SEVEN']],
+    );
+
+    // The runner reads the server's call header by hand; other forms of it are read as JSON.
+    channel.write(encodeFrame({ content_type: 'text', id: 8, type: 'call' }, Buffer.from('keys in another order')));
+    channel.write(encodeCall(Number.MAX_SAFE_INTEGER, 'json', Buffer.from('{"digits":16}')));
+    channel.write(encodeCall(0, 'text', Buffer.from('zero')));
+    await until(11);
+    assert.deepEqual(
+      frames.slice(8).map((f) => [f.header.id, f.header.content_type, f.body.toString('latin1')]),
+      [[8, 'text', 'keys in another order'], [Number.MAX_SAFE_INTEGER, 'json', '{"digits":16}'], [0, 'text', 'zero']],
     );
   } finally {
     child.kill();

@@ -116,6 +116,8 @@ export function envelope(r: CallResult, timeoutS: number): string {
   if (o.kind === 'result') {
     const json = resultJson(o.contentType, o.body);
     if (json !== undefined) {
+      // The usual answer, written as it stands: the same text JSON.stringify makes of it.
+      if (!r.showStdout) return `{"result":${json},"metadata":{"content_type":"${o.contentType}","duration":${JSON.stringify(seconds(o.durationMs))}}}`;
       metadata.content_type = o.contentType;
       metadata.duration = seconds(o.durationMs);
       addStdout(metadata, r);
