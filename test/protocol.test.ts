@@ -100,16 +100,14 @@ test('a result header in the runners\' form is read by hand exactly as JSON.pars
   assert.ok(read > 100 && read < mutants.length, `${read} of ${mutants.length} mutants read by hand`);
 });
 
-test('the Node runner reads frames however the channel cuts them: a prefix split, frames joined, a large body in pieces', async () => {
+/**
+ * The Node runner by itself, unsandboxed (these tests are about its channel, not the sandbox),
+ * running `source` as its algorithm; every frame it writes is collected in `frames`.
+ */
+function runnerOf(source: string) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-frames-'));
-  fs.writeFileSync(path.join(dir, 'echo.mjs'), [
-    'export async function apply(input) {',
-    "  if (input === 'slow') await new Promise((r) => setTimeout(r, 100));",
-    '  return Buffer.isBuffer(input) ? Buffer.from(input).reverse() : input;',
-    '}',
-  ].join('\n'));
-  // The runner by itself, unsandboxed: this is about its reading, not the sandbox.
-  const child = spawn('/usr/bin/node', [RUNNER, path.join(dir, 'echo.mjs')], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'], env: {} });
+  fs.writeFileSync(path.join(dir, 'algo.mjs'), source);
+  const child = spawn('/usr/bin/node', [RUNNER, path.join(dir, 'algo.mjs')], { stdio: ['ignore', 'ignore', 'ignore', 'pipe'], env: {} });
   const channel = child.stdio[3] as Duplex;
   const frames: Frame[] = [];
   const dec = new FrameDecoder();
@@ -118,12 +116,31 @@ test('the Node runner reads frames however the channel cuts them: a prefix split
     frames.push(...dec.push(chunk));
     arrived();
   });
+  /** Until `n` frames in all have come (the first is `ready`). */
   const until = (n: number) =>
     new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${frames.length} of ${n} frames in 10 s`)), 10_000);
       arrived = () => frames.length >= n && (clearTimeout(timer), resolve());
       arrived();
     });
+  const stop = () => {
+    child.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  return { child, channel, frames, until, stop };
+}
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+test('the Node runner reads frames however the channel cuts them: a prefix split, frames joined, a large body in pieces', async () => {
+  const { channel, frames, until, stop } = runnerOf(
+    [
+      'export async function apply(input) {',
+      "  if (input === 'slow') await new Promise((r) => setTimeout(r, 100));",
+      '  return Buffer.isBuffer(input) ? Buffer.from(input).reverse() : input;',
+      '}',
+    ].join('\n'),
+  );
   try {
     await until(1);
     assert.equal(frames[0]!.header.type, 'ready');
@@ -137,7 +154,7 @@ test('the Node runner reads frames however the channel cuts them: a prefix split
     for (const to of cuts) {
       channel.write(wire.subarray(from, to));
       from = to;
-      await new Promise((r) => setTimeout(r, 15));
+      await pause(15);
     }
     await until(4);
     assert.deepEqual(frames.slice(1).map((f) => [f.header.type, f.header.id, f.header.content_type]), [['result', 1, 'text'], ['result', 2, 'binary'], ['result', 3, 'json']]);
@@ -148,9 +165,9 @@ test('the Node runner reads frames however the channel cuts them: a prefix split
     // Calls that come while one runs wait their turn, and what later reads bring does not
     // overwrite them: two in one read behind a slow call, then another read.
     channel.write(encodeCall(4, 'text', Buffer.from('slow')));
-    await new Promise((r) => setTimeout(r, 15));
+    await pause(15);
     channel.write(Buffer.concat([encodeCall(5, 'text', Buffer.from('five')), encodeCall(6, 'binary', Buffer.from([1, 2, 3]))]));
-    await new Promise((r) => setTimeout(r, 15));
+    await pause(15);
     channel.write(encodeCall(7, 'text', Buffer.from('SEVEN-SEVEN-SEVEN-SEVEN')));
     await until(8);
     assert.deepEqual(
@@ -162,13 +179,71 @@ test('the Node runner reads frames however the channel cuts them: a prefix split
     channel.write(encodeFrame({ content_type: 'text', id: 8, type: 'call' }, Buffer.from('keys in another order')));
     channel.write(encodeCall(Number.MAX_SAFE_INTEGER, 'json', Buffer.from('{"digits":16}')));
     channel.write(encodeCall(0, 'text', Buffer.from('zero')));
-    await until(11);
+    // 19 digits in the server's exact form: read as JSON.parse reads them (rounded to a double),
+    // which digit-by-digit arithmetic would not match (it gives 4311850283767585000).
+    channel.write(Buffer.from('\x3e\x00\x00\x00\x02\x00\x00\x00{"type":"call","id":4311850283767585388,"content_type":"text"}19', 'latin1'));
+    await until(12);
     assert.deepEqual(
       frames.slice(8).map((f) => [f.header.id, f.header.content_type, f.body.toString('latin1')]),
-      [[8, 'text', 'keys in another order'], [Number.MAX_SAFE_INTEGER, 'json', '{"digits":16}'], [0, 'text', 'zero']],
+      [[8, 'text', 'keys in another order'], [Number.MAX_SAFE_INTEGER, 'json', '{"digits":16}'], [0, 'text', 'zero'], [JSON.parse('4311850283767585388'), 'text', '19']],
     );
   } finally {
-    child.kill();
-    fs.rmSync(dir, { recursive: true, force: true });
+    stop();
+  }
+});
+
+test('the bodies of SDK responses stay whole while later reads reuse the runner\'s buffer', async () => {
+  // Both files are held as Buffers until both have come: the first came in an earlier read.
+  const { channel, frames, until, stop } = runnerOf(
+    [
+      'export async function apply() {',
+      '  const client = globalThis.algohost.client();',
+      "  const [a, b] = await Promise.all([client.file('data://.my/c/a').get(), client.file('data://.my/c/b').get()]);",
+      "  return `${a.toString('latin1')}|${b.toString('latin1')}`;",
+      '}',
+    ].join('\n'),
+  );
+  try {
+    await until(1);
+    channel.write(encodeCall(1, 'text', Buffer.from('go')));
+    await until(3);
+    const [ra, rb] = frames.slice(1, 3).map((f) => f.header);
+    assert.deepEqual([ra!.type, ra!.url, rb!.type, rb!.url], ['request', '/v1/connector/data/.my/c/a', 'request', '/v1/connector/data/.my/c/b']);
+    channel.write(encodeFrame({ type: 'response', rid: ra!.rid as number, status: 200, headers: {} }, Buffer.from('A'.repeat(500))));
+    await pause(20);
+    channel.write(encodeFrame({ type: 'response', rid: rb!.rid as number, status: 200, headers: {} }, Buffer.from('B'.repeat(500))));
+    await until(4);
+    assert.equal(frames[3]!.header.type, 'result');
+    assert.equal(frames[3]!.body.toString('latin1'), `${'A'.repeat(500)}|${'B'.repeat(500)}`);
+  } finally {
+    stop();
+  }
+});
+
+test('an algorithm that replaces fs (as memfs and mock-fs do) does not stop its runner answering', async () => {
+  const { child, channel, frames, until, stop } = runnerOf(
+    [
+      "import fs from 'node:fs';",
+      "const ebadf = () => { throw Object.assign(new Error('EBADF: bad file descriptor'), { code: 'EBADF' }); };",
+      'let calls = 0;',
+      'export function apply(input) {',
+      '  calls++;',
+      "  if (input === 'patch fs') fs.writeSync = ebadf; // memfs's patchFs",
+      "  if (input === 'patch the binding') process.binding('fs').writeBuffer = ebadf; // mock-fs",
+      '  return `${input} ${calls}`;',
+      '}',
+    ].join('\n'),
+  );
+  try {
+    await until(1);
+    const inputs = ['before', 'patch fs', 'after it', 'patch the binding', 'after both'];
+    for (const [i, input] of inputs.entries()) {
+      channel.write(encodeCall(i + 1, 'text', Buffer.from(input)));
+      await until(i + 2);
+    }
+    assert.deepEqual(frames.slice(1).map((f) => f.body.toString('utf8')), inputs.map((input, i) => `${input} ${i + 1}`));
+    assert.equal(child.exitCode, null, 'the runner lives on');
+  } finally {
+    stop();
   }
 });

@@ -18,6 +18,12 @@ const channel = new net.Socket({ fd: CHANNEL_FD, readable: true, writable: true,
 const NO_BODY = Buffer.alloc(0);
 
 /**
+ * fs.writeSync as it is before the algorithm loads: algorithms share the `fs` module, and some
+ * packages replace its functions (memfs's patchFs) or its binding (mock-fs).
+ */
+const writeSync = fs.writeSync;
+
+/**
  * Writes a frame to the channel: at once with one write(2) when nothing is queued before it (the
  * usual case: a small answer into an empty socket buffer), what does not fit then, or anything
  * while something is queued, through the socket stream, in order.
@@ -26,11 +32,12 @@ function writeFrame(frame) {
   if (channel.writableLength === 0) {
     let n = 0;
     try {
-      n = fs.writeSync(CHANNEL_FD, frame);
-    } catch (err) {
-      // Full (the socket is non-blocking) or interrupted: the stream waits for room. Anything
-      // else means the server is gone, which is the signal to stop.
-      if (err?.code !== 'EAGAIN' && err?.code !== 'EINTR') process.exit(0);
+      n = writeSync(CHANNEL_FD, frame);
+    } catch {
+      // Full (the socket is non-blocking), interrupted, or an fs the algorithm replaced (mock-fs
+      // swaps the binding under fs.writeSync): the stream sends it. Should the server be gone,
+      // the stream's 'error' or 'end' says so, and the runner stops there.
+      n = 0;
     }
     if (n === frame.length) return;
     frame = frame.subarray(n);
