@@ -247,3 +247,22 @@ test('an algorithm that replaces fs (as memfs and mock-fs do) does not stop its 
     stop();
   }
 });
+
+test('a frame header that is not JSON stops the runner, even with an algorithm catching uncaught exceptions', async () => {
+  const { child, channel, until, stop } = runnerOf("process.on('uncaughtException', () => {});\nexport function apply(input) { return input; }\n");
+  try {
+    await until(1);
+    const exited = new Promise<number | string | null>((resolve) => {
+      child.once('exit', (code) => resolve(code));
+      setTimeout(() => resolve('still running after 5 s'), 5000).unref();
+    });
+    const text = '{"type":"call",';
+    const frame = Buffer.alloc(8 + text.length);
+    frame.writeUInt32LE(text.length, 0);
+    frame.write(text, 8, 'latin1');
+    channel.write(frame);
+    assert.equal(await exited, 1);
+  } finally {
+    stop();
+  }
+});

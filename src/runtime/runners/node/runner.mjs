@@ -304,13 +304,15 @@ function onChannelRead(buf, n) {
     const hLen = data.readUInt32LE(off);
     const size = 8 + hLen + data.readUInt32LE(off + 4);
     if (data.length - off < size) break;
-    const header = callHeader(data, off + 8, off + 8 + hLen) ?? JSON.parse(data.toString('utf8', off + 8, off + 8 + hLen));
+    const header = callHeader(data, off + 8, off + 8 + hLen) ?? parseHeader(data.toString('utf8', off + 8, off + 8 + hLen));
     dispatch(header, data.subarray(off + 8 + hLen, off + size));
     off += size;
   }
   if (off === data.length) return;
   const rest = data.subarray(off);
-  held = [shared ? Buffer.from(rest) : rest];
+  // A copy when the next read overwrites it, or when keeping a view would keep a much larger
+  // joined buffer (a 10 MiB input's) alive until this frame is complete.
+  held = [shared || rest.length < data.length / 2 ? Buffer.from(rest) : rest];
   heldBytes = rest.length;
   heldNeeds = rest.length < 8 ? 8 : 8 + rest.readUInt32LE(0) + rest.readUInt32LE(4);
 }
@@ -344,6 +346,19 @@ function callHeader(buf, start, end) {
     if (p + bytes.length === end && bytesAt(buf, p, end, bytes)) return { type: 'call', id, content_type: type };
   }
   return undefined;
+}
+
+/**
+ * A header that is not JSON means the channel is broken (the server writes only JSON): the runner
+ * stops, whatever handlers for uncaught exceptions the algorithm has installed.
+ */
+function parseHeader(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    process.stderr.write('runner: a frame header from the server is not JSON; stopping\n');
+    process.exit(1);
+  }
 }
 
 function dispatch(header, body) {
