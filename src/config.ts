@@ -8,6 +8,8 @@ import path from 'node:path';
 export interface Config {
   /** ALGOHOST_HOME: where metadata (SQLite), file contents and the server secret live. */
   home: string;
+  /** Where `home` came from: an admin command only makes a new home when asked (src/home.ts). */
+  homeFrom: 'flag' | 'env' | 'default';
   /** ALGOHOST_HOST: interface to listen on. Loopback by default: exposing is a decision. */
   host: string;
   /** ALGOHOST_PORT: TCP port; 0 picks a free one (tests). */
@@ -121,6 +123,7 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
   }
   return {
     home: path.resolve(overrides.home ?? (env.ALGOHOST_HOME || DEFAULTS.home)),
+    homeFrom: overrides.home !== undefined ? 'flag' : env.ALGOHOST_HOME ? 'env' : 'default',
     host: overrides.host ?? (env.ALGOHOST_HOST || DEFAULTS.host),
     port: int(overrides.port !== undefined ? '--port' : 'ALGOHOST_PORT', overrides.port ?? env.ALGOHOST_PORT, DEFAULTS.port, 0, 65535),
     logLevel,
@@ -143,11 +146,6 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     dropboxApiUrl: httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
     dropboxContentUrl: httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
   };
-}
-
-/** Home only, for the admin commands that open the store without serving. */
-export function loadHome(home: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  return path.resolve(home ?? (env.ALGOHOST_HOME || DEFAULTS.home));
 }
 
 function credentialsKey(raw: string | undefined): Buffer | undefined {

@@ -6,6 +6,7 @@ import { buildApp, LOG_REDACT } from './app.ts';
 import { createServices, type Services } from './services.ts';
 import { publishDemoAlgorithms } from './algorithms/demo.ts';
 import { FULL_PERMISSIONS } from './auth/permissions.ts';
+import { HomeLock } from './home.ts';
 
 const DEMO_USER = 'demo';
 
@@ -15,11 +16,24 @@ const DEMO_USER = 'demo';
  */
 export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
   const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
-  const services = await createServices(config);
+  // Before anything touches the home: recovery below empties uploads in progress and fails
+  // running builds, which would break a server already running on it.
+  const lock = HomeLock.acquire(config.home);
+  let services: Services;
+  try {
+    services = await createServices(config);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  const giveUp = async (err: Error): Promise<never> => {
+    await services.close();
+    lock.release();
+    throw err;
+  };
   if (!services.sandbox.available) {
     if (config.sandbox === 'required') {
-      await services.close();
-      throw new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`);
+      return giveUp(new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`));
     }
     const warning = `WARNING: algorithms are NOT sandboxed: ${services.sandbox.reason}. Set ALGOHOST_SANDBOX=required to refuse to start like this.`;
     logger.warn(warning);
@@ -31,10 +45,16 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const demoKey = config.demo ? await firstStartDemo(services, logger) : undefined;
 
   const app = buildApp(services, { logger });
-  const address = await app.listen({ port: config.port, host: config.host });
+  let address: string;
+  try {
+    address = await app.listen({ port: config.port, host: config.host });
+  } catch (err) {
+    await app.close();
+    return giveUp(listenError(err as NodeJS.ErrnoException, config));
+  }
   const base = config.publicUrl ?? address;
   const keyFile = path.join(config.home, 'demo-key');
-  const lines = [`algohost is ready at ${address}`];
+  const lines = [`algohost is ready at ${address}`, `home: ${config.home}`];
   if (demoKey) {
     lines.push(`Created user "${DEMO_USER}"; its API key (shown once here, kept in ${keyFile}): ${demoKey}`);
   }
@@ -65,12 +85,30 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     await app.close();
     clearInterval(reaper);
     await services.close();
+    lock.release();
     logger.info('stopped');
     logger.flush();
     process.exit(0);
   };
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/** What a person does about a port the server cannot listen on, in one line. */
+function listenError(err: NodeJS.ErrnoException, config: Config): Error {
+  const where = `port ${config.port} on ${config.host}`;
+  const fix = 'choose another with --port N or ALGOHOST_PORT';
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return new ConfigError(`${where} is already in use by another program; stop it or ${fix}`);
+    case 'EACCES':
+      return new ConfigError(`${where} needs privileges this process does not have; ${fix} (above 1023)`);
+    case 'EADDRNOTAVAIL':
+    case 'ENOTFOUND':
+      return new ConfigError(`${config.host} is not an address of this machine; set --host H or ALGOHOST_HOST`);
+    default:
+      return err;
+  }
 }
 
 /** On a home that was never started before: create `demo` and keep its key (mode 0600). */

@@ -230,7 +230,7 @@ test('admin CLI manages users and keys on the home of a running server', async (
 
 test('SIGTERM lets an upload in flight finish, refuses new connections and exits 0', async () => {
   const home = newHome();
-  const created = await runCli(['user', 'create', 'carol'], home);
+  const created = await runCli(['user', 'create', 'carol', '--init'], home);
   assert.equal(created.code, 0, created.stderr);
   const key = (JSON.parse(created.stdout) as { api_key: string }).api_key;
   // info level: the server logs "stopping" when it handles the signal.

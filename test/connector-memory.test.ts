@@ -126,7 +126,7 @@ describe('a 200 MiB file through each provider, the server\'s memory flat', () =
     s3 = await startS3(['big']);
     if (!rcloneMissing()) dav = await startWebDav();
     dropbox = await startDropboxProcess();
-    const created = await runCli(['user', 'create', 'alice'], home);
+    const created = await runCli(['user', 'create', 'alice', '--init'], home);
     assert.equal(created.code, 0, created.stderr);
     key = (JSON.parse(created.stdout) as { api_key: string }).api_key;
     server = await startServerProcess({

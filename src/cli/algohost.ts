@@ -2,15 +2,20 @@ import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { keyCommand, userCommand } from './admin.ts';
+import { adminHome, HomeError } from '../home.ts';
 
 const USAGE = `usage:
   algohost serve [--port N] [--host H] [--home DIR] [--no-demo]
-  algohost user create NAME [--home DIR]
+  algohost user create NAME [--home DIR] [--init]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
   algohost key create USER [--name NAME] [--permissions JSON] [--home DIR]
   algohost key list USER [--home DIR]
-  algohost key revoke USER KEY_ID [--home DIR]`;
+  algohost key revoke USER KEY_ID [--home DIR]
+
+The admin commands (user, key) work on the home named by --home or ALGOHOST_HOME, else on
+./.algohost of this directory or its nearest parent that has one; they make a new home only
+with --init. They may run beside a server on the same home.`;
 
 class UsageError extends Error {}
 
@@ -24,6 +29,7 @@ async function main(argv: string[]): Promise<number> {
       host: { type: 'string' },
       home: { type: 'string' },
       'no-demo': { type: 'boolean' },
+      init: { type: 'boolean' },
       name: { type: 'string' },
       permissions: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -34,7 +40,14 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE + '\n');
     return values.help ? 0 : 2;
   }
-  const config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
+  let config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
+  if (command === 'user' || command === 'key') {
+    config = { ...config, home: adminHome({ home: config.home, from: config.homeFrom }, values.init === true) };
+    // stdout stays the command's JSON; which home was used goes beside it.
+    process.stderr.write(`algohost: home ${config.home}\n`);
+  } else if (values.init) {
+    throw new UsageError('--init is for the admin commands; serve creates its home when it is new');
+  }
   switch (command) {
     case 'serve':
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
@@ -62,7 +75,7 @@ main(process.argv.slice(2)).then(
     if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
       process.stderr.write(`algohost: ${(err as Error).message}\n${USAGE}\n`);
       process.exitCode = 2;
-    } else if (err instanceof AppError || err instanceof ConfigError) {
+    } else if (err instanceof AppError || err instanceof ConfigError || err instanceof HomeError) {
       process.stderr.write(`algohost: ${err.message}\n`);
       process.exitCode = 1;
     } else {
