@@ -270,15 +270,16 @@ test('ls follows every page: 2,500 entries (1,200 directories, 1,300 files), as 
   const lines = r.out.split('\n');
   assert.equal(lines.pop(), '', 'ends with a newline');
   assert.equal(lines.length, 2500);
-  assert.deepEqual(lines, [...dirs.map((d) => `${d}/`), ...names]);
+  // File pages come first, then folder pages (docs/data.md), and ls prints as pages arrive.
+  assert.deepEqual(lines, [...names, ...dirs.map((d) => `${d}/`)]);
 
   const j = ok(await algo(['--json', 'ls', 'data://.my/big']));
   const entries = JSON.parse(j.out) as { type: string; name: string; uri: string; size?: number; last_modified?: string }[];
   assert.equal(entries.length, 2500);
-  assert.deepEqual(entries.slice(0, 1200).map((e) => [e.type, e.name]), dirs.map((d) => ['dir', d]));
-  assert.deepEqual(entries.slice(1200).map((e) => [e.type, e.name, e.size]), names.map((f) => ['file', f, f.length]));
-  assert.equal(entries[2499]!.uri, 'data://.my/big/f1299.txt');
-  assert.match(entries[2499]!.last_modified!, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  assert.deepEqual(entries.slice(0, 1300).map((e) => [e.type, e.name, e.size]), names.map((f) => ['file', f, f.length]));
+  assert.deepEqual(entries.slice(1300).map((e) => [e.type, e.name]), dirs.map((d) => ['dir', d]));
+  assert.equal(entries[1299]!.uri, 'data://.my/big/f1299.txt');
+  assert.match(entries[1299]!.last_modified!, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
 
   // Without an argument: your collections.
   const root = ok(await algo(['ls']));
@@ -297,9 +298,9 @@ test('ls -l: time, size and name; directories marked; a file listed as itself', 
 
   const r = ok(await algo(['ls', '-l', 'data://.my/long']));
   assert.equal(r.out, [
-    `${' '.repeat(19)}       [dir]  sub/`,
     `${when('a.txt')}         2 B  a.txt`,
     `${when('b.bin')}     1.5 KiB  b.bin`,
+    `${' '.repeat(19)}       [dir]  sub/`,
     '',
   ].join('\n'));
 
@@ -419,7 +420,7 @@ test('a rejected key, no key, and a profile file', async () => {
   fs.writeFileSync(config, `[profiles.work]\napi_key = "${key}"\napi_server = "${server.url}"\n`, { mode: 0o600 });
   try {
     const viaProfile = ok(await algo(['--profile', 'work', 'ls', 'data://.my/long'], { ALGOHOST_API_KEY: '', ALGOHOST_API: '' }));
-    assert.equal(viaProfile.out, 'sub/\na.txt\nb.bin\n');
+    assert.equal(viaProfile.out, 'a.txt\nb.bin\nsub/\n');
     const wrongProfile = await algo(['--profile', 'other', 'ls'], { ALGOHOST_API_KEY: '', ALGOHOST_API: '' });
     assert.equal(wrongProfile.code, 1);
     assert.match(wrongProfile.err, /no API key for profile "other": run `algo auth --profile other`/);

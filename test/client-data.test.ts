@@ -196,10 +196,11 @@ describe('directories', () => {
     for (const n of dirs) await d.dir(n).create();
     for (const [i, n] of files.entries()) await d.file(n).put('x'.repeat(i));
     const first = await d.page();
-    assert.equal(first.folders?.length, 3);
+    assert.deepEqual(first.files?.map((f) => f.filename), ['f1.txt', 'f2.txt', 'f3.txt'], 'file pages come first');
+    assert.equal(first.folders, undefined);
     assert.ok(first.marker, 'a first page of three has a marker');
     const entries: DataEntry[] = await collect(d.list());
-    assert.deepEqual(entries.map((e) => `${e.type}:${e.name}`), [...dirs.map((n) => `dir:${n}`), ...files.map((n) => `file:${n}`)]);
+    assert.deepEqual(entries.map((e) => `${e.type}:${e.name}`), [...files.map((n) => `file:${n}`), ...dirs.map((n) => `dir:${n}`)]);
     const f3 = entries.find((e) => e.name === 'f3.txt');
     assert.ok(f3?.type === 'file');
     assert.equal(f3.size, 2);

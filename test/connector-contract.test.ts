@@ -237,6 +237,8 @@ function runSuite(backend: Backend, env: () => Record<string, string>): void {
         const page = await okJson(call(at('paged') + (marker ? `?marker=${encodeURIComponent(marker)}` : '')));
         pages++;
         assert.ok(!(page.folders && page.files), 'a page holds folders or files, not both');
+        // The Python CLI reads a file's size and date from the first page of its directory.
+        if (pages === 1) assert.ok(page.files?.length, `the first page holds files: ${JSON.stringify(page)}`);
         const n = (page.folders?.length ?? 0) + (page.files?.length ?? 0);
         assert.ok(n <= PAGE, `at most ${PAGE} entries per page, got ${n}`);
         for (const f of page.folders ?? []) seenFolders.push(f.name);

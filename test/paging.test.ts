@@ -45,7 +45,7 @@ test('paging 2,500 entries while entries are added and removed between and durin
   const pages: { folders: number; files: number }[] = [];
   let marker: string | undefined;
   let round = 0;
-  let phase: 'folders' | 'files' = 'folders';
+  let phase: 'files' | 'folders' = 'files';
 
   do {
     // Mutations racing with the page request: new names before and after the cursor,
@@ -70,8 +70,8 @@ test('paging 2,500 entries while entries are added and removed between and durin
     const files: string[] = (page.files ?? []).map((f: { filename: string }) => f.filename);
     assert.ok(folders.length === 0 || files.length === 0, 'a page never mixes folders and files');
     assert.ok(folders.length + files.length <= 1000, 'at most 1000 entries a page');
-    if (files.length > 0) phase = 'files';
-    assert.ok(!(phase === 'files' && folders.length > 0), 'all folder pages come before the file pages');
+    if (folders.length > 0) phase = 'folders';
+    assert.ok(!(phase === 'folders' && files.length > 0), 'all file pages come before the folder pages');
     const names = folders.length ? folders : files;
     for (let i = 1; i < names.length; i++) assert.ok(names[i - 1]! < names[i]!, 'a stable, sorted order');
     seen.push(...names.map((n) => (folders.length ? `dir:${n}` : `file:${n}`)));
@@ -91,5 +91,5 @@ test('paging 2,500 entries while entries are added and removed between and durin
   }
   assert.ok(survivors > 2400, 'most entries survived');
   assert.ok(pages.length >= 4, `2,530 entries take several pages (${JSON.stringify(pages)})`);
-  assert.equal(pages[0]!.files, 0, 'the first page holds folders');
+  assert.equal(pages[0]!.folders, 0, 'the first page holds files (the Python CLI reads a file\'s details from it)');
 });

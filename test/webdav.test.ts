@@ -85,13 +85,13 @@ describe('WebDavStorage against rclone serve webdav', { skip: rcloneMissing() },
     assert.notEqual(changed.etag, f.etag);
   });
 
-  test('list pages: every entry exactly once, folders first, byte order, tokens repeatable', async () => {
+  test('list pages: every entry exactly once, files first, byte order, tokens repeatable', async () => {
     const folders = ['b dir', 'a%dir', 'ü dir', 'Z#dir'];
     // '😀' (U+1F600) sorts after 'ｚ' (U+FF5A) in byte order but before it in UTF-16 order.
     const files = ['a b.txt', '100%.txt', 'x#y.txt', 'q?.txt', 'ünï cödé.txt', '😀.txt', 'ｚ.txt', 'z.txt', "it's (1).txt", '+plus&amp;.txt', 'self'];
     for (const d of folders) fs.mkdirSync(disk('paged', d), { recursive: true });
     files.forEach((f, i) => put(path.join('paged', f), 'x'.repeat(i + 1)));
-    const expected = [...[...folders].sort(byteOrder).map((n) => `d:${n}`), ...[...files].sort(byteOrder).map((n) => `f:${n}`)];
+    const expected = [...[...files].sort(byteOrder).map((n) => `f:${n}`), ...[...folders].sort(byteOrder).map((n) => `d:${n}`)];
 
     const seen: string[] = [];
     const pages: { token: string | undefined; page: RemotePage }[] = [];
@@ -100,7 +100,7 @@ describe('WebDavStorage against rclone serve webdav', { skip: rcloneMissing() },
       const page = await store.list(['paged'], token, 3, signal());
       assert.ok(page.folders.length + page.files.length <= 3);
       pages.push({ token, page });
-      seen.push(...page.folders.map((n) => `d:${n}`), ...page.files.map((f) => `f:${f.name}`));
+      seen.push(...page.files.map((f) => `f:${f.name}`), ...page.folders.map((n) => `d:${n}`));
       for (const f of page.files) assert.equal(f.size, files.indexOf(f.name) + 1, f.name);
       token = page.next;
       if (!token) break;
@@ -116,8 +116,8 @@ describe('WebDavStorage against rclone serve webdav', { skip: rcloneMissing() },
     const short = await store.list(['paged'], undefined, expected.length - 1, signal());
     assert.ok(short.next);
     const rest = await store.list(['paged'], short.next, 100, signal());
-    assert.deepEqual(rest, { folders: [], files: [rest.files[0]] });
-    assert.equal(`f:${rest.files[0]!.name}`, expected.at(-1));
+    assert.deepEqual(rest, { folders: [rest.folders[0]], files: [] });
+    assert.equal(`d:${rest.folders[0]}`, expected.at(-1));
 
     assert.deepEqual(await store.list(['paged', 'b dir'], undefined, 10, signal()), { folders: [], files: [] });
   });

@@ -174,20 +174,19 @@ export class ExternalConnector implements Connector {
       page = await this.remote(segments, (signal) => this.storage.list(segments, token, this.pageSize, signal));
     }
     const out: ListPage = {};
-    const folderCount = page.folders.length;
-    const total = folderCount + page.files.length;
-    // Folder entries and file entries are never served in the same page, as with hosted data
-    // (the npm client miscounts mixed pages), so a provider page may be served in parts.
+    const fileCount = page.files.length;
+    const total = fileCount + page.folders.length;
+    // File entries and folder entries are never served in the same page, as with hosted data
+    // (the npm client miscounts mixed pages), and files come first (the Python CLI looks for a
+    // file in the first page of its directory), so a provider page may be served in parts.
     let end: number;
-    if (skip < folderCount) {
-      end = Math.min(folderCount, skip + this.pageSize);
-      out.folders = page.folders.slice(skip, end).map((name) => ({ name }));
+    if (skip < fileCount) {
+      end = Math.min(fileCount, skip + this.pageSize);
+      out.files = page.files.slice(skip, end).map((f) => ({ filename: f.name, last_modified: new Date(f.modified).toISOString(), size: f.size }));
     } else {
       end = Math.min(total, skip + this.pageSize);
-      const files = page.files.slice(skip - folderCount, end - folderCount);
-      if (files.length > 0) {
-        out.files = files.map((f) => ({ filename: f.name, last_modified: new Date(f.modified).toISOString(), size: f.size }));
-      }
+      const folders = page.folders.slice(skip - fileCount, end - fileCount);
+      if (folders.length > 0) out.folders = folders.map((name) => ({ name }));
     }
     let next: ExternalMarker | undefined;
     if (end < total) next = token === undefined ? { s: end } : { t: token, s: end };

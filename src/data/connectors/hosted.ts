@@ -152,40 +152,13 @@ export class HostedConnector implements Connector {
     }
     const dir = rel.join('/');
     const scope = `data:${owner.id}:${dir}`;
-    let pos: Position = options.marker ? this.markers.decode(scope, options.marker) : { phase: 'folders', after: '' };
+    // File pages come first, then folder pages, and a page never holds both: the npm client
+    // miscounts mixed pages, and the Python CLI finds a file's size and date in the first page
+    // of its directory alone. At a user's root there are only collections.
+    let pos: Position = options.marker ? this.markers.decode(scope, options.marker) : { phase: rel.length > 0 ? 'files' : 'folders', after: '' };
     const page: ListPage = {};
 
-    // At a user's root the entries are collections, filtered by what the caller may read.
-    let readable: ReadAcl[] | undefined;
-    if (rel.length === 0 && !isOwner(principal, owner.name)) {
-      readable = principal.algorithm?.owner.toLowerCase() === owner.name.toLowerCase() ? ['public', 'my_algorithms'] : ['public'];
-    }
-
-    if (pos.phase === 'folders') {
-      let q = this.db
-        .selectFrom('nodes')
-        .select('name')
-        .where('owner_id', '=', owner.id)
-        .where('dir', '=', dir)
-        .where('kind', '=', 'dir')
-        .where('name', '>', pos.after)
-        .orderBy('name')
-        .limit(this.pageSize + 1);
-      if (readable) q = q.where('acl', 'in', readable);
-      const rows = await q.execute();
-      if (rows.length > this.pageSize) {
-        rows.length = this.pageSize;
-        page.folders = rows.map((r) => ({ name: r.name }));
-        page.marker = this.markers.encode(scope, { phase: 'folders', after: rows[rows.length - 1]!.name });
-      } else if (rows.length > 0) {
-        // Folder pages and file pages never mix (the npm client miscounts mixed pages).
-        page.folders = rows.map((r) => ({ name: r.name }));
-        if (await this.hasFiles(owner, dir)) page.marker = this.markers.encode(scope, { phase: 'files', after: '' });
-      } else {
-        pos = { phase: 'files', after: '' };
-      }
-    }
-    if (pos.phase === 'files' && rel.length > 0) {
+    if (pos.phase === 'files') {
       const rows = await this.db
         .selectFrom('nodes')
         .select(['name', 'size', 'modified_at'])
@@ -206,7 +179,33 @@ export class HostedConnector implements Connector {
           last_modified: new Date(r.modified_at).toISOString(),
           size: r.size,
         }));
+        if (!page.marker && (await this.hasFolders(owner, dir))) page.marker = this.markers.encode(scope, { phase: 'folders', after: '' });
+      } else {
+        pos = { phase: 'folders', after: '' };
       }
+    }
+    if (pos.phase === 'folders') {
+      // At a user's root the entries are collections, filtered by what the caller may read.
+      let readable: ReadAcl[] | undefined;
+      if (rel.length === 0 && !isOwner(principal, owner.name)) {
+        readable = principal.algorithm?.owner.toLowerCase() === owner.name.toLowerCase() ? ['public', 'my_algorithms'] : ['public'];
+      }
+      let q = this.db
+        .selectFrom('nodes')
+        .select('name')
+        .where('owner_id', '=', owner.id)
+        .where('dir', '=', dir)
+        .where('kind', '=', 'dir')
+        .where('name', '>', pos.after)
+        .orderBy('name')
+        .limit(this.pageSize + 1);
+      if (readable) q = q.where('acl', 'in', readable);
+      const rows = await q.execute();
+      if (rows.length > this.pageSize) {
+        rows.length = this.pageSize;
+        page.marker = this.markers.encode(scope, { phase: 'folders', after: rows[rows.length - 1]!.name });
+      }
+      if (rows.length > 0) page.folders = rows.map((r) => ({ name: r.name }));
     }
     if (options.acl && rel.length > 0) {
       page.acl = aclToApi((await this.collectionAcl(owner, rel[0]!)) ?? DEFAULT_ACL);
@@ -214,13 +213,13 @@ export class HostedConnector implements Connector {
     return page;
   }
 
-  private async hasFiles(owner: Owner, dir: string): Promise<boolean> {
+  private async hasFolders(owner: Owner, dir: string): Promise<boolean> {
     const row = await this.db
       .selectFrom('nodes')
       .select('id')
       .where('owner_id', '=', owner.id)
       .where('dir', '=', dir)
-      .where('kind', '=', 'file')
+      .where('kind', '=', 'dir')
       .limit(1)
       .executeTakeFirst();
     return row !== undefined;

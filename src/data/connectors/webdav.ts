@@ -85,7 +85,7 @@ export class WebDavStorage implements RemoteStorage {
 
   /**
    * WebDAV has no paging: each page is a fresh Depth 1 PROPFIND that keeps only the `limit`
-   * smallest entries after the token (folders first, then files, each in UTF-8 byte order),
+   * smallest entries after the token (files first, then folders, each in UTF-8 byte order),
    * so memory is O(limit) however large the directory, and a token (the last entry returned)
    * stays valid for repeating its page and survives entries being added or removed.
    */
@@ -376,9 +376,9 @@ function parseDate(value: string | undefined): number {
   return Number.isFinite(ms) ? ms : 0;
 }
 
-/** Folders first, then files, each by name in UTF-8 byte order (code point order, not UTF-16's). */
+/** Files first, then folders (as hosted data pages them), each by name in UTF-8 byte order (code point order, not UTF-16's). */
 function compareEntries(a: { dir: boolean; name: string }, b: { dir: boolean; name: string }): number {
-  if (a.dir !== b.dir) return a.dir ? -1 : 1;
+  if (a.dir !== b.dir) return a.dir ? 1 : -1;
   const n = Math.min(a.name.length, b.name.length);
   for (let i = 0; i < n; i++) {
     const x = a.name.charCodeAt(i);
