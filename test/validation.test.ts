@@ -78,6 +78,8 @@ const CASES: Case[] = [
   { what: 'mkdir over a file', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"file.txt"}', type: json_, status: 409, code: 'type_conflict' },
   { what: 'mkdir over a directory', method: 'POST', path: '/v1/data/.my/c', body: '{"name":"sub"}', type: json_, status: 409, code: 'already_exists' },
   { what: 'file over a directory', method: 'PUT', path: '/v1/data/.my/c/sub', body: 'x', status: 409, code: 'type_conflict' },
+  { what: 'file over a collection', method: 'PUT', path: '/v1/data/.my/c', body: 'x', status: 409, code: 'type_conflict' },
+  { what: 'file at the root, no such collection', method: 'PUT', path: '/v1/data/.my/nocoll', body: 'x', status: 400, code: 'invalid_path' },
   { what: 'file under a file', method: 'PUT', path: '/v1/data/.my/c/file.txt/x', body: 'x', status: 409, code: 'type_conflict' },
   { what: 'mkdir under a file', method: 'POST', path: '/v1/data/.my/c/file.txt', body: '{"name":"x"}', type: json_, status: 409, code: 'type_conflict' },
   { what: 'PATCH a file', method: 'PATCH', path: '/v1/data/.my/c/file.txt', body: '{"acl":{"read":[]}}', type: json_, status: 409, code: 'type_conflict' },

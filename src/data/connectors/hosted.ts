@@ -247,6 +247,10 @@ export class HostedConnector implements Connector {
     const rel = segments.slice(1);
     this.checkWrite(principal, owner, rel);
     if (rel.length < 2) {
+      // A collection named as the file: the same answer as any other directory in the way.
+      if (rel.length === 1 && (await this.node(this.db, owner, rel))?.kind === 'dir') {
+        throw new AppError('type_conflict', `${uri(owner, rel)} is a collection (a directory); a file cannot replace it: name a file inside it, e.g. ${uri(owner, rel)}/<file name>`);
+      }
       throw new AppError('invalid_path', 'a file goes inside a collection: data://.my/<collection>/<file name>');
     }
     // Refuse early, before any byte is stored; checked again when committing.
