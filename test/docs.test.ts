@@ -21,3 +21,19 @@ test('every setting the config module reads is in docs/configuration.md', () => 
   assert.ok(vars.size >= 6);
   for (const v of vars) assert.ok(doc.includes(`\`${v}\``), `docs/configuration.md documents ${v}`);
 });
+
+test('the docs only name files that are in the repository, and no feature as still to come', () => {
+  const pages = ['README.md', 'client/README.md', ...fs.readdirSync(new URL('../docs', import.meta.url)).map((f) => `docs/${f}`)];
+  for (const page of pages) {
+    const text = read(page);
+    const base = new URL(`../${page}`, import.meta.url);
+    // Markdown links to local files, and bare mentions of other .md files, must resolve.
+    for (const m of text.matchAll(/\]\(([^)#\s]+\.md)(#[^)]*)?\)|(?<![\w/.-])([\w-]+\.md)\b/g)) {
+      const target = m[1] ?? m[3]!;
+      if (/^https?:/.test(target)) continue;
+      const resolved = m[1] ? new URL(target, base) : [new URL(target, base), new URL(`../docs/${target}`, import.meta.url), new URL(`../${target}`, import.meta.url)].find((u) => fs.existsSync(u));
+      assert.ok(resolved && fs.existsSync(resolved), `${page} names ${target}, which is not in the repository`);
+    }
+    assert.doesNotMatch(text, /later issue|with the algorithms issue|comes with the .* issue/i, `${page} speaks of a later issue`);
+  }
+});
