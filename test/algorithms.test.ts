@@ -1,6 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { compile, publish, upload } from './helpers/algorithms.ts';
 
 let s: TestServer;
 let alice: ReturnType<typeof api>;
@@ -91,10 +92,25 @@ describe('algorithm records (management API)', () => {
       assert.equal(body.error.code, 'algorithm_not_found');
       assert.match(body.error.message, /No such algorithm/);
     }
-    assert.equal((await bob('/v1/algorithms/alice/Hello')).status, 200, 'a public algorithm is visible');
-    const seen = (await json(await bob('/v1/users/alice/algorithms'))).results.map((a: { name: string }) => a.name);
+    const listed = async () => (await json(await bob('/v1/users/alice/algorithms'))).results.map((a: { name: string }) => a.name);
+    // Public, but with nothing to call yet: the owner's work in progress, out of others' sight.
+    assert.equal((await bob('/v1/algorithms/alice/Hello')).status, 404, 'an algorithm never published is not shown to others');
+    assert.ok(!(await listed()).includes('Hello'));
+    // Every build failed: still nothing to call, still out of sight.
+    await send(alice, 'POST', '/v1/algorithms/alice', { name: 'Broken' });
+    assert.equal((await upload(alice, 'alice', 'Broken', { 'src/Broken.py': 'def apply(input:\n' })).status, 200);
+    const failed = await json(await send(alice, 'POST', '/v1/algorithms/alice/Broken/compile'));
+    assert.equal(failed.compilation.successful, false);
+    assert.equal((await bob('/v1/algorithms/alice/Broken')).status, 404);
+    assert.ok(!(await listed()).includes('Broken'));
+    // Published: visible.
+    await compile(alice, 'alice', 'Hello');
+    await publish(alice, 'alice', 'Hello');
+    assert.equal((await bob('/v1/algorithms/alice/Hello')).status, 200, 'a public algorithm with a public version is visible');
+    const seen = await listed();
     assert.ok(seen.includes('Hello'));
     assert.ok(!seen.includes('Secret'));
+    assert.ok(!seen.includes('Broken'));
   });
 
   test('update merges details and settings; renaming is refused; delete answers 204', async () => {
@@ -146,6 +162,16 @@ describe('algorithm records (management API)', () => {
       const name = `P${String(i).padStart(3, '0')}`;
       const settings = i === 99 ? { algorithm_callability: 'private' } : {};
       assert.equal((await send(owner, 'POST', '/v1/algorithms/dave', { name, settings })).status, 201);
+    }
+    // Others see only algorithms with a public version: give each one.
+    const names = Array.from({ length: 101 }, (_, i) => `P${String(i).padStart(3, '0')}`);
+    for (let i = 0; i < names.length; i += 4) {
+      await Promise.all(
+        names.slice(i, i + 4).map(async (name) => {
+          await compile(owner, 'dave', name);
+          await publish(owner, 'dave', name, {}, { algorithm_callability: 'public' });
+        }),
+      );
     }
     const seen = await json(await bob('/v1/users/dave/algorithms'));
     assert.equal(seen.results.length, 100, 'a full page of visible algorithms');

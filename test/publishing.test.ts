@@ -211,8 +211,9 @@ describe('publishing and version selection', () => {
       const settings = { algorithm_callability: callability ?? 'public' };
       assert.equal(await publish(alice, 'alice', 'Versioned', { version_type: type, release_notes: `notes ${expect}` }, settings), expect);
     }
-    // Later calls by others need the algorithm itself to stay public.
-    await alice('/v1/algorithms/alice/Versioned', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ settings: { algorithm_callability: 'public' } }) });
+    // The private publish of 1.0.1 made that version private, not the algorithm.
+    const algo = await json(await bob('/v1/algorithms/alice/Versioned'));
+    assert.equal(algo.settings.algorithm_callability, 'public');
   });
 
   const answer = async (who: typeof alice, ref: string) => {
@@ -235,6 +236,33 @@ describe('publishing and version selection', () => {
     assert.equal(await answer(bob, 'alice/Versioned/1.0.1'), 'algorithm algo://alice/Versioned/1.0.1 not found');
     assert.equal(await answer(bob, 'alice/Versioned/latestPrivate'), 'v1.0.0:x');
     assert.equal(await answer(bob, 'alice/Versioned/3.*'), 'algorithm algo://alice/Versioned/3.* not found');
+  });
+
+  test('an algorithm created private stays owner-only, whatever its versions say; its owner calls it plainly', async () => {
+    await createAlgorithm(alice, 'alice', 'Hidden', { language: 'javascript', algorithm_callability: 'private' });
+    await upload(alice, 'alice', 'Hidden', { 'src/Hidden.js': text('h1:') });
+    await compile(alice, 'alice', 'Hidden');
+    assert.equal(await publish(alice, 'alice', 'Hidden'), '0.1.0');
+    await upload(alice, 'alice', 'Hidden', { 'src/Hidden.js': text('h2:') });
+    await compile(alice, 'alice', 'Hidden');
+    assert.equal(await publish(alice, 'alice', 'Hidden', {}, { algorithm_callability: 'public' }), '0.2.0');
+    // No public version until 0.2.0; the owner's plain call takes the latest public one then.
+    assert.equal(await answer(alice, 'alice/Hidden'), 'h2:x');
+    assert.equal(await answer(alice, 'alice/Hidden/0.1.0'), 'h1:x');
+    for (const ref of ['alice/Hidden', 'alice/Hidden/0.2.0', 'alice/Hidden/latest']) {
+      assert.equal(await answer(bob, ref), `algorithm algo://${ref} not found`);
+    }
+    assert.equal((await bob('/v1/algorithms/alice/Hidden')).status, 404);
+    assert.equal((await json(await alice('/v1/algorithms/alice/Hidden'))).settings.algorithm_callability, 'private');
+  });
+
+  test('an owner with only private versions calls the latest of them plainly', async () => {
+    await createAlgorithm(alice, 'alice', 'Drafts', { language: 'javascript' });
+    await upload(alice, 'alice', 'Drafts', { 'src/Drafts.js': text('d1:') });
+    await compile(alice, 'alice', 'Drafts');
+    await publish(alice, 'alice', 'Drafts', {}, { algorithm_callability: 'private' });
+    assert.equal(await answer(alice, 'alice/Drafts'), 'd1:x');
+    assert.equal(await answer(bob, 'alice/Drafts'), 'algorithm algo://alice/Drafts not found');
   });
 
   test('a build hash is callable by its owner only, published or not', async () => {

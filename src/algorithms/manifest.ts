@@ -135,3 +135,59 @@ export function parseSettings(input: unknown, base: AlgorithmSettings): Algorith
   }
   return out;
 }
+
+/** What create and update may say about the next version; the next publish uses it where its own version_info is silent. */
+export interface PendingVersionInfo {
+  sample_input?: unknown;
+  release_notes?: string;
+}
+
+const VERSION_INFO_FIELDS = ['version_type', 'release_notes', 'sample_input', 'semantic_version', 'git_hash', 'version_uuid'];
+
+/**
+ * Reads a `version_info` object as the official clients send it (publish, and the Python
+ * client's create and update). `semantic_version`, `git_hash` and `version_uuid` describe an
+ * existing version in the original API's answers and are accepted and ignored in requests.
+ */
+export function readVersionInfo(raw: unknown): { version_type?: unknown; release_notes?: string; sample_input?: unknown } {
+  if (raw === undefined || raw === null) return {};
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw bad('version_info must be a JSON object');
+  const v = raw as Record<string, unknown>;
+  for (const k of Object.keys(v)) {
+    if (!VERSION_INFO_FIELDS.includes(k)) throw bad(`unknown field version_info.${k.slice(0, 40)}; it takes version_type, release_notes, sample_input`);
+  }
+  if (v.release_notes !== undefined && v.release_notes !== null && typeof v.release_notes !== 'string') throw bad('version_info.release_notes must be a string');
+  const notes = typeof v.release_notes === 'string' ? v.release_notes : undefined;
+  if (notes !== undefined && notes.length > 64 * 1024) throw bad('version_info.release_notes may be at most 65536 characters');
+  if (v.sample_input !== undefined && JSON.stringify(v.sample_input).length > 64 * 1024) throw bad('version_info.sample_input may be at most 64 KiB of JSON');
+  return {
+    ...(v.version_type !== undefined ? { version_type: v.version_type } : {}),
+    ...(notes !== undefined ? { release_notes: notes } : {}),
+    ...(v.sample_input !== undefined ? { sample_input: v.sample_input } : {}),
+  };
+}
+
+const isEmpty = (v: unknown) => v === undefined || v === null || (typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0);
+
+/**
+ * `source` and `scmsCredentials`, which the Python client sends with every create, update and
+ * publish (empty objects by default). The original service could link an algorithm to an
+ * external repository (GitHub, GitLab...); this server keeps sources itself, so only the
+ * empty forms and the original's own `internal` repository are accepted.
+ */
+export function checkSourceFields(input: { source?: unknown; scmsCredentials?: unknown }): void {
+  const { source, scmsCredentials } = input;
+  if (!isEmpty(source)) {
+    const scm = typeof source === 'object' && source !== null && !Array.isArray(source) ? (source as Record<string, unknown>).scm : undefined;
+    const keys = typeof source === 'object' && source !== null ? Object.keys(source) : [];
+    const internal = keys.length === 1 && typeof scm === 'object' && scm !== null && (scm as Record<string, unknown>).id === 'internal';
+    if (!internal) {
+      throw bad(
+        'this server keeps algorithm sources itself and cannot link an external repository (source.scm): send "source": {} or leave it out, then upload the source (PUT .../source with a tar.gz, or git push to /git/<owner>/<name>.git)',
+      );
+    }
+  }
+  if (!isEmpty(scmsCredentials)) {
+    throw bad('scmsCredentials are for linking an external repository, which this server does not do: send {} or leave it out');
+  }
+}

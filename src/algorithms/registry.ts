@@ -1,4 +1,5 @@
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
+import type { Schema } from '../store/schema.ts';
 import { AppError } from '../errors.ts';
 import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -6,11 +7,14 @@ import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
 import {
   DEFAULT_SETTINGS,
+  checkSourceFields,
   parseDetails,
   parseSettings,
+  readVersionInfo,
   validateAlgorithmName,
   type AlgorithmDetails,
   type AlgorithmSettings,
+  type PendingVersionInfo,
 } from './manifest.ts';
 
 export interface Algorithm {
@@ -25,6 +29,20 @@ export interface Algorithm {
   source_hash: string | null;
   /** The build the last compile produced, when it succeeded: what a publish publishes. */
   build_hash: string | null;
+  /** Sample input and release notes create or update were given, for the next publish. */
+  version_info: PendingVersionInfo;
+  /** Whether anyone but the owner can call some version of it. */
+  has_public_version: boolean;
+}
+
+/** What create and update take: the original API's fields, as the official clients send them. */
+export interface AlgorithmInput {
+  name?: unknown;
+  details?: unknown;
+  settings?: unknown;
+  version_info?: unknown;
+  source?: unknown;
+  scmsCredentials?: unknown;
 }
 
 interface Row {
@@ -36,6 +54,9 @@ interface Row {
   updated_at: number;
   source_hash: string | null;
   build_hash: string | null;
+  version_info: string | null;
+  /** SQLite answers 0 or 1, PostgreSQL a boolean. */
+  has_public_version: number | boolean;
   owner: string;
 }
 
@@ -50,7 +71,24 @@ function toAlgorithm(row: Row): Algorithm {
     updated_at: row.updated_at,
     source_hash: row.source_hash,
     build_hash: row.build_hash,
+    version_info: row.version_info ? (JSON.parse(row.version_info) as PendingVersionInfo) : {},
+    has_public_version: row.has_public_version === 1 || row.has_public_version === true,
   };
+}
+
+/** The sample input and release notes of a create or update, over what was kept before. */
+function pendingVersionInfo(raw: unknown, base: PendingVersionInfo): string | null {
+  const { sample_input, release_notes } = readVersionInfo(raw);
+  const next: PendingVersionInfo = { ...base, ...(sample_input !== undefined ? { sample_input } : {}), ...(release_notes !== undefined ? { release_notes } : {}) };
+  return Object.keys(next).length > 0 ? JSON.stringify(next) : null;
+}
+
+/**
+ * Whether the algorithm of the row has a version anyone may call (a public one). The value is
+ * a literal, not a parameter: prepared statements (store.prepared) bind parameters by position.
+ */
+function hasPublicVersion({ exists, selectFrom }: ExpressionBuilder<Schema, 'algorithms'>) {
+  return exists(selectFrom('versions').select('versions.id').whereRef('versions.algorithm_id', '=', 'algorithms.id').where('versions.callability', '=', sql.lit('public')));
 }
 
 export function noSuchAlgorithm(owner: string, name: string): AppError {
@@ -122,15 +160,19 @@ export class AlgorithmRegistry {
         'algorithms.updated_at',
         'algorithms.source_hash',
         'algorithms.build_hash',
+        'algorithms.version_info',
+        (eb) => hasPublicVersion(eb).as('has_public_version'),
         'users.username as owner',
       ]);
   }
 
-  async create(principal: Principal, owner: string, input: { name?: unknown; details?: unknown; settings?: unknown }): Promise<Algorithm> {
+  async create(principal: Principal, owner: string, input: AlgorithmInput): Promise<Algorithm> {
     this.requireManager(principal, owner);
     const name = validateAlgorithmName(input.name);
     const details = parseDetails(input.details, { label: name, summary: '', tagline: '' });
     const settings = parseSettings(input.settings, DEFAULT_SETTINGS);
+    const versionInfo = pendingVersionInfo(input.version_info, {});
+    checkSourceFields(input);
     this.checkNetwork(settings);
     const now = Date.now();
     try {
@@ -146,6 +188,7 @@ export class AlgorithmRegistry {
           updated_at: now,
           source_hash: null,
           build_hash: null,
+          version_info: versionInfo,
         })
         .execute();
     } catch (err) {
@@ -155,16 +198,20 @@ export class AlgorithmRegistry {
     return this.require(principal, principal.username, name);
   }
 
-  /** An algorithm as `principal` may see it: the owner always, others while it is public. */
+  /**
+   * An algorithm as `principal` may see it: the owner always; others while it is public and
+   * has a public version to call (one never published, or whose every build failed, is the
+   * owner's work in progress, and stays out of sight like a private one).
+   */
   async require(principal: Principal, owner: string, name: string): Promise<Algorithm> {
     const [row] = await this.byName([owner.toLowerCase(), name.toLowerCase()]);
     if (!row) throw noSuchAlgorithm(owner, name);
     const algo = toAlgorithm(row);
-    if (!isOwner(principal, algo.owner) && algo.settings.algorithm_callability !== 'public') throw noSuchAlgorithm(owner, name);
+    if (!isOwner(principal, algo.owner) && (algo.settings.algorithm_callability !== 'public' || !algo.has_public_version)) throw noSuchAlgorithm(owner, name);
     return algo;
   }
 
-  async update(principal: Principal, owner: string, name: string, input: { name?: unknown; details?: unknown; settings?: unknown }): Promise<Algorithm> {
+  async update(principal: Principal, owner: string, name: string, input: AlgorithmInput): Promise<Algorithm> {
     this.requireManager(principal, owner);
     const current = await this.require(principal, owner, name);
     if (input.name !== undefined && (typeof input.name !== 'string' || input.name.toLowerCase() !== current.name.toLowerCase())) {
@@ -172,10 +219,12 @@ export class AlgorithmRegistry {
     }
     const details = parseDetails(input.details, current.details);
     const settings = parseSettings(input.settings, current.settings);
+    const versionInfo = pendingVersionInfo(input.version_info, current.version_info);
+    checkSourceFields(input);
     this.checkNetwork(settings, current.settings);
     await this.db
       .updateTable('algorithms')
-      .set({ details: JSON.stringify(details), settings: JSON.stringify(settings), updated_at: Date.now() })
+      .set({ details: JSON.stringify(details), settings: JSON.stringify(settings), version_info: versionInfo, updated_at: Date.now() })
       .where('id', '=', current.id)
       .execute();
     return this.require(principal, owner, name);
@@ -198,9 +247,7 @@ export class AlgorithmRegistry {
     let q = this.query()
       .where('algorithms.id', '>', after)
       .where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public')
-      .where(({ exists, selectFrom }) =>
-        exists(selectFrom('versions').select('versions.id').whereRef('versions.algorithm_id', '=', 'algorithms.id').where('versions.callability', '=', 'public')),
-      )
+      .where(hasPublicVersion)
       .orderBy('algorithms.id')
       .limit(pageSize + 1);
     if (needle !== '') {
@@ -229,7 +276,8 @@ export class AlgorithmRegistry {
       .orderBy('algorithms.name_lc')
       .limit(pageSize + 1);
     if (user.id !== principal.userId) {
-      q = q.where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public');
+      // As require() decides: public, and with a public version to call.
+      q = q.where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public').where(hasPublicVersion);
     }
     const rows = await q.execute();
     const more = rows.length > pageSize;

@@ -8,7 +8,7 @@ import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
 import type { Build, BuildService } from './builds.ts';
-import { DEFAULT_SETTINGS, type AlgorithmSettings } from './manifest.ts';
+import { DEFAULT_SETTINGS, checkSourceFields, readVersionInfo, type AlgorithmSettings } from './manifest.ts';
 import { compareSemVer, formatSemVer, type Selector, nextVersion, parseSelector, resolveVersion, type PublishedVersion, type SemVer, type VersionType } from './versions.ts';
 
 export interface Version extends SemVer {
@@ -105,14 +105,18 @@ export class ReleaseService {
     principal: Principal,
     owner: string,
     name: string,
-    input: { details?: unknown; settings?: unknown; version_info?: unknown },
+    input: { details?: unknown; settings?: unknown; version_info?: unknown; source?: unknown; scmsCredentials?: unknown },
   ): Promise<{ algorithm: Algorithm; version: Version }> {
     const info = parseVersionInfo(input.version_info);
+    checkSourceFields(input);
+    // A publish's algorithm_callability is this version's alone: a private publish must not
+    // hide the versions already public (spec 9.2: the default is the latest public one).
+    const { settings, callability } = splitCallability(input.settings);
     const first = await this.registry.manage(principal, owner, name);
     return this.builds.lock.run(first.id, async () => {
       const algo =
-        input.details !== undefined || input.settings !== undefined
-          ? await this.registry.update(principal, owner, name, { details: input.details, settings: input.settings })
+        input.details !== undefined || settings !== undefined
+          ? await this.registry.update(principal, owner, name, { details: input.details, settings })
           : await this.registry.manage(principal, owner, name);
       const build = await this.builds.current(algo);
       if (!build) {
@@ -135,9 +139,9 @@ export class ReleaseService {
             algorithm_id: algo.id,
             build_id: build.id,
             ...next,
-            callability: algo.settings.algorithm_callability,
-            release_notes: info.release_notes,
-            sample_input: info.sample_input === undefined ? null : JSON.stringify(info.sample_input),
+            callability: callability ?? algo.settings.algorithm_callability,
+            release_notes: info.release_notes ?? algo.version_info.release_notes ?? '',
+            sample_input: JSON.stringify(info.sample_input ?? algo.version_info.sample_input) ?? null,
             settings: JSON.stringify(algo.settings),
             created_at: Date.now(),
           })
@@ -222,9 +226,11 @@ export class ReleaseService {
       return { algorithm: algo, build, version: null, settings: algo.settings };
     }
     const rows = (await this.ofAlgorithm([algo.id])).map(toVersion);
-    // A private algorithm has no public versions: its owner's "latest" is its latest private one.
-    const effective = selector.kind === 'latest' && mine && algo.settings.algorithm_callability === 'private' ? { kind: 'latestPrivate' as const } : selector;
-    const chosen = resolveVersion(rows.map(published), effective, mine);
+    const candidates = rows.map(published);
+    // The owner's "latest" is the latest public version too; only an algorithm with no public
+    // version at all (a private one) gives its owner its latest private version instead.
+    let chosen = resolveVersion(candidates, selector, mine);
+    if (!chosen && selector.kind === 'latest' && mine) chosen = resolveVersion(candidates, { kind: 'latestPrivate' }, mine);
     const version = chosen && rows.find((r) => r.id === chosen.id);
     if (!version) throw notFound(algo.owner, algo.name, selectorText);
     const build = await this.builds.succeeded(algo.id, version.buildHash);
@@ -242,21 +248,19 @@ function published(v: Version): PublishedVersion & { id: number } {
   return { id: v.id, major: v.major, minor: v.minor, patch: v.patch, buildHash: v.buildHash, public: v.callability === 'public' };
 }
 
-function parseVersionInfo(raw: unknown): { version_type: VersionType; release_notes: string; sample_input: unknown } {
-  if (raw === undefined || raw === null) return { version_type: 'minor', release_notes: '', sample_input: undefined };
-  if (typeof raw !== 'object' || Array.isArray(raw)) throw new AppError('invalid_body', 'version_info must be a JSON object');
-  const v = raw as Record<string, unknown>;
-  for (const k of Object.keys(v)) {
-    if (!['version_type', 'release_notes', 'sample_input', 'semantic_version', 'git_hash'].includes(k)) {
-      throw new AppError('invalid_body', `unknown field version_info.${k.slice(0, 40)}; it takes version_type, release_notes, sample_input`);
-    }
-  }
+function parseVersionInfo(raw: unknown): { version_type: VersionType; release_notes: string | undefined; sample_input: unknown } {
+  const v = readVersionInfo(raw);
   const type = v.version_type ?? 'minor';
   if (typeof type !== 'string' || !VERSION_TYPES.has(type as VersionType)) {
     throw new AppError('invalid_version', 'version_info.version_type must be "major", "minor" or "revision"');
   }
-  if (v.release_notes !== undefined && typeof v.release_notes !== 'string') throw new AppError('invalid_body', 'version_info.release_notes must be a string');
-  const notes = (v.release_notes as string | undefined) ?? '';
-  if (notes.length > 64 * 1024) throw new AppError('invalid_body', 'version_info.release_notes may be at most 65536 characters');
-  return { version_type: type as VersionType, release_notes: notes, sample_input: v.sample_input };
+  return { version_type: type as VersionType, release_notes: v.release_notes, sample_input: v.sample_input };
+}
+
+/** A publish's settings without algorithm_callability, which it applies to the new version alone. */
+function splitCallability(raw: unknown): { settings: unknown; callability: 'public' | 'private' | undefined } {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw) || !('algorithm_callability' in raw)) return { settings: raw, callability: undefined };
+  const { algorithm_callability: value, ...rest } = raw as Record<string, unknown>;
+  if (value !== 'public' && value !== 'private') throw new AppError('invalid_body', 'settings.algorithm_callability must be one of public, private');
+  return { settings: Object.keys(rest).length > 0 ? rest : undefined, callability: value };
 }

@@ -65,6 +65,14 @@ function presentVersion(req: FastifyRequest, a: Algorithm, v: Version) {
   };
 }
 
+/**
+ * What the official clients send: the Python client's create, update and publish add
+ * `version_info`, `source` and `scmsCredentials` (empty objects by default) to the original
+ * API's fields; the registry uses or refuses each, saying why.
+ */
+const ALGORITHM_FIELDS = ['name', 'details', 'settings', 'version_info', 'source', 'scmsCredentials'] as const;
+const PUBLISH_FIELDS = ['details', 'settings', 'version_info', 'source', 'scmsCredentials'] as const;
+
 /** Source archives: gzip by any of its usual names (tar.gz has no single registered type). */
 const ARCHIVE_TYPES = ['application/gzip', 'application/x-gzip', 'application/tar+gzip', 'application/x-tar+gzip', 'application/x-compressed-tar', 'application/octet-stream'];
 
@@ -75,7 +83,7 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   app.addContentTypeParser(ARCHIVE_TYPES, (_req, _payload, done) => done(null, undefined));
 
   app.post<{ Params: OwnerParams }>('/v1/algorithms/:owner', async (req, reply) => {
-    const algo = await registry.create(req.principal!, req.params.owner, body(req, ['name', 'details', 'settings']));
+    const algo = await registry.create(req.principal!, req.params.owner, body(req, ALGORITHM_FIELDS));
     return reply.code(201).send(present(req, algo));
   });
 
@@ -83,12 +91,9 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
     present(req, await registry.require(req.principal!, req.params.owner, req.params.name)),
   );
 
-  // version_info is accepted for the Python client, which sends it with updates; it belongs
-  // to the next publish and is not stored here.
-  app.put<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name', async (req) => {
-    const { version_info: _ignored, ...changes } = body(req, ['name', 'details', 'settings', 'version_info']);
-    return present(req, await registry.update(req.principal!, req.params.owner, req.params.name, changes));
-  });
+  app.put<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name', async (req) =>
+    present(req, await registry.update(req.principal!, req.params.owner, req.params.name, body(req, ALGORITHM_FIELDS))),
+  );
 
   app.delete<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name', async (req, reply) => {
     await builds.remove(req.principal!, req.params.owner, req.params.name);
@@ -131,7 +136,7 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   // The TypeScript client posts to .../version (singular).
   for (const route of ['/v1/algorithms/:owner/:name/versions', '/v1/algorithms/:owner/:name/version']) {
     app.post<{ Params: AlgoParams }>(route, async (req, reply) => {
-      const input = body(req, ['details', 'settings', 'version_info']);
+      const input = body(req, PUBLISH_FIELDS);
       const { algorithm, version } = await releases.publish(req.principal!, req.params.owner, req.params.name, input);
       return reply.code(200).send(presentVersion(req, algorithm, version));
     });

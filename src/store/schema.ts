@@ -71,6 +71,8 @@ export interface AlgorithmsTable {
   source_hash: string | null;
   /** The build the last compile produced, when it succeeded: what a publish publishes. */
   build_hash: string | null;
+  /** JSON `{sample_input?, release_notes?}` from create/update: defaults for the next publish. */
+  version_info: string | null;
 }
 
 export type BuildStatus = 'building' | 'succeeded' | 'failed';

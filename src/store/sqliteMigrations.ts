@@ -111,4 +111,9 @@ export const SQLITE_MIGRATIONS: readonly string[] = [
   CREATE UNIQUE INDEX connectors_label ON connectors(user_id, label_lc);
   CREATE UNIQUE INDEX connectors_default ON connectors(user_id, protocol) WHERE is_default = 1;
   `,
+  // What create and update were told about the next version (sample input, release notes):
+  // the next publish uses it where its own version_info is silent.
+  `
+  ALTER TABLE algorithms ADD COLUMN version_info TEXT;
+  `,
 ];
