@@ -81,6 +81,17 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   const { registry, builds, releases } = opts;
   // Archives are streamed to the extractor by the route, not parsed here.
   app.addContentTypeParser(ARCHIVE_TYPES, (_req, _payload, done) => done(null, undefined));
+  // The Python client's update() hands its dict to requests as form data, which keeps only
+  // the names of the fields inside details and settings: say so rather than apply nothing.
+  app.addContentTypeParser('application/x-www-form-urlencoded', (_req, _payload, done) =>
+    done(
+      new AppError(
+        'unsupported_media_type',
+        'this body is form-encoded, which carries only field names here (the Python client 2.x sends update() this way and its values are lost); send the fields as JSON with Content-Type: application/json',
+      ),
+      undefined,
+    ),
+  );
 
   app.post<{ Params: OwnerParams }>('/v1/algorithms/:owner', async (req, reply) => {
     const algo = await registry.create(req.principal!, req.params.owner, body(req, ALGORITHM_FIELDS));
