@@ -10,6 +10,7 @@ import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts
 import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
+import { environmentRoutes } from './http/environmentRoutes.ts';
 import { callRoutes, DirectCalls, webPreflight } from './http/callRoutes.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
@@ -130,6 +131,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
     await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
+    await authed.register(environmentRoutes, { environments: services.environments });
     await authed.register(callRoutes, { calls: services.calls });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });

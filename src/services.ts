@@ -15,6 +15,7 @@ import { DEFAULT_POOL } from './runtime/pool.ts';
 import { Builder } from './algorithms/builder.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
+import { Environments } from './algorithms/environments.ts';
 import { CallService } from './algorithms/calls.ts';
 import { ConnectedAccounts } from './connectors/accounts.ts';
 import { CredentialBox } from './connectors/credentials.ts';
@@ -29,6 +30,7 @@ export interface Services {
   hosted: HostedConnector;
   data: DataService;
   algorithms: AlgorithmRegistry;
+  environments: Environments;
   builds: BuildService;
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
@@ -106,6 +108,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     hosted,
     data,
     algorithms,
+    environments: new Environments((prefix) => files.scratch(prefix)),
     builds,
     releases,
     runtime,

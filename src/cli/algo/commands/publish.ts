@@ -2,13 +2,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Transform, pipeline } from 'node:stream';
 import { ApiError, packDirectory, type Algorithm, type AlgorithmVersion, type Language, type VersionType } from '../../../../client/src/index.ts';
-import { templateFiles, writeFiles } from '../../../algorithms/templates.ts';
+import { MANIFEST, starterFiles, writeFiles } from '../../../algorithms/templates.ts';
 import { CliError, UsageError, type Command, type Context } from '../context.ts';
 import { size } from '../progress.ts';
 import { isJson, noMore, parseArgs, resolveUser, shellQuote, table, utf8 } from './common.ts';
 
-/** What `algo init` writes and `algo publish` reads, in the algorithm's directory. */
-export const MANIFEST = 'algohost.json';
+export { MANIFEST };
 
 interface Manifest {
   name: string;
@@ -35,35 +34,6 @@ function language(value: string | undefined, flag: string): Language {
   return lang;
 }
 
-const ENTRY: Record<Language, (name: string) => string> = {
-  python3: (n) => `src/${n}.py`,
-  javascript: (n) => `src/${n}.js`,
-  typescript: () => 'src/index.ts',
-};
-
-function readme(name: string, lang: Language, owner: string | undefined): string {
-  const apply = { python3: '`def apply(input)`', javascript: '`exports.apply = function (input, cb)`', typescript: '`export function apply(input)` (may be async)' }[lang];
-  const deps = lang === 'python3' ? '`requirements.txt` (pip)' : '`package.json` (npm), if you add one';
-  const ref = `${owner ?? '<you>'}/${name}`;
-  return `# ${name}
-
-A ${lang} algorithm for algohost, made by \`algo init\`. It answers \`hello <input>\`.
-
-- \`${ENTRY[lang](name)}\`: the entry point, ${apply}, called once per request with the
-  input (text, bytes or parsed JSON); what it returns is the result.
-- Dependencies: ${deps}.
-- \`input.json\`: a test input.
-- \`${MANIFEST}\`: the algorithm's name and language (and owner, if given), read by \`algo publish\`.
-
-Publish it: the first time this creates the algorithm; every time, it uploads this directory,
-builds it, shows the build log and publishes a new version.
-
-    algo publish          # a minor version (0.1.0, 0.2.0...); --major, --revision; --private
-    algo run ${ref} -D input.json
-    algo versions ${ref}
-`;
-}
-
 export const init: Command = {
   summary: 'make a directory with a runnable algorithm template',
   usage: `usage: algo init [owner/]<name> --language python3|javascript|typescript [--dir DIR]
@@ -87,14 +57,7 @@ must not exist or be empty. Then \`algo publish DIR\`.`,
     if (fs.existsSync(dir) && (!fs.statSync(dir).isDirectory() || fs.readdirSync(dir).length > 0)) {
       throw new CliError(`${dir} already exists and is not an empty directory; choose another with --dir`);
     }
-    const manifest: Manifest = { name, language: lang, ...(owner ? { owner } : {}), test_input: 'input.json' };
-    const files: Record<string, string> = {
-      ...templateFiles(lang, name),
-      'input.json': '"world"\n',
-      'README.md': readme(name, lang, owner),
-      [MANIFEST]: `${JSON.stringify(manifest, null, 2)}\n`,
-      ...(lang === 'python3' ? {} : { '.gitignore': 'node_modules/\n' }),
-    };
+    const files = starterFiles(lang, name, owner);
     await writeFiles(dir, files);
     const rel = path.relative(process.cwd(), dir) || '.';
     ctx.result({ dir, name, language: lang, owner: owner ?? null, files: Object.keys(files).sort() }, () =>
