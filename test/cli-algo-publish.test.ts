@@ -259,10 +259,15 @@ test('python3: init, publish, run the template; our source with --major; every i
   assert.equal(same.code, 1);
   assert.match(same.stderr, /already published as version 1\.0\.0/);
 
-  // --revision --private: 1.0.1; the algorithm becomes private, callable by its owner only.
+  // --revision --private: 1.0.1 is private, callable by its owner only; 1.0.0 stays public,
+  // and the CLI says so.
   fs.writeFileSync(entry, `${CUSTOM.python3}# private\n`);
   const priv = await ok(['publish', name, '--revision', '--private']);
   assert.match(priv.stdout, /^Published alice\/Greeter_python3 1\.0\.1 \(private\)\n/);
+  assert.match(priv.stdout, /\nOnly you can call 1\.0\.1 \(as alice\/Greeter_python3\/1\.0\.1 or alice\/Greeter_python3\/latestPrivate\); others, and alice\/Greeter_python3 without a version, still get 1\.0\.0, the latest public version\.\n/);
+  const plainAsBob = await algo(['run', ref, '-t', 'you'], { env: { ALGOHOST_API_KEY: bob } });
+  assert.equal(plainAsBob.code, 0, plainAsBob.stderr);
+  assert.equal(plainAsBob.stdout, 'hello you\n');
   assert.match((await ok(['versions', ref])).stdout, /\n1\.0\.1 +\S+ +private /);
   assert.equal((await ok(['run', `${ref}/1.0.1`, '-t', 'me'])).stdout, 'hello me\n');
   const asBob = await algo(['run', `${ref}/1.0.1`, '-t', 'me'], { env: { ALGOHOST_API_KEY: bob } });

@@ -66,6 +66,13 @@ must not exist or be empty. Then \`algo publish DIR\`.`,
   },
 };
 
+/** Whether semantic version `a` is above `b`. */
+function newer(a: string, b: string): boolean {
+  const [x, y] = [a, b].map((v) => v.split('.').map(Number));
+  for (let i = 0; i < 3; i++) if (x![i] !== y![i]) return x![i]! > y![i]!;
+  return false;
+}
+
 function readManifest(dir: string): Partial<Manifest> | undefined {
   let text: string;
   try {
@@ -118,8 +125,10 @@ builds it (the build log is shown; a failed build stops here), publishes the bui
 version and prints it with a curl line that calls it.
   --major|--minor|--revision   which part of the version to bump (default --minor;
                                the first version is 1.0.0, 0.1.0 or 0.0.1)
-  --public|--private           who may call the version (default: the algorithm's setting,
-                               public for a new one)
+  --public|--private           who may call this version (default: the algorithm's setting,
+                               public for a new one); a private version is the owner's alone,
+                               by its number or latestPrivate, and the public ones stay as they
+                               are for everyone else
   --owner NAME                 the algorithm's owner (default: the manifest's "owner", else
                                the user the API key belongs to)
   --notes TEXT                 release notes`,
@@ -157,7 +166,9 @@ version and prints it with a curl line that calls it.
       if (!(err instanceof ApiError && err.code === 'algorithm_not_found')) throw err;
     }
     if (!existing) {
-      await algo.create({ details: { label: name }, settings: { language: lang, ...(callability ? { algorithm_callability: callability } : {}) } });
+      // --private is about the version published now, not the algorithm: created public, its
+      // later public versions reach others (an algorithm created private never would).
+      await algo.create({ details: { label: name }, settings: { language: lang } });
       created = true;
       ctx.note(`Created ${ref} (${lang})`);
     } else if (existing.settings.language !== lang) {
@@ -221,10 +232,23 @@ version and prints it with a curl line that calls it.
     });
     const semver = version.version_info.semantic_version;
     const visibility = version.settings.algorithm_callability;
+    // What others call now: the latest public version (a private publish leaves it as it was).
+    let publicVersion: string | null = null;
+    for await (const v of algo.versions()) {
+      if (v.settings.algorithm_callability === 'public' && (publicVersion === null || newer(v.version_info.semantic_version, publicVersion))) {
+        publicVersion = v.version_info.semantic_version;
+      }
+    }
     const curl = `curl -H "Authorization: Simple $ALGOHOST_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
+    const others =
+      visibility === 'public'
+        ? ''
+        : publicVersion
+          ? `\nOnly you can call ${semver} (as ${ref}/${semver} or ${ref}/latestPrivate); others, and ${ref} without a version, still get ${publicVersion}, the latest public version.`
+          : `\nOnly you can call it (as ${ref}/${semver}, ${ref}/latestPrivate, or ${ref}); ${ref} has no public version, so others cannot call it.`;
     ctx.result(
-      { algorithm: ref, created, version: semver, build_id: version.version_info.git_hash, callability: visibility, source, build_log: log, curl },
-      () => `Published ${ref} ${semver} (${visibility})\nCall it (with ALGOHOST_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
+      { algorithm: ref, created, version: semver, build_id: version.version_info.git_hash, callability: visibility, public_version: publicVersion, source, build_log: log, curl },
+      () => `Published ${ref} ${semver} (${visibility})${others}\nCall it (with ALGOHOST_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
     );
   },
 };
