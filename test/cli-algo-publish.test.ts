@@ -275,6 +275,26 @@ test('python3: init, publish, run the template; our source with --major; every i
   assert.match(asBob.stderr, /EntityNotFoundError/);
 });
 
+test('run: an input the algorithm does not take gets the flag that sends what it does', async () => {
+  const dir = at('TextOnly');
+  fs.mkdirSync(path.join(dir, 'src'), { recursive: true });
+  fs.writeFileSync(path.join(dir, 'src/TextOnly.js'), `exports.input_types = ['text'];\nexports.apply = function (input, cb) { cb(null, 'got ' + input); };\n`);
+  await ok(['publish', dir, '--name', 'TextOnly', '--language', 'javascript']);
+  // -d guesses: 17 parses as JSON, which this algorithm refuses.
+  const guessed = await algo(['run', 'alice/TextOnly', '-d', '17']);
+  assert.equal(guessed.code, 1);
+  assert.match(guessed.stderr, /apply\(\) functions do not match input data: the input is a JSON number; this algorithm accepts text/);
+  assert.match(guessed.stderr, /hint: -d sent the input as JSON \(it parses as JSON\), and the algorithm takes text: send it with -t TEXT or -T FILE\n/);
+  assert.equal((await ok(['run', 'alice/TextOnly', '-t', '17'])).stdout, 'got 17\n');
+  const bytes = await algo(['run', 'alice/TextOnly', '-b', 'x']);
+  assert.equal(bytes.code, 1);
+  assert.match(bytes.stderr, /hint: -b sends binary data, and the algorithm takes text: send it with -t TEXT or -T FILE\n/);
+  // --json: the envelope only, no hint mixed in.
+  const asJson = await algo(['--json', 'run', 'alice/TextOnly', '-d', '17']);
+  assert.equal(asJson.code, 1);
+  assert.doesNotMatch(asJson.stderr + asJson.stdout, /hint:/);
+});
+
 test('javascript: init, publish, run the template; our source with --major', async () => {
   await lifecycle('javascript', { withOwner: false, jsonPublish: false });
 });

@@ -178,15 +178,19 @@ def apply(input):
   test('INPUT_TYPES: another content type is an InputError, and apply is not called', async () => {
     const w = await start(algorithm('Typed', `INPUT_TYPES = ['text']\n\ndef apply(x):\n    print('called')\n    return x.upper()\n`));
     assert.equal(text(await w.call('text', Buffer.from('abc'), 5000)), 'ABC');
-    for (const type of ['json', 'binary'] as const) {
-      const o = await w.call(type, Buffer.from('1'), 5000);
+    for (const [type, body, got] of [['json', ' [1]', 'a JSON array'], ['json', '{}', 'a JSON object'], ['json', '12', 'a JSON number'], ['binary', '1', 'binary data']] as const) {
+      const o = await w.call(type, Buffer.from(body), 5000);
       const e = errorOf(o);
       assert.equal(e.error_type, 'InputError');
-      assert.equal(e.message, 'apply() functions do not match input data');
+      // The original's message first (clients match it), then what was sent and what is accepted.
+      assert.equal(e.message, `apply() functions do not match input data: the input is ${got}; this algorithm accepts text (Content-Type: text/plain) (its input_types)`);
       assert.equal(o.stdout, '');
     }
     const lower = await start(algorithm('TypedLower', `input_types = ('json', 'binary')\n\ndef apply(x):\n    return 1\n`));
-    assert.equal(errorOf(await lower.call('text', Buffer.from('a'), 5000)).message, 'apply() functions do not match input data');
+    assert.equal(
+      errorOf(await lower.call('text', Buffer.from('a'), 5000)).message,
+      'apply() functions do not match input data: the input is text; this algorithm accepts JSON (Content-Type: application/json), binary (Content-Type: application/octet-stream) (its input_types)',
+    );
     assert.equal(text(await lower.call('binary', Buffer.from('a'), 5000)), '1');
   });
 
@@ -202,7 +206,7 @@ def apply(input):
       const o = await w.call('json', Buffer.from('1'), 5000);
       const e = errorOf(o);
       assert.equal(e.error_type, 'InputError', name);
-      assert.equal(e.message, 'apply() functions do not match input data', name);
+      assert.equal(e.message, 'apply() functions do not match input data: the input is a JSON number, but apply() must take exactly one argument, the input', name);
       assert.equal(o.stdout, '', name);
     }
     for (const [name, src] of [

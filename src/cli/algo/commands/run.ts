@@ -72,6 +72,27 @@ function rendered(res: AlgoResponse): Buffer {
   }
 }
 
+const KIND_WORDS: Record<Input['kind'], string> = { text: 'text', json: 'JSON', binary: 'binary data' };
+/** How the server's InputError names each type it lists as accepted (the runners' wording). */
+const ACCEPTED: Record<Input['kind'], { marker: string; flags: string }> = {
+  text: { marker: 'text (', flags: '-t TEXT or -T FILE' },
+  json: { marker: 'JSON (', flags: '-j JSON or -J FILE' },
+  binary: { marker: 'binary (', flags: '-b DATA or -B FILE' },
+};
+
+/**
+ * For an InputError that says which input types the algorithm accepts: which flag sends the
+ * input as one of them. -d guesses (JSON if it parses), so `-d 17` sends JSON to a text algorithm.
+ */
+function inputHint(message: string, sent: Input['kind'], flag: string): string | undefined {
+  const accepts = /this algorithm accepts (.*) \(its input_types\)$/.exec(message)?.[1];
+  if (!accepts) return undefined;
+  const kinds = (Object.keys(ACCEPTED) as Input['kind'][]).filter((k) => accepts.includes(ACCEPTED[k].marker));
+  if (kinds.length === 0 || kinds.includes(sent)) return undefined;
+  const how = flag === '-d' || flag === '-D' ? `${flag} sent the input as ${KIND_WORDS[sent]}${sent === 'json' ? ' (it parses as JSON)' : ''}` : `${flag} sends ${KIND_WORDS[sent]}`;
+  return `hint: ${how}, and the algorithm takes ${kinds.map((k) => KIND_WORDS[k]).join(' or ')}: send it with ${kinds.map((k) => ACCEPTED[k].flags).join(', or ')}`;
+}
+
 export const run: Command = {
   summary: 'call an algorithm and print its result',
   usage: `usage: algo run <owner/name[/version]> <input option> [--timeout SECONDS] [--debug] [-o FILE]
@@ -125,6 +146,8 @@ Examples:
       else res = await algo.pipe(input.kind === 'text' ? input.text : input.bytes, options);
     } catch (err) {
       if (err instanceof AlgorithmError) {
+        const hint = err.errorType === 'InputError' ? inputHint(err.message, input.kind, `-${INPUTS[inputs[0]!.name]!.short}`) : undefined;
+        if (hint && !ctx.json) ctx.note(hint);
         if (ctx.json) {
           const error = { message: err.message, error_type: err.errorType, ...(err.stacktrace ? { stacktrace: err.stacktrace } : {}) };
           ctx.result({ error, metadata: err.metadata });

@@ -120,6 +120,19 @@ let loadError;
 /** Input types the algorithm accepts (`export const input_types = ['text']`); all when unset. */
 let inputTypes;
 const INPUT_MISMATCH = 'apply() functions do not match input data';
+const TYPE_NAMES = { text: 'text (Content-Type: text/plain)', json: 'JSON (Content-Type: application/json)', binary: 'binary (Content-Type: application/octet-stream)' };
+const JSON_KINDS = { '[': 'a JSON array', '{': 'a JSON object', '"': 'a JSON string', t: 'a JSON boolean', f: 'a JSON boolean', n: 'JSON null' };
+
+/** The original's InputError message, then what was sent (from its first bytes) and what the algorithm accepts. */
+function mismatch(contentType, body) {
+  let got = contentType === 'text' ? 'text' : 'binary data';
+  if (contentType === 'json') {
+    const first = body.subarray(0, 64).toString('latin1').trimStart()[0];
+    got = first === undefined ? 'empty JSON' : (JSON_KINDS[first] ?? 'a JSON number');
+  }
+  const accepts = ['text', 'json', 'binary'].filter((t) => inputTypes.has(t)).map((t) => TYPE_NAMES[t]).join(', ');
+  return `${INPUT_MISMATCH}: the input is ${got}; this algorithm accepts ${accepts} (its input_types)`;
+}
 
 async function importEntry(entry) {
   const mod = await import(pathToFileURL(entry).href);
@@ -243,7 +256,7 @@ function handleCall(header, body) {
   const id = header.id;
   if (loadError) return answered({ type: 'error', id, duration_ms: 0, error: loadError });
   if (inputTypes && !inputTypes.has(header.content_type)) {
-    return answered({ type: 'error', id, duration_ms: 0, error: { message: INPUT_MISMATCH, stacktrace: '', error_type: 'InputError' } });
+    return answered({ type: 'error', id, duration_ms: 0, error: { message: mismatch(header.content_type, body), stacktrace: '', error_type: 'InputError' } });
   }
   let input;
   try {

@@ -148,6 +148,27 @@ def describe(exc, fallback_type):
     return {'message': message, 'stacktrace': stacktrace, 'error_type': error_type}
 
 
+_TYPE_NAMES = {'text': 'text (Content-Type: text/plain)', 'json': 'JSON (Content-Type: application/json)', 'binary': 'binary (Content-Type: application/octet-stream)'}
+_JSON_KINDS = {ord('['): 'a JSON array', ord('{'): 'a JSON object', ord('"'): 'a JSON string', ord('t'): 'a JSON boolean', ord('f'): 'a JSON boolean', ord('n'): 'JSON null'}
+
+
+def received(content_type, body):
+    """What a call's input is, in words, from its first bytes (JSON is not parsed for this)."""
+    if content_type == 'json':
+        first = next((b for b in bytes(body[:64]) if b not in b' \t\r\n'), None)
+        return _JSON_KINDS.get(first, 'a JSON number') if first is not None else 'empty JSON'
+    return 'text' if content_type == 'text' else 'binary data'
+
+
+def mismatch(content_type, body, algo):
+    """The original's InputError message, then what was sent and what the entry point takes."""
+    got = received(content_type, body)
+    if not algo.takes_one_arg:
+        return f'{INPUT_MISMATCH}: the input is {got}, but apply() must take exactly one argument, the input'
+    accepts = ', '.join(_TYPE_NAMES[t] for t in ('text', 'json', 'binary') if t in algo.input_types)
+    return f'{INPUT_MISMATCH}: the input is {got}; this algorithm accepts {accepts} (its input_types)'
+
+
 def input_error(message=INPUT_MISMATCH, stacktrace=''):
     return {'message': message, 'stacktrace': stacktrace, 'error_type': 'InputError'}
 
@@ -401,7 +422,7 @@ def handle_call(channel, algo, header, body, perf_counter):
     if content_type not in KNOWN_TYPES:
         return fail(input_error(f'unknown content type {content_type!r}'))
     if (algo.input_types is not None and content_type not in algo.input_types) or not algo.takes_one_arg:
-        return fail(input_error())
+        return fail(input_error(mismatch(content_type, body, algo)))
     try:
         value = decode_input(content_type, body)
     except Exception as exc:
