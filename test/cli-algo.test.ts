@@ -284,7 +284,7 @@ test('exit codes and messages: usage 2, server refusals 1, no profile and a bad 
     [['run', 'alice/X', '-j', '{nope'], 2, /-j: the input is not valid JSON/],
     [['run', 'alice/X', '-d'], 2, /-d needs a value/],
     [['run', 'alice/X', '-q', 'a'], 2, /unknown option "-q"/],
-    [['versions', 'alice/X', '--json'], 2, /--json is a global flag and goes before the command/],
+    [['versions', 'alice/X', '--profile'], 2, /--profile needs a profile name/],
     [['keys', 'bogus'], 2, /unknown action "bogus"/],
     [['run', 'alice/Nope', '-d', 'x'], 1, /^algo run: EntityNotFoundError: algorithm algo:\/\/alice\/Nope not found\n$/],
     [['versions', 'alice/Nope'], 1, /^algo versions: No such algorithm/],
@@ -308,6 +308,20 @@ test('exit codes and messages: usage 2, server refusals 1, no profile and a bad 
   assert.match(none.stderr, /no API key for profile "default": run `algo auth`/);
   const noneNamed = await algo(empty, ['--profile', 'work', 'versions', 'alice/X']);
   assert.match(noneNamed.stderr, /run `algo auth --profile work`/);
+  // Global flags after the command work the same (up to `--`).
+  const lateNamed = await algo(empty, ['versions', 'alice/X', '--profile', 'work']);
+  assert.match(lateNamed.stderr, /run `algo auth --profile work`/);
+  const lateEq = await algo(empty, ['versions', '--profile=work', 'alice/X']);
+  assert.match(lateEq.stderr, /run `algo auth --profile work`/);
+  const before = await algo(h, ['--json', 'keys']);
+  const after = await algo(h, ['keys', '--json']);
+  assert.equal(after.code, 0, after.stderr);
+  assert.equal(after.stdout, before.stdout);
+  assert.ok(Array.isArray(JSON.parse(after.stdout)), 'JSON on stdout');
+  const afterDashes = await algo(h, ['versions', '--', '--json']);
+  // After `--`, --json is the command's argument (here, a name the server does not know), not the flag.
+  assert.equal(afterDashes.code, 1, afterDashes.stderr);
+  assert.doesNotMatch(afterDashes.stderr, /which algorithm/);
 
   // A profile whose key the server does not know.
   const bad = home();

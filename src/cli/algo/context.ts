@@ -24,6 +24,11 @@ export interface Command {
   /** The command's synopsis and flags, shown by `algo help <command>` and on a usage error. */
   usage: string;
   run(ctx: Context, args: string[]): Promise<void>;
+  /**
+   * Long options of this command that share a name with a global flag (`run`'s `--json DATA`):
+   * after the command's name, those are the command's; other global flags are taken anywhere.
+   */
+  owns?: readonly string[];
 }
 
 /** What every command gets: the profile in use, its client, and the output conventions. */

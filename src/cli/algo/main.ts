@@ -11,6 +11,9 @@ const COMMANDS: Record<string, Command> = { ...algorithmCommands, ...dataCommand
 
 const GLOBAL_USAGE = `usage: algo [--profile NAME] [--json] <command> [args]
 
+The global flags may also come after the command (\`algo ls --json data://.my\`), except that
+\`algo run\` takes --json as its JSON input: there, put it first (\`algo --json run ...\`).
+
 Global flags:
   --profile NAME   use this profile of the config file (default: "default", or ALGOHOST_PROFILE)
   --json           machine-readable output on stdout
@@ -26,7 +29,7 @@ function help(): string {
 
 /**
  * Runs one `algo` command line and answers its exit code. Global flags come before the
- * command; everything after the command's name is the command's own.
+ * command or anywhere after it (up to `--`), unless the command has an option of that name.
  */
 export async function main(argv: string[], env: Env, io: Io): Promise<number> {
   let parsed;
@@ -51,7 +54,7 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
     strict: false,
   }).values;
   const name = argv[commandIndex];
-  const rest = argv.slice(commandIndex + 1);
+  let rest = argv.slice(commandIndex + 1);
   if (name === undefined || name === 'help' || globals.help) {
     const which = name === 'help' ? rest[0] : undefined;
     if (which && COMMANDS[which]) io.stdout.write(`${COMMANDS[which]!.usage}\n`);
@@ -63,8 +66,16 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
     io.stderr.write(`algo: unknown command "${name}"\n${help()}`);
     return EXIT.usage;
   }
-  const profile = typeof globals.profile === 'string' ? globals.profile : env.ALGOHOST_PROFILE || 'default';
-  const ctx = new Context(io, env, profile, globals.json === true);
+  // Global flags may also follow the command (`algo ls --json x`), up to a `--`.
+  let late: { json: boolean; profile: string | undefined };
+  try {
+    ({ rest, late } = takeGlobals(rest, command.owns ?? []));
+  } catch (err) {
+    io.stderr.write(`algo ${name}: ${(err as Error).message}\n${command.usage}\n`);
+    return EXIT.usage;
+  }
+  const profile = late.profile ?? (typeof globals.profile === 'string' ? globals.profile : env.ALGOHOST_PROFILE || 'default');
+  const ctx = new Context(io, env, profile, globals.json === true || late.json);
   try {
     if (rest.includes('--help') || rest.includes('-h')) {
       io.stdout.write(`${command.usage}\n`);
@@ -75,6 +86,29 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
   } catch (err) {
     return report(ctx, name, command, err);
   }
+}
+
+/** Takes `--json` and `--profile NAME` out of a command's arguments, except the ones it owns. */
+function takeGlobals(args: string[], owns: readonly string[]): { rest: string[]; late: { json: boolean; profile: string | undefined } } {
+  const rest: string[] = [];
+  const late = { json: false, profile: undefined as string | undefined };
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === '--') {
+      rest.push(...args.slice(i));
+      break;
+    }
+    if (arg === '--json' && !owns.includes('json')) {
+      late.json = true;
+    } else if ((arg === '--profile' || arg.startsWith('--profile=')) && !owns.includes('profile')) {
+      const value = arg === '--profile' ? args[++i] : arg.slice('--profile='.length);
+      if (value === undefined || value === '') throw new Error('--profile needs a profile name');
+      late.profile = value;
+    } else {
+      rest.push(arg);
+    }
+  }
+  return { rest, late };
 }
 
 /** One line a person can act on; the exit code says who was at fault. */

@@ -74,8 +74,6 @@ export function parseArgs(argv: string[], spec: Record<string, OptionSpec>): Arg
 }
 
 function unknown(arg: string): string {
-  if (arg === '--json') return 'unknown option "--json": --json is a global flag and goes before the command (`algo --json <command> ...`)';
-  if (arg === '--profile' || arg.startsWith('--profile=')) return `unknown option "${arg}": --profile is a global flag and goes before the command (\`algo --profile NAME <command> ...\`)`;
   return `unknown option "${arg}"`;
 }
 

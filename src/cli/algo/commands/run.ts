@@ -95,6 +95,7 @@ function inputHint(message: string, sent: Input['kind'], flag: string): string |
 
 export const run: Command = {
   summary: 'call an algorithm and print its result',
+  owns: ['json'],
   usage: `usage: algo run <owner/name[/version]> <input option> [--timeout SECONDS] [--debug] [-o FILE]
 
 Input (exactly one; for the upper-case ones a FILE of "-" reads stdin):
