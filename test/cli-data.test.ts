@@ -310,6 +310,25 @@ test('ls -l: time, size and name; directories marked; a file listed as itself', 
   assert.equal(short.out, 'a.txt\n');
 });
 
+test('mkdir --acl private|my-algorithms|public sets the new collection\'s ACL; a bad level is a usage error', async () => {
+  const aclOf = async (name: string) => {
+    const res = await fetch(`${server.url}/v1/data/.my/${name}?acl=true`, { headers: { authorization: `Simple ${key}` } });
+    assert.equal(res.status, 200);
+    return ((await res.json()) as { acl: { read: string[] } }).acl.read;
+  };
+  for (const [level, read] of [['private', []], ['my-algorithms', ['algo://.my/*']], ['public', ['user://*']], ['PUBLIC', ['user://*']]] as const) {
+    const name = `acl_${level.replace('-', '_').toLowerCase()}${level === 'PUBLIC' ? '2' : ''}`;
+    ok(await algo(['mkdir', '--acl', level, `data://.my/${name}`]));
+    assert.deepEqual(await aclOf(name), read, level);
+  }
+  ok(await algo(['mkdir', `data://.my/acl_default`]));
+  assert.deepEqual(await aclOf('acl_default'), ['algo://.my/*']);
+  const bad = await algo(['mkdir', '--acl', 'friends', 'data://.my/acl_bad']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /--acl is one of private, my-algorithms, public \(got "friends"\)/);
+  assert.equal(await client.dir('data://.my/acl_bad').exists(), false);
+});
+
 test('mkdir, cat, rm and rmdir (-f)', async () => {
   const made = ok(await algo(['mkdir', 'data://.my/m']));
   assert.equal(made.out, 'Created directory data://alice/m\n');

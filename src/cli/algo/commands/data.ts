@@ -3,7 +3,7 @@
  * objstore[+label]://, filehost[+label]://, s3://, dropbox://; without a scheme, data://) and
  * work through the client SDK, so hosted data and connected accounts behave alike.
  */
-import { AlgohostError, ApiError, type DataEntry } from '../../../../client/src/index.ts';
+import { AlgohostError, ApiError, type AclLevel, type DataEntry } from '../../../../client/src/index.ts';
 import { CliError, UsageError, type Command, type Context } from '../context.ts';
 import { size } from '../progress.ts';
 import { cp } from './cp.ts';
@@ -78,20 +78,28 @@ ${URI_HELP}`,
   },
 };
 
+/** The ACL levels by the names the original CLI and its users use. */
+const ACL_LEVELS: Record<string, AclLevel> = { private: 'private', 'my-algorithms': 'my_algorithms', my_algorithms: 'my_algorithms', public: 'public' };
+
 const mkdir: Command = {
   summary: 'create a directory (its parent must exist)',
-  usage: `usage: algo mkdir <uri>...
+  usage: `usage: algo mkdir [--acl private|my-algorithms|public] <uri>...
 
 Creates each directory; its parent must exist. data://.my/<name> is a collection.
+  --acl LEVEL   who may read a new collection: private (you, and algorithms you call),
+                my-algorithms (also your algorithms, whoever calls them; the default), or
+                public (anyone). Only collections have an ACL; their directories share it.
 ${URI_HELP}`,
   async run(ctx, args) {
-    const { positionals } = flags(args, {});
+    const { positionals, values } = flags(args, { acl: { type: 'string' } });
     if (positionals.length === 0) throw new UsageError('needs a directory');
+    const acl = values.acl === undefined ? undefined : ACL_LEVELS[values.acl.toLowerCase()];
+    if (values.acl !== undefined && !acl) throw new UsageError(`--acl is one of private, my-algorithms, public (got "${values.acl}")`);
     const client = ctx.client();
     await eachArg(ctx, 'mkdir', positionals.map(dataUri), 'created', async (uri) => {
       let made: string;
       try {
-        made = await client.dir(uri.uri).create();
+        made = await client.dir(uri.uri).create(acl ? { acl } : {});
       } catch (err) {
         if (isNotFound(err)) throw new CliError(`no such directory ${parentUri(uri)}`);
         if (err instanceof ApiError && err.code === 'already_exists') throw new CliError(`${uri.uri} already exists`);
