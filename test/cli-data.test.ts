@@ -310,6 +310,23 @@ test('ls -l: time, size and name; directories marked; a file listed as itself', 
   assert.equal(short.out, 'a.txt\n');
 });
 
+test('cp -c at its maximum (64) with many files, up and down: every file copied, no listener-leak warning', async () => {
+  const src = path.join(work, 'wide');
+  fs.mkdirSync(src);
+  for (let i = 0; i < 150; i++) fs.writeFileSync(path.join(src, `f${String(i).padStart(3, '0')}.txt`), `file ${i}\n`.repeat(i + 1));
+  ok(await algo(['mkdir', 'data://.my/wide']));
+  const up = ok(await algo(['cp', '-r', '-c', '64', 'wide', 'data://.my/wide']));
+  assert.doesNotMatch(up.err, /MaxListenersExceededWarning|memory leak/);
+  const down = ok(await algo(['cp', '-r', '-c', '64', 'data://.my/wide/wide', 'wide-back']));
+  assert.doesNotMatch(down.err, /MaxListenersExceededWarning|memory leak/);
+  for (let i = 0; i < 150; i++) {
+    const name = `f${String(i).padStart(3, '0')}.txt`;
+    assert.equal(fs.readFileSync(path.join(work, 'wide-back', name), 'utf8'), `file ${i}\n`.repeat(i + 1), name);
+  }
+  const tooMany = await algo(['cp', '-c', '65', 'wide', 'data://.my/wide']);
+  assert.equal(tooMany.code, 2);
+});
+
 test('mkdir --acl private|my-algorithms|public sets the new collection\'s ACL; a bad level is a usage error', async () => {
   const aclOf = async (name: string) => {
     const res = await fetch(`${server.url}/v1/data/.my/${name}?acl=true`, { headers: { authorization: `Simple ${key}` } });

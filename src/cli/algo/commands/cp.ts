@@ -195,9 +195,9 @@ which prints {files: [{from, to, size}], bytes, directories, seconds}.`,
     };
     process.once('SIGINT', interrupted);
     try {
-      await eachLimit(jobs, concurrency, async (job) => {
+      await eachLimit(jobs, concurrency, async (job, signal) => {
         try {
-          await copyFile(client, job, (n) => bar.add(n), stop.signal);
+          await copyFile(client, job, (n) => bar.add(n), signal);
           done++;
           if (many) bar.label(`${done}/${count(jobs.length, 'file')}`);
         } catch (caught) {
