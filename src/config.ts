@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -61,6 +62,31 @@ export interface Config {
   /** ALGOHOST_DROPBOX_API_URL and ALGOHOST_DROPBOX_CONTENT_URL: Dropbox's API hosts (a stand-in's in tests). */
   dropboxApiUrl: string;
   dropboxContentUrl: string;
+  /** How builds reach package registries (npm, pip): see BuildNetworkConfig. */
+  build: BuildNetworkConfig;
+}
+
+/**
+ * What builds need to reach package registries where users are: behind a TLS-intercepting
+ * proxy, a private mirror, an HTTP(S) proxy. Each defaults to the host's own configuration.
+ */
+export interface BuildNetworkConfig {
+  /** PEM files builds trust: the host's CA bundle, then ALGOHOST_BUILD_CA_FILE (else NODE_EXTRA_CA_CERTS). */
+  caFiles: string[];
+  /** The file among caFiles that ALGOHOST_BUILD_CA_FILE named, if it did (for messages). */
+  caFileSetting: string | undefined;
+  /** ALGOHOST_BUILD_NPM_REGISTRY: the npm registry. */
+  npmRegistry: string | undefined;
+  /** ALGOHOST_BUILD_NPMRC (used whole), else the host's npmrc with its credentials left out. */
+  npmrc: { file: string; sanitize: boolean } | undefined;
+  /** ALGOHOST_BUILD_PIP_INDEX_URL: pip's index. */
+  pipIndexUrl: string | undefined;
+  /** ALGOHOST_BUILD_PIP_CONF (used whole), else the host's pip.conf with URL credentials left out. */
+  pipConf: { file: string; sanitize: boolean } | undefined;
+  /** ALGOHOST_BUILD_HTTP_PROXY / ALGOHOST_BUILD_HTTPS_PROXY / ALGOHOST_BUILD_NO_PROXY, else the host's HTTP_PROXY, HTTPS_PROXY, NO_PROXY. */
+  httpProxy: string | undefined;
+  httpsProxy: string | undefined;
+  noProxy: string | undefined;
 }
 
 const GiB = 1024 ** 3;
@@ -145,6 +171,53 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     connectorNetwork: connectorNetwork(env.ALGOHOST_CONNECTOR_NETWORK),
     dropboxApiUrl: httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
     dropboxContentUrl: httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
+    build: buildNetwork(env),
+  };
+}
+
+/** The host's CA bundle, where the usual distributions keep it. */
+const SYSTEM_CA_BUNDLES = ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem'];
+
+function readableFile(name: string, file: string): string {
+  const resolved = path.resolve(file);
+  try {
+    fs.accessSync(resolved, fs.constants.R_OK);
+    if (!fs.statSync(resolved).isFile()) throw new Error('not a file');
+  } catch {
+    throw new ConfigError(`${name} must name a readable file, got "${file}"`);
+  }
+  return resolved;
+}
+
+const firstExisting = (files: (string | undefined)[]) => files.find((f): f is string => f !== undefined && f !== '' && fs.existsSync(f));
+
+function buildNetwork(env: NodeJS.ProcessEnv): BuildNetworkConfig {
+  const home = env.HOME;
+  const caSetting = env.ALGOHOST_BUILD_CA_FILE ? readableFile('ALGOHOST_BUILD_CA_FILE', env.ALGOHOST_BUILD_CA_FILE) : undefined;
+  if (caSetting && !fs.readFileSync(caSetting, 'utf8').includes('-----BEGIN CERTIFICATE-----')) {
+    throw new ConfigError(`ALGOHOST_BUILD_CA_FILE must hold PEM certificates (-----BEGIN CERTIFICATE-----), and ${caSetting} has none`);
+  }
+  const extra = caSetting ?? firstExisting([env.NODE_EXTRA_CA_CERTS]);
+  const system = firstExisting(SYSTEM_CA_BUNDLES);
+  const npmrcSetting = env.ALGOHOST_BUILD_NPMRC ? readableFile('ALGOHOST_BUILD_NPMRC', env.ALGOHOST_BUILD_NPMRC) : undefined;
+  const hostNpmrc = firstExisting([env.NPM_CONFIG_USERCONFIG, env.npm_config_userconfig, home && path.join(home, '.npmrc')]);
+  const pipSetting = env.ALGOHOST_BUILD_PIP_CONF ? readableFile('ALGOHOST_BUILD_PIP_CONF', env.ALGOHOST_BUILD_PIP_CONF) : undefined;
+  const xdg = env.XDG_CONFIG_HOME || (home && path.join(home, '.config'));
+  const hostPip = firstExisting([env.PIP_CONFIG_FILE, xdg && path.join(xdg, 'pip', 'pip.conf'), home && path.join(home, '.pip', 'pip.conf'), '/etc/pip.conf']);
+  const proxy = (name: string, ...host: (string | undefined)[]) => {
+    const raw = env[name] || host.find((v) => v);
+    return raw ? httpUrl(env[name] ? name : `${name} (from the host's proxy variables)`, raw, raw) : undefined;
+  };
+  return {
+    caFiles: [...new Set([system, extra].filter((f): f is string => f !== undefined))],
+    caFileSetting: caSetting,
+    npmRegistry: env.ALGOHOST_BUILD_NPM_REGISTRY ? `${httpUrl('ALGOHOST_BUILD_NPM_REGISTRY', env.ALGOHOST_BUILD_NPM_REGISTRY, '')}/` : undefined,
+    npmrc: npmrcSetting ? { file: npmrcSetting, sanitize: false } : hostNpmrc ? { file: path.resolve(hostNpmrc), sanitize: true } : undefined,
+    pipIndexUrl: env.ALGOHOST_BUILD_PIP_INDEX_URL ? `${httpUrl('ALGOHOST_BUILD_PIP_INDEX_URL', env.ALGOHOST_BUILD_PIP_INDEX_URL, '')}/` : undefined,
+    pipConf: pipSetting ? { file: pipSetting, sanitize: false } : hostPip ? { file: path.resolve(hostPip), sanitize: true } : undefined,
+    httpProxy: proxy('ALGOHOST_BUILD_HTTP_PROXY', env.HTTP_PROXY, env.http_proxy),
+    httpsProxy: proxy('ALGOHOST_BUILD_HTTPS_PROXY', env.HTTPS_PROXY, env.https_proxy),
+    noProxy: env.ALGOHOST_BUILD_NO_PROXY ?? (env.NO_PROXY || env.no_proxy || undefined),
   };
 }
 

@@ -13,6 +13,7 @@ import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/san
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
 import { DEFAULT_POOL } from './runtime/pool.ts';
 import { Builder } from './algorithms/builder.ts';
+import { BuildNetwork } from './algorithms/buildNetwork.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
@@ -88,7 +89,12 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
   const algorithms = new AlgorithmRegistry(store, markers, config.algorithmNetwork === 'host');
-  const builder = new Builder({ unsandboxed, installTimeoutMs: config.buildTimeoutMs, bwrapPath: config.bwrapPath });
+  const builder = new Builder({
+    unsandboxed,
+    installTimeoutMs: config.buildTimeoutMs,
+    bwrapPath: config.bwrapPath,
+    network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
+  });
   const builds = new BuildService(store, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime({

@@ -164,17 +164,30 @@ setTimeout(() => console.log('FLOOD started ' + ok + ' failed ' + failed), 300);
     assert.match(body.compilation.output, /Could not resolve/);
   });
 
-  test('Python requirements that cannot be installed fail the build with pip\'s reason', async () => {
+  test('Python requirements whose index cannot be reached fail the build at once, naming the index and the setting', async () => {
     await createAlgorithm(alice, 'alice', 'PyDeps', { language: 'python3' });
-    // An index on a closed local port: pip fails at once, the way it does without network.
+    // An index on a closed local port, named by the requirements file itself.
     await upload(alice, 'alice', 'PyDeps', {
       'requirements.txt': '--index-url http://127.0.0.1:9/simple\nsomepackage==1.0\n',
       'src/PyDeps.py': 'def apply(input):\n    return input\n',
     });
     const body = await json(await alice('/v1/algorithms/alice/PyDeps/compile', { method: 'POST' }));
     assert.equal(body.compilation.successful, false);
-    assert.match(body.compilation.output, /pip install/);
-    assert.match(body.compilation.output, /somepackage/);
+    assert.match(body.compilation.output, /cannot reach the Python package index http:\/\/127\.0\.0\.1:9\/simple \(ECONNREFUSED\) within 5 s: set ALGOHOST_BUILD_PIP_INDEX_URL/);
+  });
+
+  test('Python requirements that pip cannot install fail the build with pip\'s reason', async () => {
+    await createAlgorithm(alice, 'alice', 'PyLocal', { language: 'python3' });
+    // No index at all, and a local path that is not a package: pip itself says why.
+    await upload(alice, 'alice', 'PyLocal', {
+      'requirements.txt': '--no-index\n./not_a_package\n',
+      'not_a_package/README': 'nothing to install here\n',
+      'src/PyLocal.py': 'def apply(input):\n    return input\n',
+    });
+    const body = await json(await alice('/v1/algorithms/alice/PyLocal/compile', { method: 'POST' }));
+    assert.equal(body.compilation.successful, false);
+    assert.match(body.compilation.output, /\$ pip install/);
+    assert.match(body.compilation.output, /not_a_package/);
   });
 
   test('uploads: wrong type is 415, a bad archive 400, and only the owner may upload or compile', async () => {

@@ -4,6 +4,7 @@ import { createRequire } from 'node:module';
 import { spawnSandbox, spawnTool, DEFAULT_LIMITS, type RunnerKind, type SandboxLimits } from '../runtime/sandbox.ts';
 import type { ChildProcess } from 'node:child_process';
 import type { Language } from './manifest.ts';
+import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type InstallerSetup } from './buildNetwork.ts';
 
 export interface BuildRequest {
   /** Algorithm name: the original layout names the entry file after it. */
@@ -28,6 +29,8 @@ export interface BuilderOptions {
   installTimeoutMs: number;
   /** The bubblewrap binary (ALGOHOST_BWRAP). */
   bwrapPath?: string | undefined;
+  /** Registry, CA and proxy settings of the installers (ALGOHOST_BUILD_*). */
+  network?: BuildNetwork;
 }
 
 const MAX_LOG = 256 * 1024;
@@ -158,12 +161,14 @@ function hasLines(file: string): boolean {
   }
 }
 
-function hasDependencies(file: string): boolean {
+/** 'none', 'local' (paths, URLs, git only) or 'registry' (some come from the npm registry). */
+function npmDependencies(file: string): 'none' | 'local' | 'registry' {
   try {
     const pkg = JSON.parse(fs.readFileSync(file, 'utf8')) as { dependencies?: Record<string, string> };
-    return typeof pkg.dependencies === 'object' && pkg.dependencies !== null && Object.keys(pkg.dependencies).length > 0;
+    if (typeof pkg.dependencies !== 'object' || pkg.dependencies === null || Object.keys(pkg.dependencies).length === 0) return 'none';
+    return Object.values(pkg.dependencies).some((spec) => typeof spec !== 'string' || fromNpmRegistry(spec)) ? 'registry' : 'local';
   } catch {
-    return true; // let npm say what is wrong with it
+    return 'registry'; // let npm say what is wrong with it
   }
 }
 
@@ -223,23 +228,41 @@ export class Builder {
     await fs.promises.mkdir(path.join(out, '.algohost'), { recursive: true });
 
     const packageJson = path.join(out, 'package.json');
-    if (req.language !== 'python3' && fs.existsSync(packageJson) && hasDependencies(packageJson)) {
+    const npmDeps = req.language !== 'python3' && fs.existsSync(packageJson) ? npmDependencies(packageJson) : 'none';
+    if (npmDeps !== 'none') {
       const npm = NPM_CLI;
       if (!npm) return fail('package.json lists dependencies, but npm is not installed on this server (under /usr)');
+      const setup = await this.options.network?.setup('npm');
+      if (npmDeps === 'registry' && this.options.network) {
+        const registry = await this.options.network.registry('npm');
+        log.line(`checking that the npm registry ${registry} answers`);
+        const problem = await this.options.network.check('npm', registry);
+        if (problem) return fail(problem);
+      }
       log.line('$ npm install --omit=dev');
-      const r = await this.tool(out, (algo) => ['/usr/bin/node', npm, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log);
+      const r = await this.tool(out, (algo) => ['/usr/bin/node', npm, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log, {}, setup);
       if (r) return fail(`npm install ${r}`);
     }
     const requirements = path.join(out, 'requirements.txt');
     if (req.language === 'python3' && hasLines(requirements)) {
+      const setup = await this.options.network?.setup('pip');
+      const named = pipIndexOf(fs.readFileSync(requirements, 'utf8'));
+      if (named !== undefined && this.options.network) {
+        const index = named || (await this.options.network.registry('pip'));
+        log.line(`checking that the Python package index ${index} answers`);
+        const problem = await this.options.network.check('pip', index);
+        if (problem) return fail(problem);
+      }
       log.line('$ pip install --target .algohost/python -r requirements.txt');
       const r = await this.tool(
         out,
         (algo) => ['/usr/bin/python3', '-m', 'pip', 'install', '--no-cache-dir', '--disable-pip-version-check', '--no-input', '--retries', '1', '--timeout', '15', '--target', `${algo}/.algohost/python`, '-r', `${algo}/requirements.txt`],
         true,
         log,
+        {},
+        setup,
       );
-      if (r) return fail(`pip install ${r} (is a package index reachable from this server?)`);
+      if (r) return fail(`pip install ${r} (is a package index reachable from this server? see ALGOHOST_BUILD_PIP_INDEX_URL in docs/configuration.md)`);
     }
 
     let entry = source;
@@ -268,8 +291,8 @@ export class Builder {
   }
 
   /** Runs one build step; undefined when it succeeded, else what went wrong. */
-  private async tool(dir: string, argv: (algo: string) => string[], network: boolean, log: Log, binds: Record<string, string> = {}): Promise<string | undefined> {
-    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds, bwrap: this.options.bwrapPath });
+  private async tool(dir: string, argv: (algo: string) => string[], network: boolean, log: Log, binds: Record<string, string> = {}, setup?: InstallerSetup): Promise<string | undefined> {
+    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds: { ...binds, ...setup?.binds }, env: setup?.env, bwrap: this.options.bwrapPath });
     const r = await finish(child, log, this.options.installTimeoutMs);
     if (r.timedOut) return `took longer than ${Math.round(this.options.installTimeoutMs / 1000)} s`;
     return r.code === 0 ? undefined : `exited with code ${r.code}`;

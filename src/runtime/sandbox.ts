@@ -91,6 +91,8 @@ export interface ToolSpec {
   unsandboxed?: boolean;
   /** Host files made visible read-only inside (host path → sandbox path), e.g. a compiler. */
   binds?: Record<string, string>;
+  /** Variables set on top of the cleared environment (a build's registry, CA and proxy settings). */
+  env?: Record<string, string>;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
 }
@@ -167,6 +169,8 @@ interface Launch {
   /** Extra prlimit options (Python's address space). */
   rlimits: string[];
   binds?: Record<string, string>;
+  /** Variables added to the cleared environment. */
+  env?: Record<string, string>;
   argv: (mounts: { algo: string; runner: string }) => string[];
   /** The cgroup.procs files the process joins first. */
   cgroupProcs?: readonly string[];
@@ -210,6 +214,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
     '--chdir', l.writable ? '/algo' : '/tmp',
     '--clearenv',
     ...ENV.flatMap(([k, v]) => ['--setenv', k, v]),
+    ...Object.entries(l.env ?? {}).flatMap(([k, v]) => ['--setenv', k, v]),
   ];
   return {
     file: SH,
@@ -272,7 +277,7 @@ export function sandboxCommand(spec: SandboxSpec, cgroupProcs: readonly string[]
 function spawnUnsandboxed(l: Launch): ChildProcess {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-worker-'));
   const argv = l.argv({ algo: path.resolve(l.algoDir), runner: RUNNERS_DIR.replace(/\/$/, '') });
-  const env = Object.fromEntries(ENV.map(([k, v]) => [k, k === 'HOME' ? tmp : v]));
+  const env = { ...Object.fromEntries(ENV.map(([k, v]) => [k, k === 'HOME' ? tmp : v])), ...l.env };
   const child = spawn(SH, ['-c', PRELUDE, 'worker', ...joinArgs(l), ...prlimitArgs(l), '--', ...argv], {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
     env,
@@ -341,7 +346,7 @@ function launchInCgroup(l: Launch, unsandboxed: boolean | undefined, limits: { m
 export function spawnTool(spec: ToolSpec): ChildProcess {
   // Build steps run the owner's install scripts: they get a cgroup too, with build-sized limits.
   return launchInCgroup(
-    { algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
+    { algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, env: spec.env, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
     spec.unsandboxed,
     { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids },
   );
