@@ -11,6 +11,7 @@ import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 import { environmentRoutes } from './http/environmentRoutes.ts';
+import { gitRoutes } from './http/gitRoutes.ts';
 import { callRoutes, DirectCalls, webPreflight } from './http/callRoutes.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
@@ -109,6 +110,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   deprecated('/data', '/v1/data');
 
   app.register(webPreflight);
+  // Algorithm sources over git: HTTP Basic (user name, API key), as git sends it.
+  app.register(gitRoutes, { repos: services.git, keys: services.keys });
 
   // Everything below needs an API key. Authentication runs before any body is read.
   app.register(async (authed) => {

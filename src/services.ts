@@ -17,6 +17,7 @@ import { BuildNetwork } from './algorithms/buildNetwork.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
+import { GitRepos } from './algorithms/gitRepos.ts';
 import { CallService } from './algorithms/calls.ts';
 import { ConnectedAccounts } from './connectors/accounts.ts';
 import { CredentialBox } from './connectors/credentials.ts';
@@ -32,6 +33,8 @@ export interface Services {
   data: DataService;
   algorithms: AlgorithmRegistry;
   environments: Environments;
+  /** Each algorithm's source as a git repository (clone, fetch, push). */
+  git: GitRepos;
   builds: BuildService;
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
@@ -115,6 +118,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     data,
     algorithms,
     environments: new Environments((prefix) => files.scratch(prefix)),
+    git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000 }),
     builds,
     releases,
     runtime,

@@ -130,6 +130,12 @@ export class AlgorithmRegistry {
     return this.require(principal, owner, name);
   }
 
+  /** An algorithm by id, whoever asks (the server's own bookkeeping); undefined once deleted. */
+  async byId(id: number): Promise<Algorithm | undefined> {
+    const row = await this.query().where('algorithms.id', '=', id).executeTakeFirst();
+    return row ? toAlgorithm(row) : undefined;
+  }
+
   /** Records what the last compile produced (null: it failed). */
   async setBuild(id: number, hash: string | null): Promise<void> {
     await this.db.updateTable('algorithms').set({ build_hash: hash }).where('id', '=', id).execute();

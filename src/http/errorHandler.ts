@@ -45,7 +45,8 @@ export function sendError(err: unknown, request: FastifyRequest, reply: FastifyR
   }
   reply.code(appErr.status);
   reply.header('x-error-message', headerSafe(appErr.message));
-  if (appErr.status === 401) reply.header('www-authenticate', 'Simple realm="algohost"');
+  // A route that speaks another scheme (git's Basic) has set its own challenge.
+  if (appErr.status === 401 && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Simple realm="algohost"');
   if (appErr.code === 'payload_too_large') reply.header('connection', 'close');
   const body = { error: { code: appErr.code, message: appErr.message, id: request.id, ...appErr.extra } };
   return reply.type('application/json').send(request.method === 'HEAD' ? undefined : body);
