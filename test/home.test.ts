@@ -85,7 +85,10 @@ test('a second server on a home in use exits at once, naming the first, and its 
   // An upload in flight has its bytes in data/tmp: crash recovery by a second server would
   // remove them and the first server's rename would fail.
   const data = crypto.randomBytes(24 * 32 * 1024);
-  const upload = streamRequest(`${first.url}/v1/data/.my/c/big.bin`, key, slowly(data, { chunkSize: 32 * 1024, delayMs: 40 }));
+  // The upload stops half-way until the second server has come and gone.
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const upload = streamRequest(`${first.url}/v1/data/.my/c/big.bin`, key, slowly(data, { chunkSize: 32 * 1024, delayMs: 5, pauseAt: 12 * 32 * 1024, gate }));
   await within(
     (async () => {
       while (upload.sent < 3 * 32 * 1024) await sleep(10);
@@ -111,12 +114,23 @@ test('a second server on a home in use exits at once, naming the first, and its 
     assert.equal(after.get(p), v, `${p} changed`);
   }
   assert.deepEqual(fs.readdirSync(path.join(home, 'data', 'tmp')), tmpBefore, 'the upload in flight must keep its temporary file');
+  release();
 
   const outcome = await within(upload.result, WAIT_MS, 'the upload was not answered');
   assert.ok(outcome.ok && outcome.status === 200, JSON.stringify(outcome));
   const got = await getBytes(`${first.url}/v1/data/.my/c/big.bin`, key);
   assert.equal(got.status, 200);
   assert.equal(sha256(got.body), sha256(data));
+
+  // Everything the server keeps in its home (an algorithm built too) is in configuration.md's table of it.
+  const made = await fetch(`${first.url}/v1/algorithms/alice`, { method: 'POST', headers: { authorization: `Simple ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'Kept' }) });
+  assert.equal(made.status, 201);
+  assert.equal((await fetch(`${first.url}/v1/algorithms/alice/Kept/compile`, { method: 'POST', headers: { authorization: `Simple ${key}` } })).status, 200);
+  const table = fs.readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8').split('## The home directory')[1]!;
+  for (const entry of fs.readdirSync(home)) {
+    const documented = entry.replace(/-(wal|shm|journal)$/, '');
+    assert.ok(table.includes(`\`${documented}`), `docs/configuration.md's home table names ${entry}`);
+  }
 
   // Admin commands still work beside the running server.
   const list = await runCli(['user', 'list'], home);
