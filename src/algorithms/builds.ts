@@ -146,16 +146,7 @@ export class BuildService {
     return this.lock.run(first.id, async () => {
       // Read again under the lock: an upload may have finished while we waited.
       const algo = await this.registry.manage(principal, owner, name);
-      let sourceDir: string;
-      let template: string | undefined;
-      if (algo.source_hash) {
-        sourceDir = this.files.sourceDir(algo.id, algo.source_hash);
-      } else {
-        template = await this.files.scratch('template-');
-        await writeTemplate(template, algo.settings.language, algo.name);
-        sourceDir = template;
-      }
-      try {
+      return this.withSourceTree(algo, async (sourceDir) => {
         const sourceHash = algo.source_hash ?? (await hashTree(sourceDir));
         const hash = buildHash(algo, sourceHash);
         const existing = await this.find(algo.id, hash);
@@ -164,10 +155,24 @@ export class BuildService {
         // A failed compile leaves nothing to publish: what the owner has now does not build.
         await this.registry.setBuild(algo.id, build.status === 'succeeded' ? build.hash : null);
         return { algorithm: { ...algo, build_hash: build.status === 'succeeded' ? build.hash : null }, build };
-      } finally {
-        if (template) await fs.promises.rm(template, { recursive: true, force: true });
-      }
+      });
     });
+  }
+
+  /**
+   * Runs `fn` on the directory of the algorithm's current source: the uploaded one, or its
+   * language's template (written to a scratch directory for the while) when nothing was.
+   * Call it holding the algorithm's lock: an upload replaces source directories.
+   */
+  async withSourceTree<T>(algo: Algorithm, fn: (dir: string) => Promise<T>): Promise<T> {
+    if (algo.source_hash) return fn(this.files.sourceDir(algo.id, algo.source_hash));
+    const template = await this.files.scratch('template-');
+    try {
+      await writeTemplate(template, algo.settings.language, algo.name);
+      return await fn(template);
+    } finally {
+      await fs.promises.rm(template, { recursive: true, force: true });
+    }
   }
 
   private async run(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {

@@ -11,7 +11,6 @@ import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
 import type { AlgorithmFiles, BuildService } from './builds.ts';
-import { writeTemplate } from './templates.ts';
 
 const run = promisify(execFile);
 const GIT = '/usr/bin/git';
@@ -135,32 +134,24 @@ export class GitRepos {
       const want = algo.source_hash ?? `template:${algo.settings.language}:${algo.name}`;
       const marker = path.join(repo, 'algohost-source');
       if (fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === want) return;
-      let dir: string;
-      let scratch: string | undefined;
-      if (algo.source_hash) {
-        dir = this.files.sourceDir(algo.id, algo.source_hash);
-      } else {
-        scratch = await this.files.scratch('template-');
-        await writeTemplate(scratch, algo.settings.language, algo.name);
-        dir = scratch;
-      }
-      const index = path.join(await this.files.scratch('index-'), 'index');
-      try {
-        const env = { GIT_INDEX_FILE: index };
-        await git(['--git-dir', repo, '--work-tree', dir, 'add', '--all', '--force', '.'], env);
-        const tree = (await git(['--git-dir', repo, 'write-tree'], env)).trim();
-        const parent = (await git(['--git-dir', repo, 'rev-parse', '--verify', '--quiet', `refs/heads/${BRANCH}`]).catch(() => '')).trim();
-        const parentTree = parent ? (await git(['--git-dir', repo, 'rev-parse', `${parent}^{tree}`])).trim() : '';
-        if (tree !== parentTree) {
-          const message = algo.source_hash ? `Source uploaded through the API (${algo.source_hash.slice(0, 12)})` : `The ${algo.settings.language} template`;
-          const commit = (await git(['--git-dir', repo, 'commit-tree', tree, ...(parent ? ['-p', parent] : []), '-m', message], IDENTITY)).trim();
-          await git(['--git-dir', repo, 'update-ref', `refs/heads/${BRANCH}`, commit, parent || '0'.repeat(40)]);
+      await this.builds.withSourceTree(algo, async (dir) => {
+        const index = path.join(await this.files.scratch('index-'), 'index');
+        try {
+          const env = { GIT_INDEX_FILE: index };
+          await git(['--git-dir', repo, '--work-tree', dir, 'add', '--all', '--force', '.'], env);
+          const tree = (await git(['--git-dir', repo, 'write-tree'], env)).trim();
+          const parent = (await git(['--git-dir', repo, 'rev-parse', '--verify', '--quiet', `refs/heads/${BRANCH}`]).catch(() => '')).trim();
+          const parentTree = parent ? (await git(['--git-dir', repo, 'rev-parse', `${parent}^{tree}`])).trim() : '';
+          if (tree !== parentTree) {
+            const message = algo.source_hash ? `Source uploaded through the API (${algo.source_hash.slice(0, 12)})` : `The ${algo.settings.language} template`;
+            const commit = (await git(['--git-dir', repo, 'commit-tree', tree, ...(parent ? ['-p', parent] : []), '-m', message], IDENTITY)).trim();
+            await git(['--git-dir', repo, 'update-ref', `refs/heads/${BRANCH}`, commit, parent || '0'.repeat(40)]);
+          }
+          await fs.promises.writeFile(marker, want);
+        } finally {
+          await fs.promises.rm(path.dirname(index), { recursive: true, force: true });
         }
-        await fs.promises.writeFile(marker, want);
-      } finally {
-        await fs.promises.rm(path.dirname(index), { recursive: true, force: true });
-        if (scratch) await fs.promises.rm(scratch, { recursive: true, force: true });
-      }
+      });
     });
   }
 
