@@ -175,3 +175,39 @@ test('deleting an algorithm deletes its repository', { skip: !GIT_PRESENT && 'gi
   const again = await git(['clone', remote('alice', aliceKey, 'alice/Gone'), 'gone-again']);
   assert.notEqual(again.code, 0);
 });
+
+/** Pids of git http-backend processes (this file is the only one that runs them). */
+function backends(): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes('git-http-backend')) pids.push(Number(entry));
+    } catch {
+      /* gone */
+    }
+  }
+  return pids;
+}
+
+test('a push whose client goes away mid-request leaves no backend behind', { skip: !GIT_PRESENT && 'git is not installed' }, async () => {
+  const http = await import('node:http');
+  const u = new URL(s.url);
+  const req = http.request({
+    host: u.hostname,
+    port: u.port,
+    method: 'POST',
+    path: '/git/alice/Greeter.git/git-receive-pack',
+    headers: { authorization: `Basic ${Buffer.from(`alice:${aliceKey}`).toString('base64')}`, 'content-type': 'application/x-git-receive-pack-request' },
+  });
+  req.on('error', () => undefined);
+  // A pkt-line that announces more than is sent: receive-pack waits for the rest.
+  req.write(`0098${'0'.repeat(40)}`);
+  const deadline = Date.now() + 10_000;
+  while (backends().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.ok(backends().length > 0, 'the backend started and waits for the rest of the body');
+  req.destroy();
+  const gone = Date.now() + 10_000;
+  while (backends().length > 0 && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(backends(), [], 'the backend was stopped when its client went away');
+});

@@ -40,6 +40,8 @@ export interface GitResponse {
   status: number;
   headers: Record<string, string>;
   body: Readable;
+  /** Stops the backend (and a push's hook) when the client goes away before the end. */
+  abort(): void;
 }
 
 export interface GitOptions {
@@ -198,6 +200,7 @@ export class GitRepos {
     child.stdin.on('error', () => undefined); // the backend may answer before reading all
     if (req.body) {
       let seen = 0;
+      let ended = false;
       req.body.on('data', (chunk: Buffer) => {
         seen += chunk.length;
         if (seen > this.options.maxBodyBytes) {
@@ -205,12 +208,17 @@ export class GitRepos {
           kill();
         }
       });
+      req.body.once('end', () => (ended = true));
+      // A client that goes away mid-request would leave the backend waiting for the rest.
+      req.body.once('close', () => {
+        if (!ended) kill();
+      });
       req.body.pipe(child.stdin);
     } else {
       child.stdin.end();
     }
     try {
-      return await cgiResponse(child.stdout, () => stderr);
+      return { ...(await cgiResponse(child.stdout, () => stderr)), abort: kill };
     } catch (err) {
       kill();
       throw err;
@@ -300,7 +308,7 @@ function cgiResponse(out: Readable, stderr: () => string): Promise<GitResponse> 
       const body = new PassThrough();
       body.write(head.subarray(end + (crlf >= 0 ? 4 : 2)));
       out.pipe(body);
-      resolve({ status, headers, body });
+      resolve({ status, headers, body, abort: () => undefined });
     };
     const fail = () => {
       out.off('data', onData);

@@ -34,6 +34,9 @@ export async function gitRoutes(app: FastifyInstance, opts: { repos: GitRepos; k
       remoteAddr: req.ip,
       body: req.method === 'POST' ? req.raw : undefined,
     });
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) res.abort();
+    });
     return reply.code(res.status).headers(res.headers).send(res.body);
   };
   app.get('/git/:owner/:repo/*', handler);
