@@ -134,22 +134,25 @@ export class GitRepos {
       const algo = await this.registry.byId(first.id);
       if (!algo) return;
       const want = algo.source_hash ?? `template:${algo.settings.language}:${algo.name}`;
+      // "<source> <commit>": master was that commit when it last matched that source. A push cut
+      // short after its source was stored (master not moved) fails the check, and is committed.
       const marker = path.join(repo, 'algohost-source');
-      if (fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === want) return;
+      const master = async () => (await git(['--git-dir', repo, 'rev-parse', '--verify', '--quiet', `refs/heads/${BRANCH}`]).catch(() => '')).trim();
+      if (fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') === `${want} ${await master()}`) return;
       await this.builds.withSourceTree(algo, async (dir) => {
         const index = path.join(await this.files.scratch('index-'), 'index');
         try {
           const env = { GIT_INDEX_FILE: index };
           await git(['--git-dir', repo, '--work-tree', dir, 'add', '--all', '--force', '.'], env);
           const tree = (await git(['--git-dir', repo, 'write-tree'], env)).trim();
-          const parent = (await git(['--git-dir', repo, 'rev-parse', '--verify', '--quiet', `refs/heads/${BRANCH}`]).catch(() => '')).trim();
+          const parent = await master();
           const parentTree = parent ? (await git(['--git-dir', repo, 'rev-parse', `${parent}^{tree}`])).trim() : '';
           if (tree !== parentTree) {
             const message = algo.source_hash ? `Source uploaded through the API (${algo.source_hash.slice(0, 12)})` : `The ${algo.settings.language} template`;
             const commit = (await git(['--git-dir', repo, 'commit-tree', tree, ...(parent ? ['-p', parent] : []), '-m', message], IDENTITY)).trim();
             await git(['--git-dir', repo, 'update-ref', `refs/heads/${BRANCH}`, commit, parent || '0'.repeat(40)]);
           }
-          await fs.promises.writeFile(marker, want);
+          await fs.promises.writeFile(marker, `${want} ${await master()}`);
         } finally {
           await fs.promises.rm(path.dirname(index), { recursive: true, force: true });
         }
@@ -259,8 +262,9 @@ export class GitRepos {
     const stored = await this.builds.uploadSource(principal, algo.owner, algo.name, archive);
     const push = JSON.parse(header || '{}') as { new?: string };
     say(`stored ${String(push.new ?? '').slice(0, 12)} as the source of ${algo.owner}/${algo.name} (${stored.files} files)`);
-    // The push's commit is master now: no commit of this source is needed when someone fetches.
-    await fs.promises.writeFile(path.join(repo, 'algohost-source'), stored.hash);
+    // The push's commit is master once the hook says yes: no commit of this source is needed
+    // when someone fetches (if master never moves, the sync sees that and commits it).
+    await fs.promises.writeFile(path.join(repo, 'algohost-source'), `${stored.hash} ${push.new ?? ''}`);
     say('building...');
     const { build } = await this.builds.compile(principal, algo.owner, algo.name);
     if (build.status === 'succeeded') {
