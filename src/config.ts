@@ -64,6 +64,33 @@ export interface Config {
   dropboxContentUrl: string;
   /** How builds reach package registries (npm, pip): see BuildNetworkConfig. */
   build: BuildNetworkConfig;
+  /**
+   * ALGOHOST_DATABASE_URL (postgres://user:password@host:port/database) puts the metadata on
+   * PostgreSQL, shared by every server that names it; unset, it is SQLite in the home.
+   * ALGOHOST_DATABASE_POOL: connections each server keeps open to it.
+   */
+  database: { url: string; poolSize: number } | undefined;
+  /**
+   * ALGOHOST_BLOBS (s3://bucket/prefix?endpoint=...&region=...&force_path_style=true) keeps
+   * hosted file contents in an S3-compatible store; unset, on the home's disk.
+   */
+  blobs: S3BlobsConfig | undefined;
+}
+
+/** Where hosted file contents live on S3: a bucket, a key prefix and how to reach them. */
+export interface S3BlobsConfig {
+  bucket: string;
+  /** Key prefix, '' or ending in '/'. */
+  prefix: string;
+  endpoint: string | undefined;
+  region: string;
+  forcePathStyle: boolean;
+  /** From the URL's access_key_id/secret_access_key, else AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY. */
+  accessKeyId: string;
+  secretAccessKey: string;
+  sessionToken: string | undefined;
+  /** The URL without its secret, for logs and /health. */
+  display: string;
 }
 
 /**
@@ -112,6 +139,7 @@ export const DEFAULTS = {
   connectorNetwork: 'public',
   dropboxApiUrl: 'https://api.dropboxapi.com',
   dropboxContentUrl: 'https://content.dropboxapi.com',
+  databasePoolSize: 10,
 } as const;
 
 export class ConfigError extends Error {}
@@ -172,6 +200,61 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     dropboxApiUrl: httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
     dropboxContentUrl: httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
     build: buildNetwork(env),
+    database: env.ALGOHOST_DATABASE_URL
+      ? { url: databaseUrl(env.ALGOHOST_DATABASE_URL), poolSize: int('ALGOHOST_DATABASE_POOL', env.ALGOHOST_DATABASE_POOL, DEFAULTS.databasePoolSize, 1, 1000) }
+      : undefined,
+    blobs: env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined,
+  };
+}
+
+function databaseUrl(raw: string): string {
+  let u: URL | undefined;
+  try {
+    u = new URL(raw);
+  } catch {
+    u = undefined;
+  }
+  if (!u || (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') || u.pathname.length < 2) {
+    throw new ConfigError('ALGOHOST_DATABASE_URL must look like postgres://user:password@host:5432/database');
+  }
+  return raw;
+}
+
+const S3_URL_SETTINGS = new Set(['endpoint', 'region', 'force_path_style', 'access_key_id', 'secret_access_key', 'session_token']);
+
+function s3Blobs(raw: string, env: NodeJS.ProcessEnv): S3BlobsConfig {
+  const usage = 'ALGOHOST_BLOBS must look like s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1&force_path_style=true';
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ConfigError(usage);
+  }
+  if (u.protocol !== 's3:' || u.hostname === '') throw new ConfigError(usage);
+  for (const key of u.searchParams.keys()) {
+    if (!S3_URL_SETTINGS.has(key)) throw new ConfigError(`ALGOHOST_BLOBS: unknown setting "${key}"; known: ${[...S3_URL_SETTINGS].join(', ')}`);
+  }
+  const q = (k: string) => u.searchParams.get(k) || undefined;
+  const endpoint = q('endpoint') ?? (env.AWS_ENDPOINT_URL_S3 || env.AWS_ENDPOINT_URL || undefined);
+  if (endpoint !== undefined) httpUrl('ALGOHOST_BLOBS endpoint', endpoint, '');
+  const accessKeyId = q('access_key_id') ?? env.AWS_ACCESS_KEY_ID;
+  const secretAccessKey = q('secret_access_key') ?? env.AWS_SECRET_ACCESS_KEY;
+  if (!accessKeyId || !secretAccessKey) {
+    throw new ConfigError('ALGOHOST_BLOBS needs credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or access_key_id and secret_access_key in the URL)');
+  }
+  const prefix = decodeURIComponent(u.pathname).replace(/^\/+|\/+$/g, '');
+  const shown = new URL(raw);
+  if (shown.searchParams.has('secret_access_key')) shown.searchParams.set('secret_access_key', '***');
+  return {
+    bucket: u.hostname,
+    prefix: prefix === '' ? '' : `${prefix}/`,
+    endpoint,
+    region: q('region') ?? (env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1'),
+    forcePathStyle: bool('ALGOHOST_BLOBS force_path_style', q('force_path_style'), endpoint !== undefined),
+    accessKeyId,
+    secretAccessKey,
+    sessionToken: q('session_token') ?? (env.AWS_SESSION_TOKEN || undefined),
+    display: shown.toString(),
   };
 }
 

@@ -59,6 +59,8 @@ export const ERROR_CODES = {
   connector_timeout: 504,
   shutting_down: 503,
   server_busy: 503,
+  metadata_unavailable: 503,
+  storage_unavailable: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

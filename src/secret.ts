@@ -1,6 +1,10 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { MetadataStore } from './store/db.ts';
+
+/** The `meta` row that holds the secret where the store is shared. */
+export const SECRET_KEY = 'server_secret';
 
 /**
  * The server secret: 32 random bytes in `<home>/secret` (mode 0600), made on first start.
@@ -29,6 +33,28 @@ export class ServerSecret {
     const master = fs.readFileSync(file);
     if (master.length < 32) throw new Error(`${file} is damaged (shorter than 32 bytes); restore it from backup`);
     return new ServerSecret(master);
+  }
+
+  /**
+   * Where several servers share one metadata store they must share the secret too (a list
+   * marker made by one is read by another): it is kept in the store's `meta` table, made by
+   * whichever server comes first.
+   */
+  static async fromStore(store: MetadataStore): Promise<ServerSecret> {
+    const read = async () => (await store.db.selectFrom('meta').select('value').where('key', '=', SECRET_KEY).executeTakeFirst())?.value;
+    let value = await read();
+    if (value === undefined) {
+      await store.db.insertInto('meta').values({ key: SECRET_KEY, value: crypto.randomBytes(32).toString('base64') }).onConflict((oc) => oc.column('key').doNothing()).execute();
+      value = (await read())!;
+    }
+    const master = Buffer.from(value, 'base64');
+    if (master.length < 32) throw new Error(`the server secret in the metadata store (meta.${SECRET_KEY}) is damaged; restore it from backup`);
+    return new ServerSecret(master);
+  }
+
+  /** The secret's bytes, for `algohost move` to carry a home's secret to a shared store. */
+  get bytes(): Buffer {
+    return Buffer.from(this.master);
   }
 
   derive(purpose: string): Buffer {

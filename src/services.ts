@@ -1,10 +1,12 @@
 import path from 'node:path';
 import type { Config } from './config.ts';
-import { openSqliteStore, type MetadataStore } from './store/db.ts';
+import type { MetadataStore } from './store/db.ts';
+import { blobDriver, openBlobStore, openMetadataStore } from './store/backends.ts';
+import { AlgorithmArtifacts } from './algorithms/artifacts.ts';
 import { ServerSecret } from './secret.ts';
 import { KeyService } from './auth/keyService.ts';
 import { UserService } from './auth/users.ts';
-import { LocalBlobStore } from './data/blobStore.ts';
+import type { BlobStore } from './data/blobStore.ts';
 import { HostedConnector, type HostedOptions } from './data/connectors/hosted.ts';
 import { DataService } from './data/dataService.ts';
 import { MarkerCodec } from './data/marker.ts';
@@ -27,6 +29,8 @@ import { ConnectedStorage, type ConnectedStorageOptions } from './connectors/sto
 export interface Services {
   config: Config;
   store: MetadataStore;
+  /** Where hosted file contents live (disk, or S3). */
+  blobs: BlobStore;
   keys: KeyService;
   users: UserService;
   hosted: HostedConnector;
@@ -59,9 +63,17 @@ export interface ServiceOptions {
  * function, so server and CLI always agree on where and how things are stored.
  */
 export async function createServices(config: Config, options: ServiceOptions = {}): Promise<Services> {
-  const secret = ServerSecret.loadOrCreate(config.home);
-  const store = await openSqliteStore(path.join(config.home, 'metadata.sqlite'));
-  const blobs = new LocalBlobStore(path.join(config.home, 'data'));
+  const store = await openMetadataStore(config);
+  let blobs: BlobStore;
+  let secret: ServerSecret;
+  try {
+    blobs = openBlobStore(config);
+    await blobs.check();
+    secret = store.dialect === 'sqlite' ? ServerSecret.loadOrCreate(config.home) : await ServerSecret.fromStore(store);
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
   const markers = new MarkerCodec(secret.derive('list-marker'));
   const hosted = new HostedConnector(store, blobs, markers, {
     maxUploadBytes: config.maxUploadBytes,
@@ -79,12 +91,17 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const data = new DataService((principal, name) => connected.connector(principal, name));
   data.register('data', hosted);
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
+  // Where servers share the file store, sources and builds are stored in it too.
+  const artifacts = new AlgorithmArtifacts(store, blobs, files, blobDriver(config) !== 'local');
   const users = new UserService(
     store,
     (trx, ownerId) => hosted.purgeOwner(trx, ownerId),
     (blobIds) => hosted.releaseBlobs(blobIds),
     async (ids) => {
-      for (const id of ids) await files.removeAlgorithm(id);
+      for (const id of ids) {
+        await files.removeAlgorithm(id);
+        await artifacts.removeAlgorithm(id);
+      }
     },
   );
   const sandbox = probeSandbox(config.bwrapPath);
@@ -98,7 +115,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
   });
-  const builds = new BuildService(store, algorithms, files, builder, { maxCompressedBytes: config.maxSourceBytes });
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime({
     ...DEFAULT_RUNTIME,
@@ -108,10 +125,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
-  const calls = new CallService(releases, files, runtime, config.algorithmNetwork === 'host');
+  const calls = new CallService(releases, artifacts, runtime, config.algorithmNetwork === 'host');
   return {
     config,
     store,
+    blobs,
     keys: new KeyService(store),
     users,
     hosted,
@@ -128,6 +146,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     close: async () => {
       await runtime.close();
       connected.close();
+      blobs.close();
       await store.close();
     },
   };

@@ -1,7 +1,5 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
 import { api, startServer, type TestServer } from './helpers/server.ts';
 
 let s: TestServer;
@@ -49,7 +47,8 @@ test('readers racing with replacements see one whole version, never a mix', asyn
   const final = Buffer.from(await (await call('/v1/data/.my/c/f.bin')).arrayBuffer());
   assert.deepEqual(final, version(VERSIONS));
   // Every replaced version's contents were released: one blob on disk, nothing pending.
-  const blobs = fs.readdirSync(path.join(s.home, 'data', 'blobs'), { recursive: true, withFileTypes: true }).filter((d) => d.isFile());
+  const blobs: string[] = [];
+  for await (const id of s.services.blobs.list()) blobs.push(id);
   assert.equal(blobs.length, 1);
   assert.deepEqual(await s.services.store.db.selectFrom('pending_blobs').selectAll().execute(), []);
 });

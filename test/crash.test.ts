@@ -3,6 +3,7 @@
  * are in flight, then restarted on the same home. A file is either absent or complete,
  * every acknowledged upload survives, and no partial write or orphaned blob is left behind.
  */
+import { HOME_FILES_ONLY } from './helpers/backends.ts';
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -79,7 +80,7 @@ function gateOpener(): { gate: Promise<void>; open: () => void } {
   return { gate, open };
 }
 
-test('kill -9 during 20 concurrent uploads: each file is absent or complete, acknowledged ones survive, nothing is left behind', async (t) => {
+test('kill -9 during 20 concurrent uploads: each file is absent or complete, acknowledged ones survive, nothing is left behind', { skip: HOME_FILES_ONLY }, async (t) => {
   const { home, server, key } = await setUp();
   const { gate, open } = gateOpener();
   try {
@@ -174,7 +175,7 @@ test('kill -9 during 20 concurrent uploads: each file is absent or complete, ack
   }
 });
 
-test('kill -9 while a file is being replaced keeps the old complete content', async () => {
+test('kill -9 while a file is being replaced keeps the old complete content', { skip: HOME_FILES_ONLY }, async () => {
   const { home, server, key } = await setUp();
   const { gate, open } = gateOpener();
   try {

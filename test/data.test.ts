@@ -207,7 +207,13 @@ describe('hosted data behaviour', () => {
       for (let i = 0; i < 10; i++) await c(`/v1/data/.my/big/f${i}`, { method: 'PUT', body: String(i) });
       // A real failure of the real database: a trigger refuses to delete f7.
       const { sql } = await import('kysely');
-      await sql`CREATE TRIGGER refuse BEFORE DELETE ON nodes WHEN OLD.name = 'f7' BEGIN SELECT RAISE(ABORT, 'disk says no'); END`.execute(small.services.store.db);
+      const db = small.services.store.db;
+      if (small.services.store.dialect === 'postgres') {
+        await sql`CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk says no'; END $$`.execute(db);
+        await sql`CREATE TRIGGER refuse BEFORE DELETE ON nodes FOR EACH ROW WHEN (OLD.name = 'f7') EXECUTE FUNCTION refuse()`.execute(db);
+      } else {
+        await sql`CREATE TRIGGER refuse BEFORE DELETE ON nodes WHEN OLD.name = 'f7' BEGIN SELECT RAISE(ABORT, 'disk says no'); END`.execute(db);
+      }
       const res = await c('/v1/data/.my/big?force=true', { method: 'DELETE' });
       assert.equal(res.status, 500);
       const body = await json(res);
@@ -216,7 +222,7 @@ describe('hosted data behaviour', () => {
       assert.equal(body.result, undefined);
       const left = await json(await c('/v1/data/.my/big'));
       assert.deepEqual(left.files.map((f: { filename: string }) => f.filename), ['f6', 'f7', 'f8', 'f9']);
-      await sql`DROP TRIGGER refuse`.execute(small.services.store.db);
+      await (small.services.store.dialect === 'postgres' ? sql`DROP TRIGGER refuse ON nodes` : sql`DROP TRIGGER refuse`).execute(db);
       assert.equal(await (await c('/v1/data/.my/big?force=true', { method: 'DELETE' })).text(), '{"result":{"deleted":4}}');
     } finally {
       await small.close();

@@ -3,6 +3,7 @@
  * `algohost serve` on a home in use leaves the first one's uploads alone, admin commands
  * run elsewhere do not make empty homes, and a busy port is one line, not a stack trace.
  */
+import { HOME_FILES_ONLY } from './helpers/backends.ts';
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -68,7 +69,7 @@ function snapshot(dir: string): Map<string, string> {
   return out;
 }
 
-test('a second server on a home in use exits at once, naming the first, and its uploads in flight complete', async () => {
+test('a second server on a home in use exits at once, naming the first, and its uploads in flight complete', { skip: HOME_FILES_ONLY }, async () => {
   const home = scratch();
   const first = await startServerProcess({ home });
   running.add(first);

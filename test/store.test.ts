@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { openSqliteStore } from '../src/store/db.ts';
+import { openSqliteStore } from '../src/store/sqliteStore.ts';
 import { VersionedCache } from '../src/store/versionedCache.ts';
 
 test('the version changes on our writes and on commits of another process, not on reads', async () => {

@@ -20,7 +20,7 @@ export const API_ERROR_CODES = [
   'invalid_marker', 'invalid_query', 'invalid_username', 'invalid_algorithm_name', 'invalid_key_name',
   'invalid_permissions', 'invalid_version', 'invalid_archive', 'network_not_allowed', 'invalid_connector',
   'call_depth_exceeded', 'acl_not_supported', 'user_exists', 'delete_incomplete', 'internal_error',
-  'connector_error', 'connector_unreachable', 'connector_timeout', 'shutting_down', 'server_busy',
+  'connector_error', 'connector_unreachable', 'connector_timeout', 'shutting_down', 'server_busy', 'metadata_unavailable', 'storage_unavailable',
 ] as const;
 
 /**

@@ -13,6 +13,7 @@ import { extractTarGz, hashTree, type ExtractLimits } from './archive.ts';
 import { writeTemplate } from './templates.ts';
 import type { Builder } from './builder.ts';
 import { KeyedLock } from './keyedLock.ts';
+import type { AlgorithmArtifacts } from './artifacts.ts';
 
 export interface Build {
   id: number;
@@ -69,8 +70,20 @@ function buildHash(algo: Algorithm, sourceHash: string): string {
   return crypto.createHash('sha1').update(`algohost-build 1\n${algo.settings.language}\n${algo.name}\n${sourceHash}\n`).digest('hex');
 }
 
-function toBuild(row: Selectable<BuildsTable>): Build {
-  return { ...row, algorithmId: row.algorithm_id, runner: row.runner as RunnerKind | null };
+/** A build as the API shows it (which process runs it is the store's business, not the owner's). */
+function toBuild(row: Omit<Selectable<BuildsTable>, 'holder'>): Build {
+  return {
+    id: row.id,
+    algorithmId: row.algorithm_id,
+    hash: row.hash,
+    status: row.status,
+    language: row.language,
+    runner: row.runner as RunnerKind | null,
+    entry: row.entry,
+    logs: row.logs,
+    started_at: row.started_at,
+    finished_at: row.finished_at,
+  };
 }
 
 /**
@@ -81,6 +94,8 @@ function toBuild(row: Selectable<BuildsTable>): Build {
 export class BuildService {
   readonly lock = new KeyedLock();
   private readonly db: Db;
+  private readonly instance: string;
+  private readonly isLive: (holder: string | null) => Promise<boolean>;
   private readonly byHash;
   private readonly runnable;
 
@@ -88,10 +103,13 @@ export class BuildService {
     store: MetadataStore,
     private readonly registry: AlgorithmRegistry,
     readonly files: AlgorithmFiles,
+    private readonly artifacts: AlgorithmArtifacts,
     private readonly builder: Builder,
     private readonly extractLimits: Partial<ExtractLimits>,
   ) {
     this.db = store.db;
+    this.instance = store.instance;
+    this.isLive = (holder) => store.isLive(holder);
     this.byHash = store.prepared(this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', 0).where('hash', '=', ''));
     // Calls need to know how to run a build, not its (up to 256 KiB) log.
     this.runnable = store.prepared(
@@ -115,6 +133,9 @@ export class BuildService {
         const target = this.files.sourceDir(algo.id, r.hash);
         await fs.promises.mkdir(this.files.algorithmDir(algo.id), { recursive: true });
         if (!fs.existsSync(target)) await fs.promises.rename(dir, target);
+        // Stored for other servers before the algorithm names it: whoever reads the new
+        // source_hash finds the tree.
+        await this.artifacts.publish(algo.id, 'source', r.hash);
         await this.registry.setSource(algo.id, r.hash);
         // Earlier sources are replaced: builds keep their own copies.
         for (const entry of await fs.promises.readdir(this.files.algorithmDir(algo.id))) {
@@ -135,6 +156,7 @@ export class BuildService {
     await this.lock.run(algo.id, async () => {
       const target = this.files.sourceDir(algo.id, hash);
       if (!fs.existsSync(target)) await fs.promises.cp(dir, target, { recursive: true, verbatimSymlinks: true });
+      await this.artifacts.publish(algo.id, 'source', hash);
       await this.registry.setSource(algo.id, hash);
     });
     return hash;
@@ -150,7 +172,7 @@ export class BuildService {
         const sourceHash = algo.source_hash ?? (await hashTree(sourceDir));
         const hash = buildHash(algo, sourceHash);
         const existing = await this.find(algo.id, hash);
-        const reusable = existing?.status === 'succeeded' && fs.existsSync(this.files.buildDir(algo.id, hash));
+        const reusable = existing?.status === 'succeeded' && (await this.artifacts.ensure(algo.id, 'build', hash));
         const build = reusable ? existing : await this.run(algo, hash, sourceDir, existing);
         // A failed compile leaves nothing to publish: what the owner has now does not build.
         await this.registry.setBuild(algo.id, build.status === 'succeeded' ? build.hash : null);
@@ -165,7 +187,12 @@ export class BuildService {
    * Call it holding the algorithm's lock: an upload replaces source directories.
    */
   async withSourceTree<T>(algo: Algorithm, fn: (dir: string) => Promise<T>): Promise<T> {
-    if (algo.source_hash) return fn(this.files.sourceDir(algo.id, algo.source_hash));
+    if (algo.source_hash) {
+      if (!(await this.artifacts.ensure(algo.id, 'source', algo.source_hash))) {
+        throw new Error(`the source ${algo.source_hash} of algorithm ${algo.id} is neither on this disk nor in the file store`);
+      }
+      return fn(this.files.sourceDir(algo.id, algo.source_hash));
+    }
     const template = await this.files.scratch('template-');
     try {
       await writeTemplate(template, algo.settings.language, algo.name);
@@ -180,13 +207,13 @@ export class BuildService {
     if (existing) {
       await this.db
         .updateTable('builds')
-        .set({ status: 'building', logs: '', runner: null, entry: null, started_at: now, finished_at: null, language: algo.settings.language })
+        .set({ status: 'building', logs: '', runner: null, entry: null, started_at: now, finished_at: null, language: algo.settings.language, holder: this.instance })
         .where('id', '=', existing.id)
         .execute();
     } else {
       await this.db
         .insertInto('builds')
-        .values({ algorithm_id: algo.id, hash, status: 'building', language: algo.settings.language, runner: null, entry: null, logs: '', started_at: now, finished_at: null })
+        .values({ algorithm_id: algo.id, hash, status: 'building', language: algo.settings.language, runner: null, entry: null, logs: '', started_at: now, finished_at: null, holder: this.instance })
         .execute();
     }
     const work = await this.files.scratch('build-');
@@ -211,6 +238,8 @@ export class BuildService {
         await fs.promises.mkdir(path.dirname(target), { recursive: true });
         await fs.promises.rm(target, { recursive: true, force: true });
         await fs.promises.rename(out, target);
+        // Stored for other servers before the build is recorded as succeeded.
+        await this.artifacts.publish(algo.id, 'build', hash);
       }
     } catch (err) {
       result = { ok: false as const, logs: `build failed: ${(err as Error).message}\n` };
@@ -226,6 +255,7 @@ export class BuildService {
         runner: result.ok ? result.runner : null,
         entry: result.ok ? result.entry : null,
         finished_at: Date.now(),
+        holder: null,
       })
       .where('algorithm_id', '=', algo.id)
       .where('hash', '=', hash)
@@ -270,16 +300,31 @@ export class BuildService {
       await this.registry.delete(principal, owner, name);
       // Running workers keep their mounts; idle ones are evicted in time.
       await this.files.removeAlgorithm(algo.id);
+      await this.artifacts.removeAlgorithm(algo.id);
     });
   }
 
   /** At start: builds interrupted by a crash are failed, with a word why. */
   async recover(): Promise<void> {
     this.files.recover();
-    await this.db
-      .updateTable('builds')
-      .set({ status: 'failed', logs: 'build interrupted: the server stopped while building; compile again\n', finished_at: Date.now() })
-      .where('status', '=', 'building')
-      .execute();
+    await this.failInterrupted();
+    await this.artifacts.recover();
+  }
+
+  /**
+   * Fails the builds whose server died while running them (a live server's builds, on a
+   * store several servers share, are left to finish).
+   */
+  async failInterrupted(): Promise<void> {
+    const holders = await this.db.selectFrom('builds').select('holder').distinct().where('status', '=', 'building').execute();
+    for (const { holder } of holders) {
+      if (await this.isLive(holder)) continue;
+      let q = this.db
+        .updateTable('builds')
+        .set({ status: 'failed', logs: 'build interrupted: the server stopped while building; compile again\n', finished_at: Date.now(), holder: null })
+        .where('status', '=', 'building');
+      q = holder === null ? q.where('holder', 'is', null) : q.where('holder', '=', holder);
+      await q.execute();
+    }
   }
 }

@@ -4,7 +4,7 @@ import { isOwner } from '../data/acl.ts';
 import { PoolBusyError } from '../runtime/pool.ts';
 import { WorkerStartError, type AlgorithmRuntime, type RunTarget } from '../runtime/runtime.ts';
 import type { ContentType, Outcome } from '../runtime/worker.ts';
-import type { AlgorithmFiles } from './builds.ts';
+import type { AlgorithmArtifacts } from './artifacts.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 
@@ -100,7 +100,7 @@ export class CallService {
 
   constructor(
     private readonly releases: ReleaseService,
-    private readonly files: AlgorithmFiles,
+    private readonly artifacts: AlgorithmArtifacts,
     private readonly runtime: AlgorithmRuntime,
     /** ALGOHOST_ALGORITHM_NETWORK=host; otherwise even a version published with network runs without. */
     private readonly allowNetwork = false,
@@ -170,7 +170,7 @@ export class CallService {
     if (t === undefined) {
       t = {
         key: `${target.algorithm.id}:${target.build.hash}`,
-        dir: this.files.buildDir(target.algorithm.id, target.build.hash),
+        dir: this.artifacts.dir(target.algorithm.id, 'build', target.build.hash),
         runner: target.build.runner!,
         entry: target.build.entry!,
         network: this.allowNetwork && target.settings.network_access === 'full',
@@ -190,6 +190,13 @@ export class CallService {
     if (timeoutMs <= 0) return result(TIMED_OUT, target, mine, req);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
+    // A build made by another server sharing the file store is fetched once; a warm call
+    // only looks it up in a set.
+    const { id } = target.algorithm;
+    if (!this.artifacts.isPresent(id, 'build', target.build.hash) && !(await this.artifacts.ensure(id, 'build', target.build.hash))) {
+      log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
+      return result(failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'), target, mine, req);
+    }
     try {
       const outcome = await this.runtime.run(this.runTarget(target), req.contentType, req.input, timeoutMs, this.internal.handler(context), context.depth - 1);
       return result(outcome, target, mine, req);

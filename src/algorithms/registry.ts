@@ -104,6 +104,8 @@ export function noSuchAlgorithm(owner: string, name: string): AppError {
 export class AlgorithmRegistry {
   private readonly db: Db;
   private readonly byName;
+  /** The callability an algorithm was given (in its settings' JSON), as SQL. */
+  private readonly callability;
 
   constructor(
     store: MetadataStore,
@@ -112,6 +114,7 @@ export class AlgorithmRegistry {
     private readonly allowNetwork = false,
   ) {
     this.db = store.db;
+    this.callability = store.jsonText('algorithms.settings', 'algorithm_callability');
     this.byName = store.prepared(this.query().where('users.username_lc', '=', '').where('algorithms.name_lc', '=', ''));
   }
 
@@ -252,7 +255,7 @@ export class AlgorithmRegistry {
     const after = marker ? Number(this.markers.decode(scope, marker).after) : 0;
     let q = this.query()
       .where('algorithms.id', '>', after)
-      .where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public')
+      .where(this.callability, '=', 'public')
       .where(hasPublicVersion)
       .orderBy('algorithms.id')
       .limit(pageSize + 1);
@@ -283,7 +286,7 @@ export class AlgorithmRegistry {
       .limit(pageSize + 1);
     if (user.id !== principal.userId) {
       // As require() decides: public, and with a public version to call.
-      q = q.where(sql<string>`json_extract(algorithms.settings, '$.algorithm_callability')`, '=', 'public').where(hasPublicVersion);
+      q = q.where(this.callability, '=', 'public').where(hasPublicVersion);
     }
     const rows = await q.execute();
     const more = rows.length > pageSize;

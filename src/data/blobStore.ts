@@ -23,6 +23,8 @@ export interface BlobWriteOptions {
  * strong ETag. Which blobs are referenced is the metadata store's business, not this one's.
  */
 export interface BlobStore {
+  /** Where the blobs are, for logs and /health (no secret). */
+  readonly location: string;
   newId(): string;
   /** Streams `source` into a new blob; it becomes visible whole or not at all. */
   put(id: string, source: Readable, options: BlobWriteOptions): Promise<{ size: number }>;
@@ -34,8 +36,34 @@ export interface BlobStore {
   open(id: string, range: ByteRange | undefined, length: number): Promise<Readable | Buffer>;
   /** Removes a blob; removing one that does not exist is not an error. */
   delete(id: string): Promise<void>;
+  /** Every blob's id, in no particular order (audits, moving a home, tests). */
+  list(): AsyncIterable<string>;
   /** Removes leftovers of writes interrupted by a crash. */
   recover(): Promise<void>;
+  /** At start: throws a ConfigError naming the setting when the store cannot be used. */
+  check(): Promise<void>;
+  /** Resolves when the store answers now; for /health. */
+  ping(): Promise<void>;
+  close(): void;
+}
+
+/**
+ * Passes bytes through up to `maxBytes` and counts them; one byte more fails the stream with
+ * payload_too_large (the upload is then abandoned, never stored cut short).
+ */
+export function byteLimit(maxBytes: number): Transform & { bytes: number } {
+  const limit = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      limit.bytes += chunk.length;
+      if (limit.bytes > maxBytes) {
+        done(new AppError('payload_too_large', `the file is larger than the limit of ${maxBytes} bytes`));
+      } else {
+        done(null, chunk);
+      }
+    },
+  }) as Transform & { bytes: number };
+  limit.bytes = 0;
+  return limit;
 }
 
 export class BlobMissingError extends Error {
@@ -53,8 +81,10 @@ export class LocalBlobStore implements BlobStore {
   private readonly blobDir: string;
   private readonly tmpDir: string;
   private readonly madeDirs = new Set<string>();
+  readonly location: string;
 
   constructor(root: string) {
+    this.location = root;
     this.blobDir = path.join(root, 'blobs');
     this.tmpDir = path.join(root, 'tmp');
     fs.mkdirSync(this.blobDir, { recursive: true, mode: 0o700 });
@@ -73,17 +103,7 @@ export class LocalBlobStore implements BlobStore {
   async put(id: string, source: Readable, options: BlobWriteOptions): Promise<{ size: number }> {
     const final = this.pathOf(id);
     const tmp = path.join(this.tmpDir, `${id}.part`);
-    let size = 0;
-    const limit = new Transform({
-      transform(chunk: Buffer, _enc, done) {
-        size += chunk.length;
-        if (size > options.maxBytes) {
-          done(new AppError('payload_too_large', `the file is larger than the limit of ${options.maxBytes} bytes`));
-        } else {
-          done(null, chunk);
-        }
-      },
-    });
+    const limit = byteLimit(options.maxBytes);
     try {
       await pipeline(source, limit, fs.createWriteStream(tmp, { flags: 'wx', mode: 0o600, flush: true, highWaterMark: STREAM_CHUNK }), {
         signal: options.signal,
@@ -100,7 +120,7 @@ export class LocalBlobStore implements BlobStore {
       await fs.promises.rm(tmp, { force: true });
       throw err;
     }
-    return { size };
+    return { size: limit.bytes };
   }
 
   async open(id: string, range: ByteRange | undefined, length: number): Promise<Readable | Buffer> {
@@ -135,11 +155,30 @@ export class LocalBlobStore implements BlobStore {
     await fs.promises.rm(this.pathOf(id), { force: true });
   }
 
+  async *list(): AsyncIterable<string> {
+    for (const prefix of await fs.promises.readdir(this.blobDir)) {
+      for (const name of await fs.promises.readdir(path.join(this.blobDir, prefix))) {
+        if (/^[0-9a-f]{32}$/.test(name)) yield name;
+      }
+    }
+  }
+
   async recover(): Promise<void> {
     for (const name of await fs.promises.readdir(this.tmpDir)) {
       await fs.promises.rm(path.join(this.tmpDir, name), { force: true, recursive: true });
     }
   }
+
+  /** The directories were made (or found) in the constructor; writable is what counts. */
+  async check(): Promise<void> {
+    await fs.promises.access(this.tmpDir, fs.constants.W_OK);
+  }
+
+  async ping(): Promise<void> {
+    await fs.promises.access(this.blobDir, fs.constants.W_OK);
+  }
+
+  close(): void {}
 }
 
 /**

@@ -1,18 +1,25 @@
-import fs from 'node:fs';
-import path from 'node:path';
-import Database from 'better-sqlite3';
-import { CompiledQuery, Kysely, SqliteDialect, sql, type Compilable } from 'kysely';
+import type { Compilable, Kysely, RawBuilder } from 'kysely';
 import type { Schema } from './schema.ts';
-import { SQLITE_MIGRATIONS } from './sqliteMigrations.ts';
 
 export type Db = Kysely<Schema>;
 
+export type Dialect = 'sqlite' | 'postgres';
+
+/**
+ * The metadata store: every table of the schema behind Kysely, on SQLite in the home (one
+ * machine) or on PostgreSQL (several servers sharing it). Queries are written once against
+ * `db`; what differs between the dialects (transactions, prepared reads, change detection,
+ * JSON, liveness of other servers, migrations) stays behind this interface, and
+ * test/metadata-store.test.ts holds both implementations to the same cases.
+ */
 export interface MetadataStore {
+  readonly dialect: Dialect;
   db: Db;
   /**
-   * Runs `fn` in a write transaction that takes the write lock up front, so a transaction
-   * that reads then writes never fails half-way because another process (the admin CLI)
-   * wrote in between; it waits for the lock instead (up to the busy timeout).
+   * Runs `fn` in a transaction that excludes every other writer for its whole length (a
+   * transaction that reads then writes never fails half-way because another process wrote in
+   * between; it waits for its turn instead). SQLite: `BEGIN IMMEDIATE`; PostgreSQL: a
+   * transaction-scoped advisory lock that every `write` takes first.
    */
   write<T>(fn: (trx: Db) => Promise<T>): Promise<T>;
   /**
@@ -22,180 +29,31 @@ export interface MetadataStore {
    */
   prepared<R>(query: Compilable<R>): (params: readonly unknown[]) => Promise<R[]>;
   /**
-   * Changes whenever the data may have changed: a write by this process (any statement that
-   * is not a read), or a commit by another process (the admin CLI). Hot-path caches keep what
-   * they read together with this value, and read again when it differs.
+   * Changes whenever the data the hot-path caches read may have changed: a write by this
+   * process, or a commit by another process (the admin CLI; another server on PostgreSQL,
+   * heard of within a second). Hot-path caches keep what they read together with this value,
+   * and read again when it differs. Where a change could go unheard (PostgreSQL's notice
+   * connection is down), it differs at every read, so nothing is served from a cache.
    */
   version(): string;
+  /** The text at top-level `key` of a JSON text column, as SQL (json_extract, `->>`). */
+  jsonText(column: string, key: string): RawBuilder<string | null>;
+  /**
+   * This process's id. Work in flight (a blob being written, a build running) is recorded
+   * with it, so that a process that finds such work can tell whether its doer is still alive.
+   */
+  readonly instance: string;
+  /**
+   * Whether the process that recorded `instance` may still be running (its work in flight
+   * must be left alone). SQLite: only this process (the home lock keeps other servers out);
+   * PostgreSQL: whoever holds that instance's session lock.
+   */
+  isLive(instance: string | null): Promise<boolean>;
+  /** Resolves when the store answers a query now; for /health. */
+  ping(): Promise<void>;
+  /** Where the store is, for logs and /health (no password). */
+  readonly location: string;
   close(): Promise<void>;
-}
-
-
-export interface SqliteOptions {
-  /** How long a writer waits for another process (the admin CLI) to release the lock. */
-  busyTimeoutMs?: number;
-}
-
-/**
- * Opens (and migrates) the SQLite metadata store in `file`. WAL lets readers proceed while one
- * writer commits, and lets the admin CLI work on the same file while the server runs;
- * synchronous=FULL makes every acknowledged commit survive a power cut, because an upload's
- * metadata commit is what makes the user's file visible.
- */
-export async function openSqliteStore(file: string, options: SqliteOptions = {}): Promise<MetadataStore> {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  const sqlite = new Database(file);
-  sqlite.pragma('journal_mode = WAL');
-  sqlite.pragma('synchronous = FULL');
-  sqlite.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
-  sqlite.pragma('foreign_keys = ON');
-  migrate(sqlite);
-  let generation = 0;
-  const statements = withStatementCache(sqlite, () => generation++);
-  const commits = new CommitWatch(file, sqlite);
-  const db = new Kysely<Schema>({ dialect: new SqliteDialect({ database: statements }) });
-  // While a write transaction is open on the one connection, a direct read would see its
-  // uncommitted rows: reads then take Kysely's way, which waits for the transaction to end.
-  let writing = 0;
-  return {
-    db,
-    write: (fn) =>
-      db.connection().execute(async (conn) => {
-        writing++;
-        try {
-          await sql`BEGIN IMMEDIATE`.execute(conn);
-          try {
-            const result = await fn(conn);
-            await sql`COMMIT`.execute(conn);
-            return result;
-          } catch (err) {
-            await sql`ROLLBACK`.execute(conn);
-            throw err;
-          }
-        } finally {
-          writing--;
-        }
-      }),
-    version: () => (writing > 0 ? `w${generation}` : `${generation}:${commits.count()}`),
-    prepared<R>(query: Compilable<R>) {
-      const compiled = query.compile();
-      return async (params: readonly unknown[]) => {
-        if (writing > 0) return (await db.executeQuery<R>(CompiledQuery.raw(compiled.sql, [...params]))).rows;
-        return statements.prepare(compiled.sql).all(...params) as R[];
-      };
-    },
-    async close() {
-      await db.destroy();
-      // Only once SQLite's connection is closed: see CommitWatch.
-      commits.close();
-    },
-  };
-}
-
-/** The WAL index header: two copies of a 48-byte header at the start of the -shm file. */
-const WAL_INDEX_HEADER_BYTES = 96;
-
-/**
- * Counts commits by other connections (the admin CLI), read before every call (the hot-path
- * caches' version). SQLite rewrites the WAL index header in `<db>-shm` at every commit (its
- * change counter and frame count, and salts when the WAL restarts), and readers find new
- * commits through it; the page cache keeps that file coherent with SQLite's shared mapping.
- * One pread of it, compared with the last one, says whether anything was committed since,
- * where `PRAGMA data_version` opens a read transaction (two fcntl locks on that file). A read
- * torn by a commit under way only differs: a change is never missed. Where the file cannot be
- * read (not in WAL mode, an unusual VFS), data_version answers instead.
- *
- * The descriptor is closed only after SQLite's own connection: closing any descriptor of a file
- * drops every POSIX lock the process holds on it, SQLite's on the -shm file included (the one
- * that tells other processes a connection is using it), and another process would then
- * re-initialise the WAL index under our live connection. So a failed read leaves it open, unused.
- */
-class CommitWatch {
-  private readonly dataVersion: Database.Statement;
-  private fd: number | undefined;
-  /** False once reading the header failed: data_version answers from then on. */
-  private usable = false;
-  private readonly last = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
-  private readonly now = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
-  private changes = 0;
-
-  constructor(file: string, sqlite: Database.Database) {
-    this.dataVersion = sqlite.prepare('PRAGMA data_version').pluck();
-    // Reading once makes SQLite open (and create) the WAL index; our connection keeps it.
-    this.dataVersion.get();
-    if (String(sqlite.pragma('journal_mode', { simple: true })).toLowerCase() !== 'wal') return;
-    try {
-      this.fd = fs.openSync(`${file}-shm`, 'r');
-      this.usable = fs.readSync(this.fd, this.last, 0, WAL_INDEX_HEADER_BYTES, 0) === WAL_INDEX_HEADER_BYTES;
-    } catch {
-      this.usable = false;
-    }
-  }
-
-  /** A value that changes whenever another connection has committed since it was last read. */
-  count(): number | string {
-    if (this.usable) {
-      try {
-        if (fs.readSync(this.fd!, this.now, 0, WAL_INDEX_HEADER_BYTES, 0) !== WAL_INDEX_HEADER_BYTES || !this.now.equals(this.last)) {
-          this.now.copy(this.last);
-          this.changes++;
-        }
-        return this.changes;
-      } catch {
-        this.usable = false;
-      }
-    }
-    return `d${this.dataVersion.get() as number}`;
-  }
-
-  /** After SQLite's connection is closed, never before (see above). */
-  close(): void {
-    this.usable = false;
-    if (this.fd !== undefined) fs.closeSync(this.fd);
-    this.fd = undefined;
-  }
-}
-
-/**
- * Kysely prepares every query anew; preparing costs more than running the indexed lookups a
- * request makes. Queries are built from a fixed set of shapes, so their SQL text repeats and
- * prepared statements can be reused (better-sqlite3 runs them synchronously, never two at once).
- */
-function withStatementCache(sqlite: Database.Database, onWrite: () => void, max = 500) {
-  const cache = new Map<string, Database.Statement>();
-  return {
-    close: () => sqlite.close(),
-    prepare(sqlText: string): Database.Statement {
-      let stmt = cache.get(sqlText);
-      if (!stmt) {
-        if (cache.size >= max) cache.clear();
-        stmt = sqlite.prepare(sqlText);
-        cache.set(sqlText, stmt);
-      }
-      // Kysely prepares right before it runs: a statement that writes (or begins, commits,
-      // rolls back) changes the store's version.
-      if (!stmt.reader) onWrite();
-      return stmt;
-    },
-  };
-}
-
-/** Applies pending migrations under an immediate (write) lock, so two processes never race. */
-function migrate(sqlite: Database.Database): void {
-  const current = sqlite.pragma('user_version', { simple: true }) as number;
-  if (current >= SQLITE_MIGRATIONS.length) return;
-  sqlite.exec('BEGIN IMMEDIATE');
-  try {
-    const now = sqlite.pragma('user_version', { simple: true }) as number;
-    for (let i = now; i < SQLITE_MIGRATIONS.length; i++) {
-      sqlite.exec(SQLITE_MIGRATIONS[i]!);
-    }
-    sqlite.pragma(`user_version = ${SQLITE_MIGRATIONS.length}`);
-    sqlite.exec('COMMIT');
-  } catch (err) {
-    sqlite.exec('ROLLBACK');
-    throw err;
-  }
 }
 
 /** A unique-constraint violation, in SQLite's or PostgreSQL's words. */

@@ -48,6 +48,8 @@ export interface PendingBlobsTable {
   /** A blob that may exist on disk while no node refers to it yet (or any more). */
   blob_id: string;
   created_at: number;
+  /** The process writing or releasing it (MetadataStore.instance); null in rows of older homes. */
+  holder: string | null;
 }
 
 export interface MetaTable {
@@ -91,6 +93,8 @@ export interface BuildsTable {
   logs: string;
   started_at: number;
   finished_at: number | null;
+  /** The process running the build (MetadataStore.instance), while it runs. */
+  holder: string | null;
 }
 
 export interface VersionsTable {
@@ -130,7 +134,20 @@ export interface ConnectorsTable {
   updated_at: number;
 }
 
+export interface ArtifactsTable {
+  /** No foreign key: the rows outlive a deleted algorithm until its blobs are released. */
+  algorithm_id: number;
+  kind: 'source' | 'build';
+  hash: string;
+  blob_id: string;
+  size: number;
+  /** Of the stored tarball, checked when another server fetches it. */
+  sha256: string;
+  created_at: number;
+}
+
 export interface Schema {
+  artifacts: ArtifactsTable;
   connectors: ConnectorsTable;
   builds: BuildsTable;
   versions: VersionsTable;

@@ -9,6 +9,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { backendEnv } from './backends.ts';
 
 export const NODE = process.execPath;
 export const BIN = path.resolve(import.meta.dirname, '..', '..', 'bin', 'algohost.mjs');
@@ -78,7 +79,7 @@ export async function startServerProcess(options: {
 }): Promise<ServerProcess> {
   const args = [BIN, 'serve', '--port', '0', '--host', '127.0.0.1', '--home', options.home];
   if (!options.demo) args.push('--no-demo');
-  const child = spawn(NODE, args, { env: childEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(NODE, args, { env: childEnv({ ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   const changed = new Set<() => void>();
@@ -157,7 +158,7 @@ export interface CliResult {
 
 /** Runs `algohost ARGS --home HOME` to completion (killed after `timeoutMs`). */
 export async function runCli(args: string[], home: string, timeoutMs = WAIT_MS): Promise<CliResult> {
-  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv(await backendEnv(home)), stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));

@@ -12,6 +12,10 @@ export interface S3Server {
   endpoint: string;
   pid: number;
   stop(): Promise<void>;
+  /** Kills the server, keeping its files (a store that went away)... */
+  halt(): Promise<void>;
+  /** ...and starts it again on the same port and files. */
+  resume(): Promise<void>;
 }
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -25,26 +29,34 @@ export async function startS3(buckets: string[]): Promise<S3Server> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-s3-'));
   const script = `
     const S3rver = require('s3rver');
-    const server = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: process.argv[1],
+    const server = new S3rver({ port: Number(process.argv[3]), address: '127.0.0.1', silent: true, directory: process.argv[1],
       configureBuckets: JSON.parse(process.argv[2]).map((name) => ({ name })) });
     server.run().then(({ port }) => console.log(JSON.stringify({ port })), (err) => { console.error(err); process.exit(1); });
   `;
   // s3rver makes its continuation tokens with DES, which OpenSSL 3 keeps in its legacy provider.
-  const started = await spawnUntilFirstLine('/usr/bin/node', ['--openssl-legacy-provider', '-e', script, dir, JSON.stringify(buckets)], {
-    what: 's3rver',
-    cwd: REPO,
-    env: { PATH: '/usr/bin:/bin', NODE_PATH: path.join(REPO, 'node_modules') },
-  }).catch((err: unknown) => {
+  const launch = (port: number) =>
+    spawnUntilFirstLine('/usr/bin/node', ['--openssl-legacy-provider', '-e', script, dir, JSON.stringify(buckets), String(port)], {
+      what: 's3rver',
+      cwd: REPO,
+      env: { PATH: '/usr/bin:/bin', NODE_PATH: path.join(REPO, 'node_modules') },
+    });
+  let started = await launch(0).catch((err: unknown) => {
     fs.rmSync(dir, { recursive: true, force: true });
     throw err;
   });
   const port = (JSON.parse(started.line) as { port: number }).port;
-  return {
+  const server: S3Server = {
     endpoint: `http://127.0.0.1:${port}`,
     pid: started.child.pid!,
     async stop() {
       await started.stop();
       fs.rmSync(dir, { recursive: true, force: true });
     },
+    halt: () => started.stop(),
+    async resume() {
+      started = await launch(port);
+      server.pid = started.child.pid!;
+    },
   };
+  return server;
 }

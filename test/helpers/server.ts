@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
+import { backendEnv } from './backends.ts';
 
 export interface TestServer {
   /** Base address, e.g. http://127.0.0.1:PORT (no trailing slash). */
@@ -26,7 +27,7 @@ export async function startServer(
   options: ServiceOptions & { env?: Record<string, string>; home?: string } = {},
 ): Promise<TestServer> {
   const home = options.home ?? tempHome();
-  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ...options.env });
+  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ...(await backendEnv(home)), ...options.env });
   const services = await createServices(config, options);
   await services.hosted.recover();
   const app = buildApp(services);

@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { Principal } from '../../auth/principal.ts';
-import { isUniqueViolation, type Db, type MetadataStore } from '../../store/db.ts';
+import type { Db, MetadataStore } from '../../store/db.ts';
 import { AppError } from '../../errors.ts';
 import { DEFAULT_ACL, aclFromStored, aclToApi, canRead, isOwner, parseAcl, type ReadAcl } from '../acl.ts';
 import { BlobMissingError, type BlobStore } from '../blobStore.ts';
@@ -257,16 +257,22 @@ export class HostedConnector implements Connector {
     await this.checkFileTarget(this.db, owner, rel);
 
     const blobId = this.blobs.newId();
-    await this.db.insertInto('pending_blobs').values({ blob_id: blobId, created_at: Date.now() }).execute();
+    await this.db.insertInto('pending_blobs').values({ blob_id: blobId, created_at: Date.now(), holder: this.store.instance }).execute();
     let oldBlob: string | null = null;
     try {
       const { size } = await this.blobs.put(blobId, body, { maxBytes: this.options.maxUploadBytes, signal: options.signal });
       const now = Date.now();
       oldBlob = await this.store.write(async (trx) => {
+        // Another server took this one for dead and claimed the blob to remove it (its
+        // notice connection to the database was down): the upload cannot stand.
+        const ours = await trx.deleteFrom('pending_blobs').where('blob_id', '=', blobId).where('holder', '=', this.store.instance).executeTakeFirst();
+        if (Number(ours.numDeletedRows) !== 1) {
+          throw new AppError('storage_unavailable', 'the upload was interrupted while this server had lost the database; send it again');
+        }
         const existing = await this.checkFileTarget(trx, owner, rel);
         if (existing) {
           await trx.updateTable('nodes').set({ blob_id: blobId, size, modified_at: now }).where('id', '=', existing.id).execute();
-          await trx.insertInto('pending_blobs').values({ blob_id: existing.blob_id!, created_at: now }).execute();
+          await trx.insertInto('pending_blobs').values({ blob_id: existing.blob_id!, created_at: now, holder: this.store.instance }).execute();
         } else {
           await trx
             .insertInto('nodes')
@@ -283,7 +289,6 @@ export class HostedConnector implements Connector {
             })
             .execute();
         }
-        await trx.deleteFrom('pending_blobs').where('blob_id', '=', blobId).execute();
         return existing?.blob_id ?? null;
       });
     } catch (err) {
@@ -318,20 +323,18 @@ export class HostedConnector implements Connector {
         if (!parent) throw new AppError('not_found', `directory ${uri(owner, parentRel)} does not exist; create it first`);
         if (parent.kind !== 'dir') throw new AppError('type_conflict', `${uri(owner, parentRel)} is a file, not a directory`);
       }
-      const now = Date.now();
-      try {
-        await trx
-          .insertInto('nodes')
-          .values({ owner_id: owner.id, dir: parentRel.join('/'), name, kind: 'dir', acl, blob_id: null, size: 0, created_at: now, modified_at: now })
-          .execute();
-      } catch (err) {
-        if (!isUniqueViolation(err)) throw err;
-        const existing = await this.node(trx, owner, rel);
-        if (existing?.kind === 'file') {
-          throw new AppError('type_conflict', `${uri(owner, rel)} is a file; a directory cannot have its name`);
-        }
-        throw new AppError('already_exists', `directory ${uri(owner, rel)} already exists`);
+      // Looked up first, not learned from the unique index: a failed statement ends a
+      // PostgreSQL transaction. Writers exclude each other, so nothing comes in between.
+      const existing = await this.node(trx, owner, rel);
+      if (existing?.kind === 'file') {
+        throw new AppError('type_conflict', `${uri(owner, rel)} is a file; a directory cannot have its name`);
       }
+      if (existing) throw new AppError('already_exists', `directory ${uri(owner, rel)} already exists`);
+      const now = Date.now();
+      await trx
+        .insertInto('nodes')
+        .values({ owner_id: owner.id, dir: parentRel.join('/'), name, kind: 'dir', acl, blob_id: null, size: 0, created_at: now, modified_at: now })
+        .execute();
     });
     return uri(owner, rel);
   }
@@ -365,7 +368,7 @@ export class HostedConnector implements Connector {
       const blob = await this.store.write(async (trx) => {
         const current = await this.node(trx, owner, rel);
         if (!current || current.kind !== 'file') throw notFound(uri(owner, rel));
-        await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now() }).execute();
+        await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now(), holder: this.store.instance }).execute();
         await trx.deleteFrom('nodes').where('id', '=', current.id).execute();
         return current.blob_id!;
       });
@@ -426,7 +429,7 @@ export class HostedConnector implements Connector {
             return null;
           }
           const now = Date.now();
-          await trx.insertInto('pending_blobs').values(files.map((f) => ({ blob_id: f.blob_id!, created_at: now }))).execute();
+          await trx.insertInto('pending_blobs').values(files.map((f) => ({ blob_id: f.blob_id!, created_at: now, holder: this.store.instance }))).execute();
           await trx.deleteFrom('nodes').where('id', 'in', files.map((f) => f.id)).execute();
           return files.map((f) => f.blob_id!);
         });
@@ -464,7 +467,7 @@ export class HostedConnector implements Connector {
     const ids = files.map((f) => f.blob_id!);
     const now = Date.now();
     for (let i = 0; i < ids.length; i += 500) {
-      await trx.insertInto('pending_blobs').values(ids.slice(i, i + 500).map((blob_id) => ({ blob_id, created_at: now }))).execute();
+      await trx.insertInto('pending_blobs').values(ids.slice(i, i + 500).map((blob_id) => ({ blob_id, created_at: now, holder: this.store.instance }))).execute();
     }
     await trx.deleteFrom('nodes').where('owner_id', '=', ownerId).execute();
     return ids;
@@ -473,15 +476,42 @@ export class HostedConnector implements Connector {
   /** At start-up: removes interrupted writes and blobs left unreferenced by a crash. */
   async recover(): Promise<{ removed: number }> {
     await this.blobs.recover();
-    const pending = await this.db.selectFrom('pending_blobs').select('blob_id').execute();
+    return this.sweep();
+  }
+
+  /**
+   * Removes the blobs that processes now dead left pending: written but never committed, or
+   * unreferenced but not yet deleted. A live process's pending blobs (an upload in flight on
+   * another server sharing the store) are left alone. Each row is first claimed in the store,
+   * so two servers sweeping at once never both work on it, and an upload whose row was claimed
+   * fails at its commit instead of pointing at a deleted blob.
+   */
+  async sweep(): Promise<{ removed: number }> {
+    const holders = await this.db.selectFrom('pending_blobs').select('holder').distinct().execute();
+    const claim = `${this.store.instance}#sweep`;
     let removed = 0;
-    for (const { blob_id } of pending) {
-      const used = await this.db.selectFrom('nodes').select('id').where('blob_id', '=', blob_id).limit(1).executeTakeFirst();
-      if (!used) {
-        await this.blobs.delete(blob_id);
-        removed++;
+    for (const { holder } of holders) {
+      if (await this.store.isLive(holder)) continue;
+      for (;;) {
+        const batch = await this.store.write(async (trx) => {
+          let q = trx.selectFrom('pending_blobs').select('blob_id').limit(500);
+          q = holder === null ? q.where('holder', 'is', null) : q.where('holder', '=', holder);
+          const rows = await q.execute();
+          if (rows.length > 0) {
+            await trx.updateTable('pending_blobs').set({ holder: claim }).where('blob_id', 'in', rows.map((r) => r.blob_id)).execute();
+          }
+          return rows.map((r) => r.blob_id);
+        });
+        if (batch.length === 0) break;
+        for (const blob_id of batch) {
+          const used = await this.db.selectFrom('nodes').select('id').where('blob_id', '=', blob_id).limit(1).executeTakeFirst();
+          if (!used) {
+            await this.blobs.delete(blob_id);
+            removed++;
+          }
+          await this.db.deleteFrom('pending_blobs').where('blob_id', '=', blob_id).execute();
+        }
       }
-      await this.db.deleteFrom('pending_blobs').where('blob_id', '=', blob_id).execute();
     }
     return { removed };
   }

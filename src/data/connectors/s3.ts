@@ -26,6 +26,8 @@ export interface S3Credentials {
   access_key_id: string;
   secret_access_key: string;
   force_path_style?: boolean;
+  /** Temporary credentials' token (hosted file contents on S3 with an assumed role). */
+  session_token?: string;
 }
 
 export interface S3Options {
@@ -58,7 +60,11 @@ export class S3Storage implements RemoteStorage {
       ...(credentials.endpoint ? { endpoint: credentials.endpoint } : {}),
       region: credentials.region ?? 'us-east-1',
       forcePathStyle: credentials.force_path_style ?? Boolean(credentials.endpoint),
-      credentials: { accessKeyId: credentials.access_key_id, secretAccessKey: credentials.secret_access_key },
+      credentials: {
+        accessKeyId: credentials.access_key_id,
+        secretAccessKey: credentials.secret_access_key,
+        ...(credentials.session_token ? { sessionToken: credentials.session_token } : {}),
+      },
       // Since early 2025 the SDK adds CRC32 checksums and aws-chunked bodies by default, which
       // many S3-compatible servers do not understand; ask for checksums only where S3 requires them.
       requestChecksumCalculation: 'WHEN_REQUIRED',
