@@ -15,6 +15,7 @@ import {
   S3ServiceException,
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
+import { state as sdkNotices } from '@aws-sdk/core/client';
 import type { ByteRange } from '../blobStore.ts';
 import { contentTypeFor } from '../contentType.ts';
 import { networkError, RemoteError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
@@ -42,6 +43,11 @@ export interface S3Options {
 }
 
 const MIB = 1024 * 1024;
+
+// The SDK is pinned (package.json) to releases that run on Node 20; its notice that later
+// releases will not would otherwise land on every server's stderr at its first S3 request,
+// and in the middle of a one-line start-up error.
+sdkNotices.warningEmitted = true;
 
 /**
  * objstore:// over the S3 protocol: AWS, MinIO, Ceph, R2, anything with an endpoint and
