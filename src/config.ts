@@ -75,6 +75,11 @@ export interface Config {
    * hosted file contents in an S3-compatible store; unset, on the home's disk.
    */
   blobs: S3BlobsConfig | undefined;
+  /**
+   * ALGOHOST_SWEEP_INTERVAL_MS: where servers share the metadata store, how often each live one
+   * removes what a dead one left in flight (pending file contents, builds it was running).
+   */
+  sweepIntervalMs: number;
 }
 
 /** Where hosted file contents live on S3: a bucket, a key prefix and how to reach them. */
@@ -125,6 +130,7 @@ export const DEFAULTS = {
   logLevel: 'info',
   maxUploadBytes: 5 * GiB,
   shutdownTimeoutMs: 30_000,
+  sweepIntervalMs: 60_000,
   demo: true,
   sandbox: 'auto',
   bwrapPath: '/usr/bin/bwrap',
@@ -204,7 +210,29 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
       ? { url: databaseUrl(env.ALGOHOST_DATABASE_URL), poolSize: int('ALGOHOST_DATABASE_POOL', env.ALGOHOST_DATABASE_POOL, DEFAULTS.databasePoolSize, 1, 1000) }
       : undefined,
     blobs: env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined,
+    sweepIntervalMs: int('ALGOHOST_SWEEP_INTERVAL_MS', env.ALGOHOST_SWEEP_INTERVAL_MS, DEFAULTS.sweepIntervalMs, 100, 86_400_000),
   };
+}
+
+/**
+ * `algohost move`'s two sides: the home as it runs on one machine (whatever the environment
+ * says of shared backends), and the shared deployment named by --to/--blobs, else by
+ * ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS.
+ */
+export function loadMoveConfig(
+  options: { home?: string | undefined; to?: string | undefined; blobs?: string | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): { source: Config; target: Config } {
+  const to = options.to ?? env.ALGOHOST_DATABASE_URL;
+  const blobs = options.blobs ?? env.ALGOHOST_BLOBS;
+  if (!to || !blobs) throw new ConfigError('move needs --to postgres://… and --blobs s3://… (or ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS)');
+  const rest = { ...env };
+  delete rest.ALGOHOST_DATABASE_URL;
+  delete rest.ALGOHOST_BLOBS;
+  const source = loadConfig({ home: options.home }, rest);
+  const target = loadConfig({ home: options.home }, { ...rest, ALGOHOST_DATABASE_URL: to, ALGOHOST_BLOBS: blobs });
+  // The target's servers keep their trees under their own homes; the move reads this one's.
+  return { source, target: { ...target, home: source.home } };
 }
 
 function databaseUrl(raw: string): string {

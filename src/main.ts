@@ -42,6 +42,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   await services.builds.recover();
+  const sweeper = startSweeper(services, logger);
   const demoKey = config.demo ? await firstStartDemo(services, logger) : undefined;
 
   const app = buildApp(services, { logger });
@@ -84,6 +85,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     reaper.unref();
     await app.close();
     clearInterval(reaper);
+    await sweeper?.stop();
     await services.close();
     lock.release();
     logger.info('stopped');
@@ -92,6 +94,36 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   };
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/**
+ * Where servers share the metadata store, one that dies and is not restarted leaves its work
+ * in flight (pending file contents, a build it was running) to the others: every live server
+ * runs the same sweep as at start, now and then. One machine needs none (its restart recovers).
+ */
+function startSweeper(services: Services, logger: pino.Logger): { stop(): Promise<void> } | undefined {
+  if (services.store.dialect === 'sqlite') return undefined;
+  let running: Promise<void> | undefined;
+  const sweep = async () => {
+    try {
+      const { removed } = await services.hosted.sweep();
+      if (removed > 0) logger.info({ removed }, 'removed file contents a stopped server left pending');
+      await services.builds.failInterrupted();
+    } catch (err) {
+      // The store is away for the moment (503s say so to clients): the next round tries again.
+      logger.warn({ err }, 'sweep of stopped servers\' leftovers failed; trying again later');
+    }
+  };
+  const timer = setInterval(() => {
+    running ??= sweep().finally(() => (running = undefined));
+  }, services.config.sweepIntervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
 }
 
 /** What a person does about a port the server cannot listen on, in one line. */

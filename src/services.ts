@@ -40,6 +40,8 @@ export interface Services {
   /** Each algorithm's source as a git repository (clone, fetch, push). */
   git: GitRepos;
   builds: BuildService;
+  /** Algorithm source and build trees stored for the other servers of a shared deployment. */
+  artifacts: AlgorithmArtifacts;
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
   calls: CallService;
@@ -138,6 +140,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     environments: new Environments((prefix) => files.scratch(prefix)),
     git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000 }),
     builds,
+    artifacts,
     releases,
     runtime,
     calls,

@@ -268,6 +268,48 @@ describe('servers sharing PostgreSQL + S3', { skip: missing }, () => {
     assert.deepEqual(await query(d, 'SELECT blob_id FROM pending_blobs'), []);
   });
 
+  test('a server killed and never restarted: a live neighbour sweeps what it left in flight', async () => {
+    const d = await deployment();
+    const a = await node(d);
+    const b = await startServerProcess({ home: tempHome('algohost-node-'), env: { ...d.env, ALGOHOST_SWEEP_INTERVAL_MS: '200' } });
+    running.add(b);
+    const key = await user(d, 'alice');
+    assert.equal((await call(a.url, key, '/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"c"}' })).status, 200);
+    // A large upload on A held half-way: its parts are in the store, its row pending.
+    const data = crypto.randomBytes(20 * MiB);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const upload = streamRequest(`${a.url}/v1/data/.my/c/cut`, key, slowly(data, { chunkSize: 256 * 1024, pauseAt: 12 * MiB, gate }));
+    const t0 = Date.now();
+    while ((await query<{ n: number }>(d, 'SELECT count(*)::int AS n FROM pending_blobs'))[0]!.n < 1) {
+      if (Date.now() - t0 > WAIT_MS) throw new Error('the upload did not begin');
+      await sleep(50);
+    }
+    // A live server's pending upload is left alone by B's sweeps.
+    await sleep(600);
+    assert.equal((await query<{ n: number }>(d, 'SELECT count(*)::int AS n FROM pending_blobs'))[0]!.n, 1, "a live server's upload is not swept");
+    // And a blob stored by a server that died between the store's answer and its commit.
+    const stray = crypto.randomBytes(16).toString('hex');
+    await client.send(new PutObjectCommand({ Bucket: BUCKET, Key: `${d.prefix}/blobs/${stray.slice(0, 2)}/${stray}`, Body: 'stray' }));
+    await query(d, 'INSERT INTO pending_blobs (blob_id, created_at, holder) VALUES ($1, $2, $3)', [stray, Date.now(), 'gone-host:1:000000000000']);
+
+    await a.kill('SIGKILL');
+    running.delete(a);
+    release();
+    assert.equal((await upload.result).ok, false);
+    // Without any restart, B's next sweeps remove both.
+    const t1 = Date.now();
+    let left = -1;
+    while (Date.now() - t1 < 10_000) {
+      left = (await query<{ n: number }>(d, 'SELECT count(*)::int AS n FROM pending_blobs'))[0]!.n;
+      if (left === 0) break;
+      await sleep(100);
+    }
+    assert.equal(left, 0, 'nothing pending once the neighbour has swept');
+    assert.deepEqual(await objects(d), [], 'no object of the dead server is left');
+    assert.equal((await call(b.url, key, '/v1/data/.my/c/cut')).status, 404);
+  });
+
   test('bad settings stop the start with one line naming the setting', async () => {
     const d = await deployment();
     const cases: [Record<string, string>, RegExp][] = [

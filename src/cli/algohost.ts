@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig } from '../config.ts';
+import { ConfigError, loadConfig, loadMoveConfig } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { keyCommand, userCommand } from './admin.ts';
 import { adminHome, HomeError } from '../home.ts';
@@ -14,10 +14,16 @@ const USAGE = `usage:
   algohost key list USER [--home DIR]
   algohost key revoke USER KEY_ID [--home DIR]
   algohost migrate [--home DIR]
+  algohost move [--home DIR] --to postgres://… --blobs s3://…
 
 The admin commands (user, key) work on the home named by --home or ALGOHOST_HOME, else on
 ./.algohost of this directory or its nearest parent that has one; they make a new home only
-with --init. They may run beside a server on the same home.`;
+with --init. They may run beside a server on the same home.
+
+move carries a stopped single-machine home (users, keys, data, ACLs, algorithms, builds,
+versions, connected accounts, its secret) into an empty shared deployment's PostgreSQL and
+S3 store, and reads everything back to verify it; run it again to resume one cut short.
+--to and --blobs default to ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS.`;
 
 class UsageError extends Error {}
 
@@ -34,6 +40,8 @@ async function main(argv: string[]): Promise<number> {
       init: { type: 'boolean' },
       name: { type: 'string' },
       permissions: { type: 'string' },
+      to: { type: 'string' },
+      blobs: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -42,6 +50,11 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE + '\n');
     return values.help ? 0 : 2;
   }
+  if (command === 'move') {
+    if (sub !== undefined) throw new UsageError(`move takes no arguments, got "${sub}"`);
+    return move(values);
+  }
+  if (values.to !== undefined || values.blobs !== undefined) throw new UsageError('--to and --blobs are for move');
   let config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
   if (command === 'user' || command === 'key' || command === 'migrate') {
     if (config.database) {
@@ -80,6 +93,43 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * `algohost move`: the home (found as the admin commands find it, never made) is read at rest,
+ * under its lock, after the recovery a server would run at start; the target is named by
+ * --to/--blobs or the usual settings.
+ */
+async function move(values: { home?: string | undefined; to?: string | undefined; blobs?: string | undefined }): Promise<number> {
+  const settings = loadMoveConfig({ home: values.home, to: values.to, blobs: values.blobs });
+  const source = { ...settings.source, home: adminHome({ home: settings.source.home, from: settings.source.homeFrom }, false) };
+  const target = { ...settings.target, home: source.home };
+  const say = (line: string) => process.stderr.write(`algohost: ${line}\n`);
+  say(`moving the home ${source.home} to ${redactUrl(target.database!.url)} and ${target.blobs!.display}`);
+  const { HomeLock } = await import('../home.ts');
+  const { createServices } = await import('../services.ts');
+  const { moveHome } = await import('../store/move.ts');
+  const lock = HomeLock.acquire(source.home);
+  try {
+    const from = await createServices(source);
+    try {
+      // What a server would do at start: a crash's leftovers are not carried.
+      await from.hosted.recover();
+      await from.builds.recover();
+      const into = await createServices(target);
+      try {
+        const report = await moveHome(source.home, from, into, say);
+        process.stdout.write(JSON.stringify(report) + '\n');
+      } finally {
+        await into.close();
+      }
+    } finally {
+      await from.close();
+    }
+  } finally {
+    lock.release();
+  }
+  return 0;
+}
+
 function usage(message: string): never {
   throw new UsageError(message);
 }
@@ -92,8 +142,8 @@ main(process.argv.slice(2)).then(
     if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
       process.stderr.write(`algohost: ${(err as Error).message}\n${USAGE}\n`);
       process.exitCode = 2;
-    } else if (err instanceof AppError || err instanceof ConfigError || err instanceof HomeError) {
-      process.stderr.write(`algohost: ${err.message}\n`);
+    } else if (err instanceof AppError || err instanceof ConfigError || err instanceof HomeError || (err as Error).name === 'MoveError') {
+      process.stderr.write(`algohost: ${(err as Error).message}\n`);
       process.exitCode = 1;
     } else {
       process.stderr.write(`algohost: ${(err as Error).stack ?? String(err)}\n`);

@@ -10,7 +10,8 @@ import { ApiError, type AlgohostClient } from '../../../../client/src/index.ts';
 import { CliError, UsageError, type Command, type Context } from '../context.ts';
 import { size } from '../progress.ts';
 import { baseName, dataUri, describe, flags, isDataUri, isFatal, isNotFound, parentUri, plain, remoteKind, type Remote } from './data-common.ts';
-import { copyFile, eachLimit, partials, show, type Job, type Loc } from './transfer.ts';
+import { eachLimit } from '../../../concurrency.ts';
+import { copyFile, partials, show, type Job, type Loc } from './transfer.ts';
 
 const DEFAULT_CONCURRENCY = 4;
 
