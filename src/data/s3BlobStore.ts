@@ -18,10 +18,16 @@ const SMALL_READ = 64 * 1024;
  * AbortIncompleteMultipartUpload lifecycle rule removes (docs/deployment.md). Blobs that a
  * crash left unreferenced are found through the metadata store (pending_blobs), as on disk.
  */
+/**
+ * A signal that never aborts, one per operation: the storage and the SDK listen on it for as
+ * long as the operation lasts, and one shared signal would collect a listener per concurrent
+ * operation (Node warns of a leak past ten).
+ */
+const never = () => new AbortController().signal;
+
 export class S3BlobStore implements BlobStore {
   readonly location: string;
   private readonly storage: S3Storage;
-  private readonly never = new AbortController().signal;
 
   constructor(
     private readonly config: S3BlobsConfig,
@@ -62,7 +68,7 @@ export class S3BlobStore implements BlobStore {
     });
     source.pipe(counted);
     try {
-      await this.storage.write(this.pathOf(id), counted, options.signal ?? this.never);
+      await this.storage.write(this.pathOf(id), counted, options.signal ?? never());
     } catch (err) {
       source.unpipe(counted);
       counted.destroy();
@@ -74,7 +80,7 @@ export class S3BlobStore implements BlobStore {
   async open(id: string, range: ByteRange | undefined, length: number): Promise<Readable | Buffer> {
     let body: Readable;
     try {
-      body = await this.storage.read(this.pathOf(id), range ?? (length > 0 ? { start: 0, end: length - 1 } : undefined), this.never);
+      body = await this.storage.read(this.pathOf(id), range ?? (length > 0 ? { start: 0, end: length - 1 } : undefined), never());
     } catch (err) {
       throw this.translate(err, id);
     }
@@ -86,7 +92,7 @@ export class S3BlobStore implements BlobStore {
 
   async delete(id: string): Promise<void> {
     try {
-      await this.storage.deleteFile(this.pathOf(id), this.never);
+      await this.storage.deleteFile(this.pathOf(id), never());
     } catch (err) {
       if (err instanceof RemoteError && err.kind === 'not_found') return;
       throw this.translate(err, id);
@@ -109,9 +115,9 @@ export class S3BlobStore implements BlobStore {
         token = page.next;
       } while (token);
     };
-    for await (const top of pages(this.storage, root, this.never)) {
+    for await (const top of pages(this.storage, root, never())) {
       for (const prefix of top.folders) {
-        for await (const page of pages(this.storage, [...root, prefix], this.never)) {
+        for await (const page of pages(this.storage, [...root, prefix], never())) {
           for (const f of page.files) if (/^[0-9a-f]{32}$/.test(f.name)) yield f.name;
         }
       }
