@@ -590,7 +590,11 @@ async function main(): Promise<void> {
   const serve = ['bin/algohost.mjs', 'serve', '--port', '0', '--home', HOME, '--no-demo'];
   const oursWarn = await spawnServer('ours-warn', { args: serve, env: { ALGOHOST_LOG_LEVEL: 'warn' }, logFile: path.join(WORK, 'ours-warn.log') });
   procs.push(oursWarn);
-  const oursInfo = await spawnServer('ours-info', { args: serve, env: { ALGOHOST_LOG_LEVEL: 'info' }, logFile: path.join(WORK, 'ours-info.log') });
+  // One server per home (the home's lock): the info-level server gets a copy of the populated home.
+  const homeInfo = `${HOME}-info`;
+  fs.cpSync(HOME, homeInfo, { recursive: true });
+  const serveInfo = ['bin/algohost.mjs', 'serve', '--port', '0', '--home', homeInfo, '--no-demo'];
+  const oursInfo = await spawnServer('ours-info', { args: serveInfo, env: { ALGOHOST_LOG_LEVEL: 'info' }, logFile: path.join(WORK, 'ours-info.log') });
   procs.push(oursInfo);
   const bareProc = await spawnServer('bare', { args: ['bench/bareServer.ts', BARE_ROOT], logFile: path.join(WORK, 'bare.log') });
   procs.push(bareProc);
@@ -809,7 +813,7 @@ async function main(): Promise<void> {
     '### Method',
     '',
     `- Three servers run as child processes, started the same way (\`node --expose-gc --import tsx --import bench/memProbe.ts …\`), ` +
-      'stdout (logs) to a file in bench/.work/: ours twice on the same home (`node bin/algohost.mjs serve --port 0 --home … --no-demo`, ' +
+      'stdout (logs) to a file in bench/.work/: ours twice, on the populated home and on a copy of it (`node bin/algohost.mjs serve --port 0 --home … --no-demo`; one server per home), ' +
       'one with `ALGOHOST_LOG_LEVEL=warn`, the one every target is judged on, and one at the default level `info`, for the 1 KiB rate only), ' +
       'and the bare floor `bench/bareServer.ts`: plain `node:http`; GET streams the file with `fs.createReadStream`; PUT streams the body to a temp file ' +
       'opened with `{ flush: true }` (fsync before close), renames it into place and fsyncs the directory, the same durability as our blob store. ' +
