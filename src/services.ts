@@ -21,9 +21,9 @@ import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
 import { CallService } from './algorithms/calls.ts';
-import { ConnectedAccounts } from './connectors/accounts.ts';
-import { CredentialBox } from './connectors/credentials.ts';
-import { ConnectedStorage, type ConnectedStorageOptions } from './connectors/storage.ts';
+import { ConnectedAccounts } from './data/accounts/accounts.ts';
+import { CredentialBox } from './data/accounts/credentials.ts';
+import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {

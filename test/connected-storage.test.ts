@@ -18,7 +18,7 @@ import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
 import { startDropboxStandIn } from './helpers/dropboxStandIn.ts';
-import { isInternalAddress, publicOnlyLookup } from '../src/connectors/egress.ts';
+import { isInternalAddress, publicOnlyLookup } from '../src/data/accounts/egress.ts';
 import { RemoteError } from '../src/data/connectors/remote.ts';
 import { S3Storage } from '../src/data/connectors/s3.ts';
 import { WebDavStorage } from '../src/data/connectors/webdav.ts';

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
-import { CredentialBox } from '../src/connectors/credentials.ts';
+import { CredentialBox } from '../src/data/accounts/credentials.ts';
 
 let s: TestServer;
 let alice: ReturnType<typeof api>;

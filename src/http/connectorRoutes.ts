@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.ts';
 import type { UserService } from '../auth/users.ts';
-import type { ConnectedAccounts } from '../connectors/accounts.ts';
+import type { ConnectedAccounts } from '../data/accounts/accounts.ts';
 import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
 

@@ -1,12 +1,12 @@
 import crypto from 'node:crypto';
-import { AppError } from '../errors.ts';
-import type { Principal } from '../auth/principal.ts';
-import type { Connector } from '../data/connector.ts';
-import type { MarkerCodec } from '../data/marker.ts';
-import { ExternalConnector } from '../data/connectors/external.ts';
-import type { RemoteStorage } from '../data/connectors/remote.ts';
-import type { S3Credentials } from '../data/connectors/s3.ts';
-import type { Account, ConnectedAccounts, Protocol } from './accounts.ts';
+import { AppError } from '../../errors.ts';
+import type { Principal } from '../../auth/principal.ts';
+import type { Connector } from '../connector.ts';
+import type { MarkerCodec } from '../marker.ts';
+import { ExternalConnector } from '../connectors/external.ts';
+import type { RemoteStorage } from '../connectors/remote.ts';
+import type { S3Credentials } from '../connectors/s3.ts';
+import type { Account, ConnectedAccounts, Protocol, Provider } from './accounts.ts';
 import { checkPublicEndpoint, publicOnlyLookup } from './egress.ts';
 
 export interface ConnectedStorageOptions {
@@ -33,8 +33,52 @@ export function isAccountScheme(scheme: string): boolean {
   return SCHEMES.has(scheme);
 }
 
+type ProviderClient = RemoteStorage & { close?(): void };
+
+/** What a provider's client is made with besides the account: the server's network rules and tuning. */
+interface ProviderContext {
+  /** Refuses an endpoint the network rule forbids (ALGOHOST_CONNECTOR_NETWORK=public). */
+  checkEndpoint(url: string): Promise<void>;
+  /** Options that make every new connection check its address too. */
+  guard: { lookup?: typeof publicOnlyLookup };
+  options: ConnectedStorageOptions;
+}
+
+/**
+ * The providers of connected accounts, by the name an account records. Each loads its code
+ * when first used: a server with no such account never loads it. A new provider is a
+ * RemoteStorage (src/data/connectors/remote.ts), an entry here, and its credentials in
+ * accounts.ts (the Provider type makes a missing entry a type error).
+ */
+type MakeClient = (account: Account, ctx: ProviderContext) => Promise<ProviderClient>;
+
+const PROVIDER_CLIENTS: Record<Provider, MakeClient> = {
+  async s3(account, ctx) {
+    const creds = account.credentials as unknown as S3Credentials;
+    if (creds.endpoint) await ctx.checkEndpoint(creds.endpoint);
+    const { S3Storage } = await import('../connectors/s3.ts');
+    return new S3Storage(creds, { ...(ctx.options.s3PartSize ? { partSize: ctx.options.s3PartSize } : {}), ...ctx.guard });
+  },
+  async webdav(account, ctx) {
+    const c = account.credentials;
+    const url = String(c.url);
+    await ctx.checkEndpoint(url);
+    const { WebDavStorage } = await import('../connectors/webdav.ts');
+    return new WebDavStorage({
+      url,
+      ...(typeof c.username === 'string' ? { username: c.username } : {}),
+      ...(typeof c.password === 'string' ? { password: c.password } : {}),
+      ...ctx.guard,
+    });
+  },
+  async dropbox(account, ctx) {
+    const { DropboxStorage } = await import('../connectors/dropbox.ts');
+    return new DropboxStorage({ accessToken: String(account.credentials.access_token), apiUrl: ctx.options.dropboxApiUrl, contentUrl: ctx.options.dropboxContentUrl });
+  },
+};
+
 interface Cached {
-  storage: RemoteStorage & { close?(): void };
+  storage: ProviderClient;
   madeAt: number;
 }
 
@@ -97,34 +141,15 @@ export class ConnectedStorage {
     if (entry.storage.close) setTimeout(() => entry.storage.close?.(), 60_000).unref();
   }
 
-  private async make(account: Account): Promise<RemoteStorage & { close?(): void }> {
-    const c = account.credentials;
-    switch (account.provider) {
-      case 's3': {
-        const creds = c as unknown as S3Credentials;
-        if (creds.endpoint) await this.checkEndpoint(creds.endpoint, account.label);
-        // Providers load when first used: a server with no such account never loads their code.
-        const { S3Storage } = await import('../data/connectors/s3.ts');
-        return new S3Storage(creds, { ...(this.options.s3PartSize ? { partSize: this.options.s3PartSize } : {}), ...this.guard() });
-      }
-      case 'webdav': {
-        const url = String(c.url);
-        await this.checkEndpoint(url, account.label);
-        const { WebDavStorage } = await import('../data/connectors/webdav.ts');
-        return new WebDavStorage({
-          url,
-          ...(typeof c.username === 'string' ? { username: c.username } : {}),
-          ...(typeof c.password === 'string' ? { password: c.password } : {}),
-          ...this.guard(),
-        });
-      }
-      case 'dropbox': {
-        const { DropboxStorage } = await import('../data/connectors/dropbox.ts');
-        return new DropboxStorage({ accessToken: String(c.access_token), apiUrl: this.options.dropboxApiUrl, contentUrl: this.options.dropboxContentUrl });
-      }
-      default:
-        throw new AppError('invalid_connector', `the account "${account.label}" has an unknown provider`);
-    }
+  private async make(account: Account): Promise<ProviderClient> {
+    // A row's provider is one we know, unless the database was edited by hand.
+    const provider = (PROVIDER_CLIENTS as Partial<Record<string, MakeClient>>)[account.provider];
+    if (!provider) throw new AppError('invalid_connector', `the account "${account.label}" has an unknown provider`);
+    return provider(account, {
+      checkEndpoint: (url) => this.checkEndpoint(url, account.label),
+      guard: this.guard(),
+      options: this.options,
+    });
   }
 
   /** With the public-only rule, every new connection's address is checked too (not only the name at creation). */

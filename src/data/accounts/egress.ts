@@ -1,7 +1,7 @@
 import dns from 'node:dns/promises';
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns';
 import net from 'node:net';
-import { AppError } from '../errors.ts';
+import { AppError } from '../../errors.ts';
 
 /**
  * Connected accounts make the server send requests to addresses its users choose. Unless the

@@ -1,6 +1,6 @@
-import { AppError } from '../errors.ts';
-import { isUniqueViolation, type MetadataStore } from '../store/db.ts';
-import type { ConnectorsTable } from '../store/schema.ts';
+import { AppError } from '../../errors.ts';
+import { isUniqueViolation, type MetadataStore } from '../../store/db.ts';
+import type { ConnectorsTable } from '../../store/schema.ts';
 import type { CredentialBox } from './credentials.ts';
 
 export type Protocol = 'objstore' | 'filehost';
