@@ -535,7 +535,7 @@ async function publishEcho(port: number, key: string): Promise<void> {
     ['POST', '/v1/algorithms/bench', jsonHeaders, Buffer.from(JSON.stringify({ name: 'Echo', settings: { language: 'javascript' } }))],
     ['PUT', '/v1/algorithms/bench/Echo/source', { ...headers, 'content-type': 'application/gzip' }, tarball],
     ['POST', '/v1/algorithms/bench/Echo/compile', headers, undefined],
-    ['POST', '/v1/algorithms/bench/Echo/versions', jsonHeaders, Buffer.from(JSON.stringify({ version_info: { type: 'minor' } }))],
+    ['POST', '/v1/algorithms/bench/Echo/versions', jsonHeaders, Buffer.from(JSON.stringify({ version_info: { version_type: 'minor' } }))],
   ];
   for (const [method, p, h, body] of steps) {
     const r = await timed(port, method, p, { headers: h, ...(body ? { body } : {}), keep: true });

@@ -10,10 +10,10 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { spawn } from 'node:child_process';
-import pg from 'pg';
-import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
-import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
-import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
+import type pg from 'pg';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { createDatabase, pgQuery, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
+import { listKeys, s3Client, S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { api, json, startServer, tempHome } from './helpers/server.ts';
 import { SHARED } from './helpers/backends.ts';
 import { release, callAlgo } from './helpers/algorithms.ts';
@@ -36,13 +36,7 @@ before(async () => {
   if (skip) return;
   cluster = await startPostgres();
   s3 = await startS3([BUCKET, 'external']);
-  client = new S3Client({
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: S3RVER_KEY.access_key_id, secretAccessKey: S3RVER_KEY.secret_access_key },
-    maxAttempts: 1,
-  });
+  client = s3Client(s3);
 });
 
 after(async () => {
@@ -100,24 +94,11 @@ async function runMove(home: string, t: Target) {
 }
 
 async function objects(t: Target): Promise<string[]> {
-  const keys: string[] = [];
-  let token: string | undefined;
-  do {
-    const page = await client.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: `${t.prefix}/`, ContinuationToken: token }));
-    for (const o of page.Contents ?? []) keys.push(o.Key!);
-    token = page.IsTruncated ? page.NextContinuationToken : undefined;
-  } while (token);
-  return keys;
+  return listKeys(client, BUCKET, `${t.prefix}/`);
 }
 
 async function query<T extends pg.QueryResultRow>(t: Target, text: string): Promise<T[]> {
-  const c = new pg.Client({ connectionString: t.databaseUrl });
-  await c.connect();
-  try {
-    return (await c.query<T>(text)).rows;
-  } finally {
-    await c.end();
-  }
+  return pgQuery<T>(t.databaseUrl, text);
 }
 
 const jsonInit = (method: string, body: unknown): RequestInit => ({ method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

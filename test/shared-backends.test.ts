@@ -11,10 +11,10 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { spawn } from 'node:child_process';
-import pg from 'pg';
-import { ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
-import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
+import type pg from 'pg';
+import { PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { createDatabase, pgQuery, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
+import { listKeys, s3Client, S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { tempHome } from './helpers/server.ts';
 import { BIN, NODE, WAIT_MS, childEnv, getBytes, sha256, sleep, slowly, startServerProcess, streamRequest, within, type ServerProcess } from './helpers/process.ts';
 
@@ -36,13 +36,7 @@ before(async () => {
     adminUrl = cluster.adminUrl;
   }
   s3 = await startS3([BUCKET]);
-  client = new S3Client({
-    endpoint: s3.endpoint,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: S3RVER_KEY.access_key_id, secretAccessKey: S3RVER_KEY.secret_access_key },
-    maxAttempts: 1,
-  });
+  client = s3Client(s3);
 });
 
 after(async () => {
@@ -108,24 +102,11 @@ const call = (base: string, key: string, p: string, init: RequestInit = {}) =>
 
 /** Every object under the deployment's prefix, by key. */
 async function objects(d: Deployment): Promise<string[]> {
-  const keys: string[] = [];
-  let token: string | undefined;
-  do {
-    const page = await client.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: `${d.prefix}/`, ContinuationToken: token }));
-    for (const o of page.Contents ?? []) keys.push(o.Key!);
-    token = page.IsTruncated ? page.NextContinuationToken : undefined;
-  } while (token);
-  return keys.sort();
+  return listKeys(client, BUCKET, `${d.prefix}/`);
 }
 
 async function query<T extends pg.QueryResultRow>(d: Deployment, text: string, values: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: d.databaseUrl });
-  await c.connect();
-  try {
-    return (await c.query<T>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
+  return pgQuery<T>(d.databaseUrl, text, values);
 }
 
 describe('servers sharing PostgreSQL + S3', { skip: missing }, () => {

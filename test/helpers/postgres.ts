@@ -113,3 +113,14 @@ export async function createDatabase(adminUrl: string, prefix = 't'): Promise<st
   u.pathname = `/${name}`;
   return u.toString();
 }
+
+/** One statement on its own connection (tests reading or arranging a database directly). */
+export async function pgQuery<T extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<T>(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+}

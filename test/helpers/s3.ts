@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { spawnUntilFirstLine } from './process.ts';
 
 /** s3rver's fixed credentials: it checks signatures made with them. */
@@ -59,4 +60,27 @@ export async function startS3(buckets: string[]): Promise<S3Server> {
     },
   };
   return server;
+}
+
+/** An SDK client of `server` with its credentials, one attempt per request (tests look, not retry). */
+export function s3Client(server: S3Server): S3Client {
+  return new S3Client({
+    endpoint: server.endpoint,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: S3RVER_KEY.access_key_id, secretAccessKey: S3RVER_KEY.secret_access_key },
+    maxAttempts: 1,
+  });
+}
+
+/** Every object key under `prefix` in `bucket`, sorted. */
+export async function listKeys(client: S3Client, bucket: string, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  let token: string | undefined;
+  do {
+    const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
+    for (const o of page.Contents ?? []) keys.push(o.Key!);
+    token = page.IsTruncated ? page.NextContinuationToken : undefined;
+  } while (token);
+  return keys.sort();
 }
