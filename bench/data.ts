@@ -479,7 +479,7 @@ async function sharedPhases(oursSqlite: Target, bare: Target, big: Buffer, bigSh
         result: verdict(listP50 <= TARGET.listP50Ms),
       },
       {
-        measure: `Warm call (demo echo, 1 connection), p50 ms, median of ${CALL_ROUNDS} rounds × ${CALLS_PER_ROUND}; base: the same call on SQLite`,
+        measure: `Warm call (bench/Echo, JavaScript, 1 connection), p50 ms, median of ${CALL_ROUNDS} rounds × ${CALLS_PER_ROUND}; base: the same call on SQLite`,
         ours: fmt(callPg, 3),
         base: fmt(callSqlite, 3),
         ratio: `${fmt(callPg / callSqlite, 2)} ×`,
