@@ -90,12 +90,13 @@ test('a second server on a home in use exits at once, naming the first, and its 
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
   const upload = streamRequest(`${first.url}/v1/data/.my/c/big.bin`, key, slowly(data, { chunkSize: 32 * 1024, delayMs: 5, pauseAt: 12 * 32 * 1024, gate }));
+  // Sent is not yet received: under load the server may open its temporary file a little later.
   await within(
     (async () => {
-      while (upload.sent < 3 * 32 * 1024) await sleep(10);
+      while (upload.sent < 3 * 32 * 1024 || fs.readdirSync(path.join(home, 'data', 'tmp')).length === 0) await sleep(10);
     })(),
     WAIT_MS,
-    'the upload did not start',
+    'the upload did not reach data/tmp',
   );
   const tmpBefore = fs.readdirSync(path.join(home, 'data', 'tmp'));
   assert.equal(tmpBefore.length, 1, 'the upload in flight should be in data/tmp');
