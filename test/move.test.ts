@@ -9,7 +9,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import { spawn } from 'node:child_process';
+import Database from 'better-sqlite3';
 import type pg from 'pg';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { createDatabase, pgQuery, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
@@ -23,6 +25,7 @@ import { BIN, NODE, childEnv, sha256, sleep, startServerProcess, within, type Se
 const BUCKET = 'moved';
 const MiB = 1024 * 1024;
 const FILES = 60;
+const MANY = 2500;
 const skip = SHARED ? 'moves a single-machine home; runs with the default backends' : postgresAvailable();
 
 let cluster: PostgresCluster | undefined;
@@ -141,6 +144,19 @@ describe('algohost move', { skip }, () => {
     await connectAccount(s, 'alice', aliceKey, { label: 'ext', protocol: 'objstore', writeable: true, cred_data: creds });
     assert.equal((await alice('/v1/connector/objstore+ext/external/hello.txt', { method: 'PUT', body: 'outside' })).status, 200);
     await stop();
+    // More rows than the move copies in one page: a collection of 2500 folders, made in the
+    // home's database directly (the server is stopped).
+    const sqlite = new Database(path.join(home, 'metadata.sqlite'));
+    try {
+      const owner = (sqlite.prepare("SELECT id FROM users WHERE username = 'alice'").get() as { id: number }).id;
+      const insert = sqlite.prepare("INSERT INTO nodes (owner_id, dir, name, kind, size, created_at, modified_at) VALUES (?, ?, ?, 'dir', 0, 1, 1)");
+      sqlite.transaction(() => {
+        insert.run(owner, '', 'many');
+        for (let i = 0; i < MANY; i++) insert.run(owner, 'many', `d${String(i).padStart(4, '0')}`);
+      })();
+    } finally {
+      sqlite.close();
+    }
 
     const t = await target();
     // Cut short while copying the files: nothing of the home is visible in the database.
@@ -168,6 +184,7 @@ describe('algohost move', { skip }, () => {
     assert.equal(report.rows.users, 2);
     assert.equal(report.rows.api_keys, 4);
     assert.equal(report.rows.connectors, 1);
+    assert.ok((report.rows.nodes ?? 0) > MANY + FILES, `nodes: ${report.rows.nodes}`);
     assert.ok(report.trees.count >= 2, 'the source and the build');
     assert.match(second.stderr, /verified: /);
 
@@ -208,6 +225,13 @@ describe('algohost move', { skip }, () => {
     assert.equal(listing.files.length, FILES);
     const folders = await json(await aliceB(`/v1/data/.my/shared?marker=${encodeURIComponent(listing.marker as string)}`));
     assert.deepEqual(folders.folders.map((f: { name: string }) => f.name), ['sub']);
+    const many: string[] = [];
+    for (let marker: string | undefined, pages = 0; pages === 0 || (marker && pages < 10); pages++) {
+      const page = await json(await aliceB(`/v1/data/.my/many${marker ? `?marker=${encodeURIComponent(marker)}` : ''}`));
+      many.push(...(page.folders ?? []).map((f: { name: string }) => f.name));
+      marker = page.marker;
+    }
+    assert.equal(new Set(many).size, MANY, 'every folder of the large collection, once');
     assert.equal((await api(a.url, readOnly)('/v1/data/.my/shared/new.txt', { method: 'PUT', body: 'x' })).status, 403, 'a restricted key stays restricted');
     assert.equal((await api(a.url, revoked.api_key as string)('/v1/data/.my/shared')).status, 401, 'a revoked key stays revoked');
     // The build reaches a server that has never built it; the sealed credentials still open.

@@ -42,6 +42,7 @@ export interface MoveReport {
 export type Progress = (line: string) => void;
 
 const COPY_CONCURRENCY = 4;
+const ROWS_PER_PAGE = 1000;
 
 /**
  * Carries a single-machine home (its SQLite metadata, the file contents on its disk, its
@@ -132,9 +133,16 @@ export async function moveHome(home: string, source: Services, target: Services,
       const still = await trx.selectFrom('meta').select('value').where('key', '=', MOVING_KEY).executeTakeFirst();
       if (still?.value !== homeId) throw new MoveError('the target was claimed by another move meanwhile');
       for (const t of TABLES) {
-        const rows = (await src.selectFrom(t.name).selectAll().execute()) as Record<string, unknown>[];
-        if (t.name === 'builds') for (const r of rows) r.holder = null;
-        await insertAll(trx, t.name, rows);
+        // In pages by id, so that a home of millions of files is never held in memory whole.
+        for (let after: string | number | undefined; ; ) {
+          let q = src.selectFrom(t.name).selectAll().orderBy('id').limit(ROWS_PER_PAGE);
+          if (after !== undefined) q = q.where('id', '>', after as never);
+          const rows = (await q.execute()) as Record<string, unknown>[];
+          if (rows.length === 0) break;
+          if (t.name === 'builds') for (const r of rows) r.holder = null;
+          await insertAll(trx, t.name, rows);
+          after = rows[rows.length - 1]!.id as string | number;
+        }
         if (t.identity && target.store.dialect === 'postgres') {
           // The ids were carried as they were: new rows must be numbered after them.
           await sql`SELECT setval(pg_get_serial_sequence(${t.name}, 'id'), coalesce((SELECT max(id) FROM ${sql.table(t.name)}), 0) + 1, false)`.execute(trx);
