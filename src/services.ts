@@ -77,10 +77,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
     throw err;
   }
   const markers = new MarkerCodec(secret.derive('list-marker'));
-  const hosted = new HostedConnector(store, blobs, markers, {
-    maxUploadBytes: config.maxUploadBytes,
-    ...options.hosted,
-  });
+  const hosted: HostedConnector = new HostedConnector(
+    store,
+    blobs,
+    markers,
+    { maxUploadBytes: config.maxUploadBytes, ...options.hosted },
+    // `users` is made below (it purges through `hosted`); this runs only once requests come.
+    (name) => users.findByName(name),
+  );
   const accounts = new ConnectedAccounts(store, new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials')));
   const connected = new ConnectedStorage(accounts, markers, {
     maxUploadBytes: config.maxUploadBytes,
@@ -95,7 +99,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   // Where servers share the file store, sources and builds are stored in it too.
   const artifacts = new AlgorithmArtifacts(store, blobs, files, blobDriver(config) !== 'local');
-  const users = new UserService(
+  const users: UserService = new UserService(
     store,
     (trx, ownerId) => hosted.purgeOwner(trx, ownerId),
     (blobIds) => hosted.releaseBlobs(blobIds),

@@ -55,6 +55,8 @@ export class HostedConnector implements Connector {
     private readonly blobs: BlobStore,
     private readonly markers: MarkerCodec,
     private readonly options: HostedOptions,
+    /** Who owns `data://<name>`: the user service answers (names compare without regard to case). */
+    private readonly findUser: (name: string) => Promise<{ id: number; username: string } | undefined>,
   ) {
     this.db = store.db;
     this.pageSize = options.pageSize ?? 1000;
@@ -68,11 +70,7 @@ export class HostedConnector implements Connector {
     if (segment.startsWith('.')) {
       throw new AppError('reserved_path', `data://${segment} is reserved; your own data is data://.my`);
     }
-    const user = await this.db
-      .selectFrom('users')
-      .select(['id', 'username'])
-      .where('username_lc', '=', segment.toLowerCase())
-      .executeTakeFirst();
+    const user = await this.findUser(segment);
     if (!user) throw notFound(`data://${segment}`);
     return { id: user.id, name: user.username };
   }
