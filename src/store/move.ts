@@ -96,13 +96,17 @@ export async function moveHome(home: string, source: Services, target: Services,
       resumable.add(row.blob_id);
     }
     if (resumable.size > 0) await dst.updateTable('pending_blobs').set({ holder: ours }).where('holder', 'like', '%#move').execute();
+    // Already there: what an earlier run stored of a file the home still has.
+    const wanted = new Set(files.map((f) => f.blob_id!));
     const present = new Set<string>();
-    for await (const id of target.blobs.list()) if (resumable.has(id)) present.add(id);
-    resumed = present.size;
+    for await (const id of target.blobs.list()) if (resumable.has(id) && wanted.has(id)) present.add(id);
     let bytes = 0;
     let lastSaid = Date.now();
     await eachLimit(files, COPY_CONCURRENCY, async ({ blob_id, size }) => {
       const id = blob_id!;
+      // Kept only if it is whole: S3 never shows a cut-short upload, but not every store that
+      // speaks its protocol is as strict (s3rver keeps the bytes it got before the kill).
+      if (present.has(id) && !(await sameBytes(source.blobs, target.blobs, id, size))) present.delete(id);
       if (!present.has(id)) {
         if (!resumable.has(id)) await dst.insertInto('pending_blobs').values({ blob_id: id, created_at: Date.now(), holder: ours }).execute();
         const body = await openStream(source.blobs, id, size);
@@ -116,7 +120,8 @@ export async function moveHome(home: string, source: Services, target: Services,
         progress(`files: ${copied + present.size} of ${files.length} (${mib(bytes)} MiB)`);
       }
     });
-    progress(`files: ${files.length} in the new store (${copied} copied now, ${present.size} by an earlier run)`);
+    resumed = present.size;
+    progress(`files: ${files.length} in the new store (${copied} copied now, ${resumed} whole from an earlier run)`);
 
     // 3. Trees.
     const trees = await treesOf(src);
@@ -154,7 +159,13 @@ export async function moveHome(home: string, source: Services, target: Services,
         await trx.insertInto('meta').values(m).onConflict((oc) => oc.column('key').doUpdateSet({ value: m.value })).execute();
       }
       await trx.deleteFrom('meta').where('key', '=', MOVING_KEY).execute();
-      await trx.deleteFrom('pending_blobs').where('holder', '=', ours).execute();
+      // The copied contents are now referenced. A pending row of an earlier run whose file is
+      // gone from the home (its server ran in between) stays pending: the sweep removes it.
+      await trx
+        .deleteFrom('pending_blobs')
+        .where('holder', '=', ours)
+        .where(({ exists, selectFrom }) => exists(selectFrom('nodes').select('nodes.id').whereRef('nodes.blob_id', '=', 'pending_blobs.blob_id')))
+        .execute();
     });
     progress('rows: in the new database');
   }
@@ -256,6 +267,16 @@ async function openStream(blobs: BlobStore, id: string, size: number): Promise<R
   const s = new PassThrough();
   s.end(body);
   return s;
+}
+
+/** Whether the target holds exactly the source's bytes under `id` (false if it cannot read them). */
+async function sameBytes(source: BlobStore, target: BlobStore, id: string, size: number): Promise<boolean> {
+  try {
+    const [a, b] = await Promise.all([digest(source, id, size), digest(target, id, size)]);
+    return a === b;
+  } catch {
+    return false;
+  }
 }
 
 async function digest(blobs: BlobStore, id: string, size: number): Promise<string> {
