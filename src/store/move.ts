@@ -88,7 +88,7 @@ export async function moveHome(home: string, source: Services, target: Services,
     // 2. File contents.
     const files = await src.selectFrom('nodes').select(['blob_id', 'size']).where('kind', '=', 'file').where('blob_id', 'is not', null).orderBy('blob_id').execute();
     const ours = `${target.store.instance}#move`;
-    // Pending rows an earlier, interrupted run left: its bytes are kept, now under this run.
+    // Pending rows an earlier, interrupted run left: claimed by this run, its bytes kept if whole.
     const earlier = await dst.selectFrom('pending_blobs').select(['blob_id', 'holder']).where('holder', 'like', '%#move').execute();
     const resumable = new Set<string>();
     for (const row of earlier) {
