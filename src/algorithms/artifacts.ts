@@ -2,9 +2,9 @@ import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { PassThrough, Transform, type Readable, type Writable } from 'node:stream';
+import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { BlobStore } from '../data/blobStore.ts';
+import { openBlobStream, type BlobStore } from '../data/blobStore.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { AlgorithmFiles } from './builds.ts';
 
@@ -84,8 +84,7 @@ export class AlgorithmArtifacts {
     const target = this.dir(algorithmId, kind, hash);
     const scratch = await this.files.scratch(`fetch-${kind}-`);
     try {
-      const body = await this.blobs.open(row.blob_id, undefined, row.size);
-      const source = Buffer.isBuffer(body) ? streamOf(body) : body;
+      const source = await openBlobStream(this.blobs, row.blob_id, row.size);
       const digest = crypto.createHash('sha256');
       const hashing = new Transform({
         transform(chunk: Buffer, _enc, done) {
@@ -174,12 +173,6 @@ export class AlgorithmArtifacts {
 }
 
 class Raced extends Error {}
-
-function streamOf(buf: Buffer): Readable {
-  const s = new PassThrough();
-  s.end(buf);
-  return s;
-}
 
 /**
  * GNU tar on our own trees only (sources were checked on their way in by archive.ts, builds

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Transform, type Readable } from 'node:stream';
+import { PassThrough, Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../errors.ts';
 
@@ -64,6 +64,15 @@ export function byteLimit(maxBytes: number): Transform & { bytes: number } {
   }) as Transform & { bytes: number };
   limit.bytes = 0;
   return limit;
+}
+
+/** A blob's first `length` bytes as a stream, whether the store answered with a stream or (small) a Buffer. */
+export async function openBlobStream(blobs: BlobStore, id: string, length: number): Promise<Readable> {
+  const body = await blobs.open(id, undefined, length);
+  if (!Buffer.isBuffer(body)) return body;
+  const stream = new PassThrough();
+  stream.end(body);
+  return stream;
 }
 
 export class BlobMissingError extends Error {

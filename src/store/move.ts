@@ -1,10 +1,9 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import { PassThrough, type Readable } from 'node:stream';
 import { sql } from 'kysely';
 import type { Services } from '../services.ts';
 import { ServerSecret, SECRET_KEY } from '../secret.ts';
-import type { BlobStore } from '../data/blobStore.ts';
+import { openBlobStream, type BlobStore } from '../data/blobStore.ts';
 import type { Db } from './db.ts';
 import { eachLimit } from '../concurrency.ts';
 
@@ -86,7 +85,7 @@ export async function moveHome(home: string, source: Services, target: Services,
     progress(`the target already holds this home (moved earlier); verifying`);
   } else {
     // 2. File contents.
-    const files = await src.selectFrom('nodes').select(['blob_id', 'size']).where('kind', '=', 'file').where('blob_id', 'is not', null).orderBy('blob_id').execute();
+    const files = await filesOf(src);
     const ours = `${target.store.instance}#move`;
     // Pending rows an earlier, interrupted run left: claimed by this run, its bytes kept if whole.
     const earlier = await dst.selectFrom('pending_blobs').select(['blob_id', 'holder']).where('holder', 'like', '%#move').execute();
@@ -109,7 +108,7 @@ export async function moveHome(home: string, source: Services, target: Services,
       if (present.has(id) && !(await sameBytes(source.blobs, target.blobs, id, size))) present.delete(id);
       if (!present.has(id)) {
         if (!resumable.has(id)) await dst.insertInto('pending_blobs').values({ blob_id: id, created_at: Date.now(), holder: ours }).execute();
-        const body = await openStream(source.blobs, id, size);
+        const body = await openBlobStream(source.blobs, id, size);
         const put = await target.blobs.put(id, body, { maxBytes: size });
         if (put.size !== size) throw new MoveError(`file contents ${id}: ${put.size} bytes arrived of ${size}`);
         copied++;
@@ -177,7 +176,7 @@ export async function moveHome(home: string, source: Services, target: Services,
     if (a !== b) throw new MoveError(`verification failed: ${t.name} has ${a} rows in the home and ${b} in the database`);
     rows[t.name] = a;
   }
-  const files = await src.selectFrom('nodes').select(['blob_id', 'size']).where('kind', '=', 'file').where('blob_id', 'is not', null).orderBy('blob_id').execute();
+  const files = await filesOf(src);
   let bytes = 0;
   await eachLimit(files, COPY_CONCURRENCY, async ({ blob_id, size }) => {
     const [a, b] = await Promise.all([digest(source.blobs, blob_id!, size), digest(target.blobs, blob_id!, size)]);
@@ -228,6 +227,11 @@ async function claimTarget(dst: Db, homeId: string): Promise<'fresh' | 'resumed'
   return 'fresh';
 }
 
+/** Every file's contents in the home: its blob and size. */
+function filesOf(db: Db): Promise<{ blob_id: string | null; size: number }[]> {
+  return db.selectFrom('nodes').select(['blob_id', 'size']).where('kind', '=', 'file').where('blob_id', 'is not', null).orderBy('blob_id').execute();
+}
+
 interface Tree {
   algorithmId: number;
   kind: 'source' | 'build';
@@ -259,14 +263,6 @@ async function insertAll(trx: Db, table: TableName, rows: Record<string, unknown
 async function count(db: Db, table: TableName): Promise<number> {
   const r = await db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
   return Number(r.n);
-}
-
-async function openStream(blobs: BlobStore, id: string, size: number): Promise<Readable> {
-  const body = await blobs.open(id, undefined, size);
-  if (!Buffer.isBuffer(body)) return body;
-  const s = new PassThrough();
-  s.end(body);
-  return s;
 }
 
 /** Whether the target holds exactly the source's bytes under `id` (false if it cannot read them). */
