@@ -10,21 +10,22 @@ import { S3Storage, type S3Options } from './connectors/s3.ts';
 const SMALL_READ = 64 * 1024;
 
 /**
- * Hosted file contents in an S3-compatible bucket, at `<prefix>blobs/<2 hex>/<id>`, through
- * the same S3 client as objstore:// accounts. An object becomes visible only when its upload
- * completes (one PutObject, or CompleteMultipartUpload for a large one), so a blob is whole or
- * absent, as on disk. A multipart upload cut short by an error is aborted at once; one cut
- * short by the process dying leaves invisible parts behind, which the bucket's
- * AbortIncompleteMultipartUpload lifecycle rule removes (docs/deployment.md). Blobs that a
- * crash left unreferenced are found through the metadata store (pending_blobs), as on disk.
- */
-/**
  * A signal that never aborts, one per operation: the storage and the SDK listen on it for as
  * long as the operation lasts, and one shared signal would collect a listener per concurrent
  * operation (Node warns of a leak past ten).
  */
 const never = () => new AbortController().signal;
 
+/**
+ * Hosted file contents in an S3-compatible bucket, at `<prefix>blobs/<2 hex>/<id>`, through
+ * the same S3 client as objstore:// accounts. An object becomes visible only when its upload
+ * completes (one PutObject, or CompleteMultipartUpload for a large one), so a blob is whole or
+ * absent, as on disk. (A lax server may keep a cut-off upload's bytes, as s3rver does; such a
+ * blob is still pending, never referenced, and swept.) A multipart upload cut short by an error is aborted at once; one cut
+ * short by the process dying leaves invisible parts behind, which the bucket's
+ * AbortIncompleteMultipartUpload lifecycle rule removes (docs/deployment.md). Blobs that a
+ * crash left unreferenced are found through the metadata store (pending_blobs), as on disk.
+ */
 export class S3BlobStore implements BlobStore {
   readonly location: string;
   private readonly storage: S3Storage;
