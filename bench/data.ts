@@ -259,6 +259,23 @@ async function memoryRuns(targets: Target[], big: Buffer): Promise<Map<Target, M
   return out;
 }
 
+/**
+ * One row of a memory table: the largest growth over the case's windows, and whether it is
+ * within the target (`judged`; a reference server's row says so instead of a verdict).
+ */
+function memRow(server: string, { what, windows: ws }: MemCase, judged: boolean): { row: string; ok: boolean } {
+  const growth = (f: (w: MemWindow) => number) => Math.max(...ws.map(f));
+  const heap = growth((w) => w.peak.heapUsed - w.start.heapUsed);
+  const rss = growth((w) => w.peak.rss - w.start.rss);
+  const ok = heap <= TARGET.heapGrowth && rss <= TARGET.rssGrowth;
+  const sign = (n: number) => `${n < 0 ? '−' : '+'}${mib(Math.abs(n))}`;
+  const row =
+    `| ${server} | ${what}${ws.length > 1 ? ` (max of ${ws.length})` : ''} | ${mib(ws[0]!.start.heapUsed)} | +${mib(heap)} | ` +
+    `${sign(growth((w) => w.afterGc.heapUsed - w.start.heapUsed))} | ${mib(ws[0]!.start.rss)} | +${mib(rss)} | +${mib(growth((w) => w.peak.offHeap - w.start.offHeap))} | ` +
+    `${judged ? verdict(ok) : 'reference'} |`;
+  return { row, ok };
+}
+
 interface Rate {
   rate: number;
   /** Requests completed in the measured window. */
@@ -487,19 +504,9 @@ async function sharedPhases(oursSqlite: Target, bare: Target, big: Buffer, bigSh
         result: verdict(callPg / callSqlite <= 1.2),
       },
     ];
-    const memRows: string[] = [];
-    let memOk = true;
-    for (const { what, windows: ws } of mem) {
-      const growth = (f: (w: MemWindow) => number) => Math.max(...ws.map(f));
-      const heap = growth((w) => w.peak.heapUsed - w.start.heapUsed);
-      const rss = growth((w) => w.peak.rss - w.start.rss);
-      const ok = heap <= TARGET.heapGrowth && rss <= TARGET.rssGrowth;
-      memOk &&= ok;
-      memRows.push(
-        `| ours on S3 | ${what}${ws.length > 1 ? ` (max of ${ws.length})` : ''} | ${mib(ws[0]!.start.heapUsed)} | +${mib(heap)} | ` +
-          `${mib(growth((w) => w.afterGc.heapUsed - w.start.heapUsed))} | ${mib(ws[0]!.start.rss)} | +${mib(rss)} | +${mib(growth((w) => w.peak.offHeap - w.start.offHeap))} | ${verdict(ok)} |`,
-      );
-    }
+    const judged = mem.map((c) => memRow('ours on S3', c, true));
+    const memRows = judged.map((r) => r.row);
+    const memOk = judged.every((r) => r.ok);
     const details = [
       perRep('S3 PUT MiB/s ours', puts.get('ours')!.map((x) => x.mibps)),
       perRep('S3 PUT MiB/s SDK', puts.get('sdk')!.map((x) => x.mibps)),
@@ -707,18 +714,10 @@ async function main(): Promise<void> {
   ];
   let memOk = true;
   for (const t of [ours, bare]) {
-    for (const { what, windows: ws } of mem.get(t)!) {
-      const growth = (f: (w: MemWindow) => number) => Math.max(...ws.map(f));
-      const heap = growth((w) => w.peak.heapUsed - w.start.heapUsed);
-      const rss = growth((w) => w.peak.rss - w.start.rss);
-      const ok = heap <= TARGET.heapGrowth && rss <= TARGET.rssGrowth;
+    for (const c of mem.get(t)!) {
+      const { row, ok } = memRow(t === ours ? 'ours' : 'bare', c, t === ours);
       if (t === ours) memOk &&= ok;
-      const sign = (n: number) => `${n < 0 ? '−' : '+'}${mib(Math.abs(n))}`;
-      memRows.push(
-        `| ${t === ours ? 'ours' : 'bare'} | ${what}${ws.length > 1 ? ` (max of ${ws.length})` : ''} | ${mib(ws[0]!.start.heapUsed)} | +${mib(heap)} | ` +
-          `${sign(growth((w) => w.afterGc.heapUsed - w.start.heapUsed))} | ${mib(ws[0]!.start.rss)} | +${mib(rss)} | +${mib(growth((w) => w.peak.offHeap - w.start.offHeap))} | ` +
-          `${t === ours ? verdict(ok) : 'reference'} |`,
-      );
+      memRows.push(row);
     }
   }
 
