@@ -16,6 +16,7 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
+import { makeCa } from './helpers/tls.ts';
 import { callAlgo, createAlgorithm, upload } from './helpers/algorithms.ts';
 import { fromNpmRegistry, pipIndexOf } from '../src/algorithms/buildNetwork.ts';
 
@@ -26,19 +27,6 @@ let otherCaFile: string;
 let registry: { url: string; seen: Array<{ path: string; auth: string | undefined }> };
 let index: { url: string; seen: string[] };
 let proxy: { url: string; tunnels: string[] };
-
-function openssl(...args: string[]): void {
-  execFileSync('/usr/bin/openssl', args, { cwd: work, stdio: 'ignore' });
-}
-
-/** A CA and a server certificate for localhost and 127.0.0.1 signed by it. */
-function makeCa(name: string): { ca: string; key: string; cert: string } {
-  openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}-ca.key`, '-out', `${name}-ca.pem`, '-days', '2', '-subj', `/CN=${name} test CA`);
-  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}-srv.key`, '-out', `${name}-srv.csr`, '-subj', '/CN=localhost');
-  fs.writeFileSync(path.join(work, `${name}-ext.cnf`), 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n');
-  openssl('x509', '-req', '-in', `${name}-srv.csr`, '-CA', `${name}-ca.pem`, '-CAkey', `${name}-ca.key`, '-CAcreateserial', '-out', `${name}-srv.pem`, '-days', '2', '-extfile', `${name}-ext.cnf`);
-  return { ca: path.join(work, `${name}-ca.pem`), key: path.join(work, `${name}-srv.key`), cert: path.join(work, `${name}-srv.pem`) };
-}
 
 async function listen(server: net.Server): Promise<number> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -66,9 +54,9 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
 }
 
 before(async () => {
-  const main = makeCa('registry');
+  const main = makeCa(work, 'registry');
   caFile = main.ca;
-  otherCaFile = makeCa('other').ca;
+  otherCaFile = makeCa(work, 'other').ca;
   const tls = { key: fs.readFileSync(main.key), cert: fs.readFileSync(main.cert) };
 
   // npm registry stand-in: one package, tiny-dep 1.0.0.

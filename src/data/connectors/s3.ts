@@ -12,12 +12,14 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
+  type S3ClientConfig,
   S3ServiceException,
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { state as sdkNotices } from '@aws-sdk/core/client';
 import type { ByteRange } from '../blobStore.ts';
 import { contentTypeFor } from '../contentType.ts';
+import { PooledReadHandler } from './pooledReads.ts';
 import { networkError, RemoteError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
 
 /** What an objstore account's `cred_data` holds. */
@@ -40,6 +42,11 @@ export interface S3Options {
   socketTimeoutMs?: number;
   /** Host name resolution for new connections (the server's egress rule). */
   lookup?: net.LookupFunction;
+  /**
+   * Reads of at least this many bytes go through the pooled transport (pooledReads.ts) instead
+   * of the SDK's own: hosted file contents only, whose endpoint is the operator's.
+   */
+  pooledReadsFrom?: number;
 }
 
 const MIB = 1024 * 1024;
@@ -58,11 +65,14 @@ sdkNotices.warningEmitted = true;
 export class S3Storage implements RemoteStorage {
   readonly implicitDirectoriesFrom = 2;
   private readonly client: S3Client;
+  /** The same client on the pooled transport, for large reads (S3Options.pooledReadsFrom). */
+  private readonly bulkClient: S3Client | undefined;
+  private readonly pooledReadsFrom: number;
   private readonly partSize: number;
   private readonly queueSize: number;
 
   constructor(credentials: S3Credentials, options: S3Options = {}) {
-    this.client = new S3Client({
+    const config: S3ClientConfig = {
       ...(credentials.endpoint ? { endpoint: credentials.endpoint } : {}),
       region: credentials.region ?? 'us-east-1',
       forcePathStyle: credentials.force_path_style ?? Boolean(credentials.endpoint),
@@ -77,6 +87,9 @@ export class S3Storage implements RemoteStorage {
       responseChecksumValidation: 'WHEN_REQUIRED',
       // One retry for a dropped connection; our own deadline bounds the whole request anyway.
       maxAttempts: 2,
+    };
+    this.client = new S3Client({
+      ...config,
       requestHandler: {
         connectionTimeout: 10_000,
         requestTimeout: options.socketTimeoutMs ?? 60_000,
@@ -85,12 +98,21 @@ export class S3Storage implements RemoteStorage {
           : {}),
       },
     });
+    this.pooledReadsFrom = options.pooledReadsFrom ?? Infinity;
+    this.bulkClient =
+      options.pooledReadsFrom === undefined || options.lookup
+        ? undefined
+        : new S3Client({
+            ...config,
+            requestHandler: new PooledReadHandler({ connectionTimeoutMs: 10_000, socketTimeoutMs: options.socketTimeoutMs ?? 60_000 }) as S3ClientConfig['requestHandler'],
+          });
     this.partSize = Math.max(5 * MIB, options.partSize ?? 8 * MIB);
     this.queueSize = options.queueSize ?? 2;
   }
 
   close(): void {
     this.client.destroy();
+    this.bulkClient?.destroy();
   }
 
   private async send<T>(signal: AbortSignal, run: () => Promise<T>): Promise<T> {
@@ -172,8 +194,9 @@ export class S3Storage implements RemoteStorage {
 
   async read(path: string[], range: ByteRange | undefined, signal: AbortSignal): Promise<Readable> {
     const [bucket, ...rest] = path as [string, ...string[]];
+    const client = this.bulkClient && range && range.end - range.start + 1 >= this.pooledReadsFrom ? this.bulkClient : this.client;
     const out = await this.send(signal, () =>
-      this.client.send(
+      client.send(
         new GetObjectCommand({ Bucket: bucket, Key: rest.join('/'), ...(range ? { Range: `bytes=${range.start}-${range.end}` } : {}) }),
         { abortSignal: signal },
       ),
