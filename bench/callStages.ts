@@ -52,7 +52,7 @@ async function main(): Promise<void> {
         return services.releases.resolveCall(await services.keys.authenticate(authorization, at), 'bench', 'Echo', undefined, at);
       }],
       ['envelope', 20_000, () => envelope(result, 300)],
-      ['runtime.run: pool + Worker.call round trip (server side)', 2_000, () => services.runtime.run({ key: `${target.algorithm.id}:${target.build.hash}`, dir: '', runner: 'node', entry: '', network: false }, 'text', INPUT, 30_000)],
+      ['runtime.run: build lookup + pool + Worker.call round trip (server side)', 2_000, () => services.runtime.run({ target: { build: { algorithmId: target.algorithm.id, hash: target.build.hash }, key: `${target.algorithm.id}:${target.build.hash}`, runner: 'node', entry: '', network: false }, contentType: 'text', input: INPUT, timeoutMs: 30_000, nesting: 0 })],
       ['calls.call: resolution + run + round trip', 2_000, () => services.calls.call(principal, request)],
     ];
     // The pool's warm worker itself, for Worker.call alone.

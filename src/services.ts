@@ -123,7 +123,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   });
   const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store, algorithms, builds, markers);
-  const runtime = new AlgorithmRuntime({
+  const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
     pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
@@ -131,7 +131,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
-  const calls = new CallService(releases, artifacts, runtime, config.algorithmNetwork === 'host');
+  const calls = new CallService(releases, runtime, config.algorithmNetwork === 'host');
   return {
     config,
     store,

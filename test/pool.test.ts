@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
 import { Worker } from '../src/runtime/worker.ts';
-import { PoolBusyError, WorkerPool } from '../src/runtime/pool.ts';
+import { WorkerPool } from '../src/runtime/pool.ts';
+import { ExecutorBusyError } from '../src/runtime/contract.ts';
 
 const support = probeSandbox();
 const skip = support.available ? false : `bubblewrap unavailable: ${support.reason}`;
@@ -64,9 +65,9 @@ describe('worker pool', { skip }, () => {
     const queued = run(p, 'q', a, 0).catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 50));
     const refused = await run(p, 'q', a, 0).catch((e: unknown) => e);
-    assert.ok(refused instanceof PoolBusyError && refused.reason === 'queue_full');
+    assert.ok(refused instanceof ExecutorBusyError && refused.reason === 'queue_full');
     const timedOut = await queued;
-    assert.ok(timedOut instanceof PoolBusyError && timedOut.reason === 'queue_timeout');
+    assert.ok(timedOut instanceof ExecutorBusyError && timedOut.reason === 'queue_timeout');
     const pids = new Set((await Promise.all(busy)).map((r) => r.pid));
     assert.equal(pids.size, 2, 'two workers of one version ran at once');
     assert.equal(p.stats().total, 2);

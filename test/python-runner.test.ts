@@ -4,7 +4,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_LIMITS, probeSandbox, spawnSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
-import { Worker, type Outcome } from '../src/runtime/worker.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import type { Outcome } from '../src/runtime/contract.ts';
 import { assertTimeoutKillsSandbox, groupGone, text } from './helpers/workers.ts';
 
 const support = probeSandbox();

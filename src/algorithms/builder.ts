@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { spawnSandbox, spawnTool, DEFAULT_LIMITS, type RunnerKind, type SandboxLimits } from '../runtime/sandbox.ts';
+import { spawnSandbox, spawnTool, DEFAULT_LIMITS, type SandboxLimits } from '../runtime/sandbox.ts';
+import type { RunnerKind } from '../runtime/contract.ts';
 import type { ChildProcess } from 'node:child_process';
 import type { Language } from './manifest.ts';
 import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type InstallerSetup } from './buildNetwork.ts';

@@ -7,7 +7,7 @@ import { AppError } from '../errors.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { BuildStatus, BuildsTable } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
-import type { RunnerKind } from '../runtime/sandbox.ts';
+import type { RunnerKind } from '../runtime/contract.ts';
 import { noSuchAlgorithm, type Algorithm, type AlgorithmRegistry } from './registry.ts';
 import { extractTarGz, hashTree, type ExtractLimits } from './archive.ts';
 import { writeTemplate } from './templates.ts';

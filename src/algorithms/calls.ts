@@ -1,10 +1,7 @@
 import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
-import { PoolBusyError } from '../runtime/pool.ts';
-import { WorkerStartError, type AlgorithmRuntime, type RunTarget } from '../runtime/runtime.ts';
-import type { ContentType, Outcome } from '../runtime/worker.ts';
-import type { AlgorithmArtifacts } from './artifacts.ts';
+import { BuildMissingError, ExecutorBusyError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 
@@ -100,8 +97,7 @@ export class CallService {
 
   constructor(
     private readonly releases: ReleaseService,
-    private readonly artifacts: AlgorithmArtifacts,
-    private readonly runtime: AlgorithmRuntime,
+    private readonly executor: Executor,
     /** ALGOHOST_ALGORITHM_NETWORK=host; otherwise even a version published with network runs without. */
     private readonly allowNetwork = false,
   ) {}
@@ -164,13 +160,13 @@ export class CallService {
     }
   }
 
-  /** What the runtime runs for a target: made once per target (targets are cached, VersionedCache). */
+  /** What the executor runs for a target: made once per target (targets are cached, VersionedCache). */
   private runTarget(target: CallTarget): RunTarget {
     let t = this.runTargets.get(target);
     if (t === undefined) {
       t = {
+        build: { algorithmId: target.algorithm.id, hash: target.build.hash },
         key: `${target.algorithm.id}:${target.build.hash}`,
-        dir: this.artifacts.dir(target.algorithm.id, 'build', target.build.hash),
         runner: target.build.runner!,
         entry: target.build.entry!,
         network: this.allowNetwork && target.settings.network_access === 'full',
@@ -190,18 +186,16 @@ export class CallService {
     if (timeoutMs <= 0) return result(TIMED_OUT, target, mine, req);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
-    // A build made by another server sharing the file store is fetched once; a warm call
-    // only looks it up in a set.
-    const { id } = target.algorithm;
-    if (!this.artifacts.isPresent(id, 'build', target.build.hash) && !(await this.artifacts.ensure(id, 'build', target.build.hash))) {
-      log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
-      return result(failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'), target, mine, req);
-    }
     try {
-      const outcome = await this.runtime.run(this.runTarget(target), req.contentType, req.input, timeoutMs, this.internal.handler(context), context.depth - 1);
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1 };
+      const outcome = await this.executor.run(job, this.internal.handler(context));
       return result(outcome, target, mine, req);
     } catch (err) {
-      if (err instanceof PoolBusyError) {
+      if (err instanceof BuildMissingError) {
+        log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
+        return result(failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'), target, mine, req);
+      }
+      if (err instanceof ExecutorBusyError) {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
         if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
         throw new AppError('server_busy', `${err.message}; retry shortly`);

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import type { ErrorCode } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
-import type { HostHandler } from '../runtime/worker.ts';
+import type { HostHandler } from '../runtime/contract.ts';
 
 /** Nested calls deeper than this are refused (a loop of algorithms calling each other). */
 export const MAX_CALL_DEPTH = 5;

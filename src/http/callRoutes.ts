@@ -5,7 +5,7 @@ import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms/calls.ts';
-import type { ContentType } from '../runtime/worker.ts';
+import type { ContentType } from '../runtime/contract.ts';
 import { queryBool } from '../data/paths.ts';
 import { bufferedBody, readLimited } from './body.ts';
 import { headerSafe, toAppError } from './errorHandler.ts';

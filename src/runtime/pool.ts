@@ -1,3 +1,4 @@
+import { ExecutorBusyError } from './contract.ts';
 import type { Worker } from './worker.ts';
 
 export interface PoolOptions {
@@ -21,12 +22,6 @@ export const DEFAULT_POOL: PoolOptions = {
   queueTimeoutMs: 60_000,
 };
 
-/** No worker could be had: the queue is full, or the wait ran out. */
-export class PoolBusyError extends Error {
-  constructor(readonly reason: 'queue_full' | 'queue_timeout') {
-    super(reason === 'queue_full' ? 'too many calls are waiting for a worker' : 'no worker became free in time');
-  }
-}
 
 interface Entry {
   key: string;
@@ -97,7 +92,7 @@ export class WorkerPool {
     const warm = this.takeIdle(key);
     if (warm) return Promise.resolve(warm);
     if (this.canStart(key, extra)) return this.launch(key, start);
-    if (this.queue.length >= this.options.maxQueue) return Promise.reject(new PoolBusyError('queue_full'));
+    if (this.queue.length >= this.options.maxQueue) return Promise.reject(new ExecutorBusyError('queue_full'));
     return new Promise((resolve, reject) => {
       const deadline = performance.now() + Math.min(this.options.queueTimeoutMs, waitMs);
       this.queue.push({ key, extra, start, resolve, reject, deadline });
@@ -128,7 +123,7 @@ export class WorkerPool {
       const w = this.queue[i]!;
       if (w.deadline <= now) {
         this.queue.splice(i, 1);
-        w.reject(new PoolBusyError('queue_timeout'));
+        w.reject(new ExecutorBusyError('queue_timeout'));
       } else {
         if (w.deadline < next) next = w.deadline;
         i++;

@@ -1,15 +1,16 @@
 import { WorkerPool, DEFAULT_POOL, type PoolOptions } from './pool.ts';
-import { Worker, type ContentType, type HostHandler, type Outcome } from './worker.ts';
-import { DEFAULT_LIMITS, type RunnerKind, type SandboxLimits } from './sandbox.ts';
+import { Worker } from './worker.ts';
+import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
+import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
-/** One runnable build: where its files are and how to start it. */
-export interface RunTarget {
-  /** Pool key: workers are never shared between builds. */
-  key: string;
-  dir: string;
-  runner: RunnerKind;
-  entry: string;
-  network: boolean;
+/** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
+export interface BuildFiles {
+  /** The build's directory here, whether or not it is present. */
+  dir(algorithmId: number, kind: 'build', hash: string): string;
+  /** Whether it is on this disk (a set lookup: asked on every call). */
+  isPresent(algorithmId: number, kind: 'build', hash: string): boolean;
+  /** Fetches it from the shared file store if another server made it; false if nowhere. */
+  ensure(algorithmId: number, kind: 'build', hash: string): Promise<boolean>;
 }
 
 export interface RuntimeOptions {
@@ -33,40 +34,50 @@ export const DEFAULT_RUNTIME: RuntimeOptions = {
   startTimeoutMs: 30_000,
 };
 
-/** A worker could not be started (it hung or died before it was ready). */
-export class WorkerStartError extends Error {}
-
 /**
- * Runs calls on warm workers: takes one from the pool (starting it if need be) and hands it
- * the input. The call's timeout covers starting the worker too; `durationMs` in the outcome
- * is the algorithm's own execution time.
+ * The local executor: runs calls on warm sandboxed workers of this machine. Takes one from the
+ * pool (starting it if need be) and hands it the input. A build made by another server sharing
+ * the file store is fetched once; a warm call only looks it up in a set. The call's timeout
+ * covers starting the worker too; `durationMs` in the outcome is the algorithm's own execution
+ * time.
  */
-export class AlgorithmRuntime {
+export class AlgorithmRuntime implements Executor {
   readonly pool: WorkerPool;
 
-  constructor(readonly options: RuntimeOptions = DEFAULT_RUNTIME) {
+  constructor(
+    private readonly builds: BuildFiles,
+    readonly options: RuntimeOptions = DEFAULT_RUNTIME,
+  ) {
     this.pool = new WorkerPool(options.pool);
   }
 
-  /** `nesting`: how many calls up the chain hold workers while they wait for this one. */
-  run(target: RunTarget, contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, nesting = 0): Promise<Outcome> {
-    const deadline = performance.now() + timeoutMs;
+  run(job: Job, host?: HostHandler): Promise<Outcome> {
+    const { build } = job.target;
+    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host);
+    return this.builds.ensure(build.algorithmId, 'build', build.hash).then((found) => {
+      if (!found) throw new BuildMissingError(build);
+      return this.runPresent(job, host);
+    });
+  }
+
+  private runPresent(job: Job, host: HostHandler | undefined): Promise<Outcome> {
+    const deadline = performance.now() + job.timeoutMs;
     return this.pool.with(
-      target.key,
-      () => this.start(target, deadline),
-      (worker) => worker.call(contentType, input, Math.max(1, deadline - performance.now()), host),
-      nesting,
-      timeoutMs,
+      job.target.key,
+      () => this.start(job, deadline),
+      (worker) => worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host),
+      job.nesting,
+      job.timeoutMs,
     );
   }
 
-  /** A worker for `target`, given until `deadline` (the call's) to be ready. */
-  private async start(target: RunTarget, deadline: number): Promise<Worker> {
+  /** A worker for the job's build, given until `deadline` (the call's) to be ready. */
+  private async start({ target }: Job, deadline: number): Promise<Worker> {
     try {
       return await Worker.start(
         {
           runner: target.runner,
-          algoDir: target.dir,
+          algoDir: this.dir(target.build),
           entry: target.entry,
           network: target.network,
           limits: this.options.limits,
@@ -78,6 +89,10 @@ export class AlgorithmRuntime {
     } catch (err) {
       throw new WorkerStartError((err as Error).message);
     }
+  }
+
+  private dir(build: BuildRef): string {
+    return this.builds.dir(build.algorithmId, 'build', build.hash);
   }
 
   close(): Promise<void> {

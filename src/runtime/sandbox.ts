@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
 
-export type RunnerKind = 'node' | 'python';
+import type { RunnerKind } from './contract.ts';
 
 /** What one sandboxed worker may use. */
 export interface SandboxLimits {

@@ -2,46 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { FrameDecoder, encodeCall, encodeFrame, type Frame } from './protocol.ts';
 import { cgroupOf, spawnSandbox, type SandboxSpec } from './sandbox.ts';
-
-export type ContentType = 'json' | 'text' | 'binary';
-
-export interface AlgorithmErrorInfo {
-  message: string;
-  stacktrace: string;
-  error_type: string;
-}
-
-interface Output {
-  /** What the algorithm printed during the call, at most `maxStdoutBytes`. */
-  stdout: string;
-  stdoutTruncated: boolean;
-  /** Seconds of algorithm execution (not waiting). */
-  durationMs: number;
-}
-
-/**
- * Everything a call can come to. Algorithm faults are outcomes, never exceptions: the caller
- * handles each kind in an exhaustive switch.
- */
-export type Outcome =
-  | ({ kind: 'result'; contentType: ContentType | 'void'; body: Buffer } & Output)
-  | ({ kind: 'algorithm_error'; error: AlgorithmErrorInfo } & Output)
-  | ({ kind: 'timeout' } & Output)
-  | ({ kind: 'out_of_memory' } & Output)
-  | ({ kind: 'crashed'; exitCode: number | null; signal: string | null } & Output);
-
-/**
- * Serves what an algorithm asks of the platform during a call (the in-algorithm SDK: data,
- * nested calls): a `request` frame in, a `response` frame out, as the call's identity.
- */
-export type HostHandler = (header: Record<string, unknown>, body: Buffer) => Promise<HostAnswer>;
-
-export interface HostAnswer {
-  header: Record<string, unknown>;
-  body: Buffer;
-  /** Called once the answer has been written to the channel (or dropped): frees what it held. */
-  done?: () => void;
-}
+import type { AlgorithmErrorInfo, ContentType, HostAnswer, HostHandler, Outcome } from './contract.ts';
 
 /**
  * Requests one call may have in flight at once. A request counts until its answer has been

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import type { Outcome, Worker } from '../../src/runtime/worker.ts';
+import type { Worker } from '../../src/runtime/worker.ts';
+import type { Outcome } from '../../src/runtime/contract.ts';
 
 /** A result's text, or the whole outcome when it is not a result (for assertion messages). */
 export const text = (o: Outcome): string => (o.kind === 'result' ? o.body.toString('utf8') : `<${o.kind}: ${JSON.stringify(o)}>`);

@@ -1,0 +1,104 @@
+/**
+ * What runs algorithms, as the rest of the server sees it (docs/architecture.md, "Executors").
+ * The call path (algorithms/calls.ts, http/callRoutes.ts) imports these types and nothing else
+ * of src/runtime: an executor may be this process's pool of sandboxed workers (runtime.ts) or,
+ * in a cluster, workers on other machines. Everything here is data that can cross a process
+ * boundary: a target names a build (any node can fetch it), never a directory of this one.
+ */
+
+export type ContentType = 'json' | 'text' | 'binary';
+
+/** The language runtime a build runs on. */
+export type RunnerKind = 'node' | 'python';
+
+export interface AlgorithmErrorInfo {
+  message: string;
+  stacktrace: string;
+  error_type: string;
+}
+
+interface Output {
+  /** What the algorithm printed during the call, at most the runtime's stdout limit. */
+  stdout: string;
+  stdoutTruncated: boolean;
+  /** Algorithm execution time (not waiting), ms. */
+  durationMs: number;
+}
+
+/**
+ * Everything a call can come to. Algorithm faults are outcomes, never exceptions: the caller
+ * handles each kind in an exhaustive switch.
+ */
+export type Outcome =
+  | ({ kind: 'result'; contentType: ContentType | 'void'; body: Buffer } & Output)
+  | ({ kind: 'algorithm_error'; error: AlgorithmErrorInfo } & Output)
+  | ({ kind: 'timeout' } & Output)
+  | ({ kind: 'out_of_memory' } & Output)
+  | ({ kind: 'crashed'; exitCode: number | null; signal: string | null } & Output);
+
+/**
+ * Serves what an algorithm asks of the platform during a call (the in-algorithm SDK: data,
+ * nested calls): a request in, an answer out, as the call's identity.
+ */
+export type HostHandler = (header: Record<string, unknown>, body: Buffer) => Promise<HostAnswer>;
+
+export interface HostAnswer {
+  header: Record<string, unknown>;
+  body: Buffer;
+  /** Called once the answer has been delivered (or dropped): frees what it held. */
+  done?: () => void;
+}
+
+/** A build, by name: the algorithm's id and the build's content hash. */
+export interface BuildRef {
+  algorithmId: number;
+  hash: string;
+}
+
+/** One runnable build and how to start it. */
+export interface RunTarget {
+  build: BuildRef;
+  /** `${algorithmId}:${hash}`: warm workers are kept per key and never shared between builds. */
+  key: string;
+  runner: RunnerKind;
+  entry: string;
+  /** Whether the algorithm may reach the network. */
+  network: boolean;
+}
+
+/** One call to run. */
+export interface Job {
+  target: RunTarget;
+  contentType: ContentType;
+  input: Buffer;
+  /** The whole call's time, starting a worker included. */
+  timeoutMs: number;
+  /** How many calls up the chain hold workers while they wait for this one. */
+  nesting: number;
+}
+
+export interface Executor {
+  /**
+   * Runs `job`; `host` answers the algorithm's requests. Resolves with the outcome, whatever the
+   * algorithm did; rejects with one of the errors below when the job could not be run at all.
+   */
+  run(job: Job, host?: HostHandler): Promise<Outcome>;
+  close(): Promise<void>;
+}
+
+/** No worker could be had: too many calls are waiting, or the wait ran out. */
+export class ExecutorBusyError extends Error {
+  constructor(readonly reason: 'queue_full' | 'queue_timeout') {
+    super(reason === 'queue_full' ? 'too many calls are waiting for a worker' : 'no worker became free in time');
+  }
+}
+
+/** A worker could not be started (it hung or died before it was ready). */
+export class WorkerStartError extends Error {}
+
+/** The build is neither where this executor runs nor in the shared file store. */
+export class BuildMissingError extends Error {
+  constructor(readonly build: BuildRef) {
+    super(`build ${build.hash} of algorithm ${build.algorithmId} is missing`);
+  }
+}
