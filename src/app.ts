@@ -13,11 +13,16 @@ import { keyRoutes } from './http/keyRoutes.ts';
 import { algorithmRoutes } from './http/algorithmRoutes.ts';
 import { environmentRoutes } from './http/environmentRoutes.ts';
 import { gitRoutes } from './http/gitRoutes.ts';
-import { callRoutes, DirectCalls, webPreflight } from './http/callRoutes.ts';
+import { callRoutes, webPreflight } from './http/callRoutes.ts';
+import { DirectCalls } from './http/directCalls.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
+  interface FastifyInstance {
+    /** The direct call path (http/directCalls.ts), for its count of requests answered. */
+    directCalls: DirectCalls;
+  }
   interface FastifyRequest {
     principal?: Principal;
     /** Set on requests an algorithm makes through the SDK while it runs. */
@@ -182,6 +187,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     requestId: nextRequestId,
     log: app.log,
   });
+  app.decorate('directCalls', direct);
   app.server.removeListener('request', fastify);
   app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);

@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { ErrorCode } from '../errors.ts';
+import { errorDocument } from '../http/answers.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { HostHandler } from '../runtime/contract.ts';
 
@@ -183,7 +184,7 @@ export class InternalRequests {
 
 /** An answer in the API's error envelope, for what the SDK gate itself refuses. */
 function errorAnswer(status: number, code: ErrorCode, message: string) {
-  return Promise.resolve({ header: { status, headers: { 'content-type': 'application/json' } }, body: Buffer.from(JSON.stringify({ error: { code, message } })) });
+  return Promise.resolve({ header: { status, headers: { 'content-type': 'application/json' } }, body: Buffer.from(errorDocument(code, message)) });
 }
 
 function tooLarge(size: number) {
