@@ -76,6 +76,11 @@ export interface Config {
    */
   blobs: S3BlobsConfig | undefined;
   /**
+   * ALGOHOST_NATS_URL: the message bus that joins API nodes (`serve --role api`) and worker
+   * nodes (`algohost worker`); unset for the all-in-one server (docs/cluster.md).
+   */
+  natsUrl: string | undefined;
+  /**
    * ALGOHOST_SWEEP_INTERVAL_MS: where servers share the metadata store, how often each live one
    * removes what a dead one left in flight (pending file contents, builds it was running).
    */
@@ -211,7 +216,22 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
       : undefined,
     blobs: env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined,
     sweepIntervalMs: int('ALGOHOST_SWEEP_INTERVAL_MS', env.ALGOHOST_SWEEP_INTERVAL_MS, DEFAULTS.sweepIntervalMs, 100, 86_400_000),
+    natsUrl: env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined,
   };
+}
+
+/** nats://host:port (or tls://), with optional user:password; more than one separated by commas. */
+function natsUrl(raw: string): string {
+  for (const one of raw.split(',')) {
+    let u: URL;
+    try {
+      u = new URL(one.trim());
+    } catch {
+      throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${one.slice(0, 100)}"`);
+    }
+    if (u.protocol !== 'nats:' && u.protocol !== 'tls:') throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${u.protocol}//..."`);
+  }
+  return raw;
 }
 
 /**

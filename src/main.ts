@@ -7,6 +7,11 @@ import { createServices, type Services } from './services.ts';
 import { publishDemoAlgorithms } from './algorithms/demo.ts';
 import { FULL_PERMISSIONS } from './auth/permissions.ts';
 import { HomeLock } from './home.ts';
+import os from 'node:os';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { connectNats, requireCluster } from './cluster/nats.ts';
+import { NatsExecutor } from './cluster/natsExecutor.ts';
+import { WorkerNode } from './cluster/workerNode.ts';
 
 const DEMO_USER = 'demo';
 
@@ -14,31 +19,35 @@ const DEMO_USER = 'demo';
  * `algohost serve`: open the home, recover from any crash, create the demo user on a new
  * home, listen, and on SIGTERM/SIGINT stop taking requests, finish the ones in flight, exit.
  */
-export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr, role: 'all' | 'api' = 'all'): Promise<void> {
   const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
+  // An API node sends every call to worker nodes over NATS (docs/cluster.md).
+  const nc = role === 'api' ? await connectNats(requireCluster(config, 'serve --role api'), `algohost api ${os.hostname()}`) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
-  const lock = HomeLock.acquire(config.home);
+  let lock: HomeLock;
   let services: Services;
   try {
-    services = await createServices(config);
+    lock = HomeLock.acquire(config.home);
+    try {
+      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger) } : {});
+    } catch (err) {
+      lock.release();
+      throw err;
+    }
   } catch (err) {
-    lock.release();
+    await nc?.close();
     throw err;
   }
   const giveUp = async (err: Error): Promise<never> => {
     await services.close();
+    await nc?.close();
     lock.release();
     throw err;
   };
-  if (!services.sandbox.available) {
-    if (config.sandbox === 'required') {
-      return giveUp(new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`));
-    }
-    const warning = `WARNING: algorithms are NOT sandboxed: ${services.sandbox.reason}. Set ALGOHOST_SANDBOX=required to refuse to start like this.`;
-    logger.warn(warning);
-    out.write(warning + '\n');
-  }
+  // An API node runs no algorithm: only builds, which need the sandbox too.
+  const sandboxProblem = checkSandbox(services, config, logger, out);
+  if (sandboxProblem) return giveUp(sandboxProblem);
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   await services.builds.recover();
@@ -86,6 +95,69 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     await app.close();
     clearInterval(reaper);
     await sweeper?.stop();
+    await services.close();
+    await nc?.drain();
+    lock.release();
+    logger.info('stopped');
+    logger.flush();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/** Refuses to run unsandboxed when ALGOHOST_SANDBOX=required, else warns (once, loudly). */
+function checkSandbox(services: Services, config: Config, logger: pino.Logger, out: NodeJS.WritableStream): ConfigError | undefined {
+  if (services.sandbox.available) return undefined;
+  if (config.sandbox === 'required') return new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`);
+  const warning = `WARNING: algorithms are NOT sandboxed: ${services.sandbox.reason}. Set ALGOHOST_SANDBOX=required to refuse to start like this.`;
+  logger.warn(warning);
+  out.write(warning + '\n');
+  return undefined;
+}
+
+/**
+ * `algohost worker`: a worker node. Runs algorithms for the API nodes of its cluster, taking
+ * jobs from NATS; serves no HTTP. Its home holds only what this machine keeps for itself (the
+ * builds it fetched, its lock). On SIGTERM it takes no new job, finishes the ones it has, exits.
+ */
+export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+  const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
+  const url = requireCluster(config, 'algohost worker');
+  const lock = HomeLock.acquire(config.home);
+  let services: Services;
+  try {
+    services = await createServices(config);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  let nc: NatsConnection;
+  try {
+    const problem = checkSandbox(services, config, logger, out);
+    if (problem) throw problem;
+    nc = await connectNats(url, `algohost worker ${os.hostname()}`);
+  } catch (err) {
+    await services.close();
+    lock.release();
+    throw err;
+  }
+  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load());
+  node.start();
+  out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}\n`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal, running: node.busy }, 'stopping: taking no new jobs, finishing the ones running');
+    const timer = setTimeout(() => {
+      logger.error({ timeoutMs: config.shutdownTimeoutMs }, 'jobs still running at the shutdown timeout; exiting anyway');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    timer.unref();
+    await node.drain();
+    await nc.drain();
     await services.close();
     lock.release();
     logger.info('stopped');

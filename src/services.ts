@@ -14,6 +14,7 @@ import { AlgorithmRegistry } from './algorithms/registry.ts';
 import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/sandbox.ts';
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
 import { DEFAULT_POOL } from './runtime/pool.ts';
+import type { Executor } from './runtime/contract.ts';
 import { Builder } from './algorithms/builder.ts';
 import { BuildNetwork } from './algorithms/buildNetwork.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
@@ -58,6 +59,8 @@ export interface ServiceOptions {
   runtime?: Partial<RuntimeOptions>;
   /** Connected-account tuning for tests (page size, S3 part size). */
   connected?: Pick<ConnectedStorageOptions, 'pageSize' | 's3PartSize'>;
+  /** What runs calls when not this machine's pool (an API node's NatsExecutor); closed with the services. */
+  executor?: Executor;
 }
 
 /**
@@ -131,7 +134,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
-  const calls = new CallService(releases, runtime, config.algorithmNetwork === 'host');
+  const calls = new CallService(releases, options.executor ?? runtime, config.algorithmNetwork === 'host');
   return {
     config,
     store,
@@ -151,6 +154,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     close: async () => {
+      await options.executor?.close();
       await runtime.close();
       connected.close();
       blobs.close();

@@ -1,7 +1,7 @@
 import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
-import { BuildMissingError, ExecutorBusyError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
+import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 
@@ -199,6 +199,15 @@ export class CallService {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
         if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
         throw new AppError('server_busy', `${err.message}; retry shortly`);
+      }
+      if (err instanceof WorkerLostError) {
+        log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, err: err.message }, 'the worker node running a call was lost');
+        return result(
+          failure('WorkerLostError', `the worker node running this call stopped answering (${err.message}); it may or may not have run to its end: call again if that is safe`),
+          target,
+          mine,
+          req,
+        );
       }
       if (err instanceof WorkerStartError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');

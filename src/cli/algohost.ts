@@ -6,7 +6,8 @@ import { adminHome, HomeError } from '../home.ts';
 import { redactUrl } from '../store/redact.ts';
 
 const USAGE = `usage:
-  algohost serve [--port N] [--host H] [--home DIR] [--no-demo]
+  algohost serve [--port N] [--host H] [--home DIR] [--no-demo] [--role all|api]
+  algohost worker [--home DIR]
   algohost user create NAME [--home DIR] [--init]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
@@ -23,7 +24,11 @@ with --init. They may run beside a server on the same home.
 move carries a stopped single-machine home (users, keys, data, ACLs, algorithms, builds,
 versions, connected accounts, its secret) into an empty shared deployment's PostgreSQL and
 S3 store, and reads everything back to verify it; run it again to resume one cut short.
---to and --blobs default to ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS.`;
+--to and --blobs default to ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS.
+
+In a cluster (docs/cluster.md), serve --role api takes HTTP and sends every call over NATS
+(ALGOHOST_NATS_URL) to the worker nodes, which algohost worker starts; both use the shared
+PostgreSQL and S3 store. serve alone (--role all, the default) runs everything itself.`;
 
 class UsageError extends Error {}
 
@@ -42,6 +47,7 @@ async function main(argv: string[]): Promise<number> {
       permissions: { type: 'string' },
       to: { type: 'string' },
       blobs: { type: 'string' },
+      role: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -68,11 +74,19 @@ async function main(argv: string[]): Promise<number> {
   } else if (values.init) {
     throw new UsageError('--init is for the admin commands; serve creates its home when it is new');
   }
+  if (values.role !== undefined && command !== 'serve') throw new UsageError('--role is for serve');
   switch (command) {
-    case 'serve':
+    case 'serve': {
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
+      const role = values.role ?? 'all';
+      if (role !== 'all' && role !== 'api') throw new UsageError(`--role is all or api (worker nodes are started by algohost worker), got "${role}"`);
       // Loaded only here: admin commands start faster without the HTTP stack.
-      await (await import('../main.ts')).serve(config);
+      await (await import('../main.ts')).serve(config, process.stderr, role);
+      return -1; // keeps running until a signal
+    }
+    case 'worker':
+      if (sub !== undefined) throw new UsageError(`worker takes no arguments, got "${sub}"`);
+      await (await import('../main.ts')).worker(config);
       return -1; // keeps running until a signal
     case 'migrate': {
       if (sub !== undefined) throw new UsageError(`migrate takes no arguments, got "${sub}"`);

@@ -86,10 +86,16 @@ export interface Executor {
   close(): Promise<void>;
 }
 
-/** No worker could be had: too many calls are waiting, or the wait ran out. */
+const BUSY = {
+  queue_full: 'too many calls are waiting for a worker',
+  queue_timeout: 'no worker became free in time',
+  no_workers: 'no worker node is running',
+} as const;
+
+/** No worker could be had: too many calls are waiting, the wait ran out, or there is none. */
 export class ExecutorBusyError extends Error {
-  constructor(readonly reason: 'queue_full' | 'queue_timeout') {
-    super(reason === 'queue_full' ? 'too many calls are waiting for a worker' : 'no worker became free in time');
+  constructor(readonly reason: keyof typeof BUSY) {
+    super(BUSY[reason]);
   }
 }
 
@@ -102,3 +108,9 @@ export class BuildMissingError extends Error {
     super(`build ${build.hash} of algorithm ${build.algorithmId} is missing`);
   }
 }
+
+/**
+ * The machine running the job stopped answering while the job ran (a worker node of a cluster
+ * died or was cut off): whether the algorithm ran to its end is unknown.
+ */
+export class WorkerLostError extends Error {}

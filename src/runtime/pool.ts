@@ -72,6 +72,22 @@ export class WorkerPool {
   }
 
   /**
+   * What a worker node announces to its cluster (docs/cluster.md): per version key its idle warm
+   * workers, and how many calls could start now without waiting (idle workers of any version can
+   * be stopped to make room, so they count as free).
+   */
+  load(): { warm: Record<string, number>; free: number; running: number } {
+    const warm: Record<string, number> = {};
+    let idle = 0;
+    for (const [key, list] of this.idle) {
+      if (list.length > 0) warm[key] = list.length;
+      idle += list.length;
+    }
+    const running = this.total - idle;
+    return { warm, free: this.closed ? 0 : Math.max(0, this.options.maxWorkers - running), running };
+  }
+
+  /**
    * Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it
    * back. `extra` raises both limits for this call: a nested call may go over by as many
    * workers as its callers hold, or an algorithm calling itself would wait for itself forever.

@@ -76,8 +76,10 @@ export async function startServerProcess(options: {
   demo?: boolean;
   env?: Record<string, string>;
   timeoutMs?: number;
+  /** More arguments for serve (`--role api`). */
+  args?: string[];
 }): Promise<ServerProcess> {
-  const args = [BIN, 'serve', '--port', '0', '--host', '127.0.0.1', '--home', options.home];
+  const args = [BIN, 'serve', '--port', '0', '--host', '127.0.0.1', '--home', options.home, ...(options.args ?? [])];
   if (!options.demo) args.push('--no-demo');
   const child = spawn(NODE, args, { env: childEnv({ ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
@@ -156,9 +158,9 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `algohost ARGS --home HOME` to completion (killed after `timeoutMs`). */
-export async function runCli(args: string[], home: string, timeoutMs = WAIT_MS): Promise<CliResult> {
-  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv(await backendEnv(home)), stdio: ['ignore', 'pipe', 'pipe'] });
+/** Runs `algohost ARGS --home HOME` to completion (killed after `timeoutMs`); `env` adds to the test's backends. */
+export async function runCli(args: string[], home: string, timeoutMs = WAIT_MS, env: Record<string, string> = {}): Promise<CliResult> {
+  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv({ ...(await backendEnv(home)), ...env }), stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));

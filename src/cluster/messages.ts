@@ -1,0 +1,288 @@
+import type { AlgorithmErrorInfo, ContentType, Job, Outcome, RunnerKind, RunTarget } from '../runtime/contract.ts';
+
+/**
+ * The messages API nodes and worker nodes exchange over NATS (docs/cluster.md). Each is one
+ * NATS message: a 4-byte big-endian length, that many bytes of a JSON header, then the body as
+ * it is (an input, a result, an SDK request's body: bytes never inflated by base64). A body
+ * that would make the message bigger than the NATS server allows stays with its sender, and the
+ * header names it (`ref`, a BodyRef) for the receiver to fetch in parts (wire.ts). Every header
+ * names the protocol version `v`; a node ignores (and logs) a message it cannot read, never
+ * crashes on one.
+ */
+
+export const PROTOCOL_VERSION = 1;
+/** Subject of jobs for any worker node; workers subscribe in one queue group, so one takes each. */
+export const RUN_SUBJECT = 'algohost.v1.run';
+export const WORKERS_QUEUE = 'algohost-workers';
+/** A worker node's own subjects: `${WORKER_PREFIX}.<node>.run` takes jobs routed to it (warm routing). */
+export const WORKER_PREFIX = 'algohost.v1.worker';
+/** An API node's subject for its calls' SDK requests and `taken` notices: `${HOST_PREFIX}.<node>`. */
+export const HOST_PREFIX = 'algohost.v1.host';
+/** A node's subject for the parts of bodies too big for one message: `${PARTS_PREFIX}.<node>`. */
+export const PARTS_PREFIX = 'algohost.v1.parts';
+/** Where every node says, once a second, that it is alive and what it holds. */
+export const BEAT_SUBJECT = 'algohost.v1.beat';
+
+/** A message a node could not read: it is dropped and logged, never answered with a crash. */
+export class MessageError extends Error {}
+
+/** A message as read: its header, and its body (fetched from its parts if it had a `ref`). */
+export interface Message {
+  header: Record<string, unknown>;
+  body: Buffer;
+}
+
+/**
+ * A body too big for one NATS message, left with the node that has it: the receiver asks
+ * `subject` for parts 0..parts-1 of `id` (parts.ts) and gets `size` bytes in all.
+ */
+export interface BodyRef {
+  subject: string;
+  id: string;
+  size: number;
+  parts: number;
+}
+
+export interface RunRequest {
+  type: 'run';
+  /** The call, as the API node knows it (its SDK requests and `taken` notice name it). */
+  call: string;
+  /** The API node's subject: the worker tells it that it took the call, and sends SDK requests there. */
+  api: string;
+  /** Whether the call has a host (answers SDK requests). */
+  sdk: boolean;
+  job: Job;
+}
+
+/** Why a worker could not run a job at all (the Executor errors of contract.ts, by name). */
+export type RunRefusal = 'busy_queue_full' | 'busy_queue_timeout' | 'start_failed' | 'build_missing' | 'draining' | 'internal';
+const REFUSALS = new Set<string>(['busy_queue_full', 'busy_queue_timeout', 'start_failed', 'build_missing', 'draining', 'internal']);
+
+export type RunReply = { type: 'outcome'; outcome: Outcome } | { type: 'refused'; reason: RunRefusal; message: string };
+
+export interface HostRequest {
+  type: 'host';
+  call: string;
+  header: Record<string, unknown>;
+  body: Buffer;
+}
+
+export interface HostReply {
+  type: 'host_answer';
+  header: Record<string, unknown>;
+  body: Buffer;
+}
+
+/** A worker took a call: the API node watches that worker's beats until the call ends. */
+export interface Taken {
+  type: 'taken';
+  call: string;
+  worker: string;
+}
+
+/** Once a second from every node (and at once when it starts or begins to drain). */
+export interface Beat {
+  type: 'beat';
+  node: string;
+  role: 'api' | 'worker';
+  host: string;
+  /** Calls it is running (a worker) or has out on workers (an API node). */
+  running: number;
+  /** Calls a worker could start now without waiting. */
+  free: number;
+  /** Per version key (RunTarget.key), the idle warm workers a worker holds. */
+  warm: Record<string, number>;
+  /** Taking no new jobs: finishing the ones it has before it stops. */
+  draining: boolean;
+}
+
+/** Header bytes a message may carry (an SDK request's header is small; this bounds a bad one). */
+const MAX_HEADER = 1024 * 1024;
+
+/** A message's bytes: a 4-byte length, the JSON header (with `v`), the body. */
+export function frame(header: Record<string, unknown>, body: Uint8Array = new Uint8Array(0)): Buffer {
+  const json = Buffer.from(JSON.stringify({ v: PROTOCOL_VERSION, ...header }));
+  const out = Buffer.allocUnsafe(4 + json.length + body.length);
+  out.writeUInt32BE(json.length, 0);
+  json.copy(out, 4);
+  out.set(body, 4 + json.length);
+  return out;
+}
+
+/** Header and body of a message's bytes; a body left behind is named by the header's `ref` (readRef). */
+export function unframe(data: Uint8Array): Message {
+  const buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  if (buf.length < 4) throw new MessageError(`a message of ${buf.length} bytes has no header`);
+  const length = buf.readUInt32BE(0);
+  if (length > MAX_HEADER || 4 + length > buf.length) throw new MessageError(`a message announces a ${length}-byte header in ${buf.length} bytes`);
+  let header: unknown;
+  try {
+    header = JSON.parse(buf.subarray(4, 4 + length).toString('utf8'));
+  } catch {
+    throw new MessageError('a message header is not JSON');
+  }
+  if (typeof header !== 'object' || header === null || Array.isArray(header)) throw new MessageError('a message header is not an object');
+  const h = header as Record<string, unknown>;
+  if (h.v !== PROTOCOL_VERSION) throw new MessageError(`a message speaks protocol version ${JSON.stringify(h.v)}, this node ${PROTOCOL_VERSION}`);
+  return { header: h, body: buf.subarray(4 + length) };
+}
+
+/** The header's `ref`, if its body was left behind in parts. */
+export function readRef(header: Record<string, unknown>): BodyRef | undefined {
+  if (header.ref === undefined) return undefined;
+  const r = obj(header, 'ref');
+  const ref = { subject: str(r, 'subject'), id: str(r, 'id'), size: num(r, 'size'), parts: num(r, 'parts') };
+  if (!ref.subject.startsWith(`${PARTS_PREFIX}.`)) throw new MessageError('a body reference names a subject that is not a parts subject');
+  if (!Number.isInteger(ref.size) || ref.size < 0 || !Number.isInteger(ref.parts) || ref.parts < 1 || ref.parts > ref.size + 1) {
+    throw new MessageError('a body reference has an impossible size or part count');
+  }
+  return ref;
+}
+
+const CONTENT_TYPES = new Set(['json', 'text', 'binary']);
+const RUNNERS = new Set(['node', 'python']);
+
+function str(h: Record<string, unknown>, key: string): string {
+  const v = h[key];
+  if (typeof v !== 'string') throw new MessageError(`field ${key} is not a string`);
+  return v;
+}
+
+function num(h: Record<string, unknown>, key: string): number {
+  const v = h[key];
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new MessageError(`field ${key} is not a number`);
+  return v;
+}
+
+function obj(h: Record<string, unknown>, key: string): Record<string, unknown> {
+  const v = h[key];
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new MessageError(`field ${key} is not an object`);
+  return v as Record<string, unknown>;
+}
+
+export function encodeRunRequest(r: RunRequest): Message {
+  const { input, ...job } = r.job;
+  return { header: { type: 'run', call: r.call, api: r.api, sdk: r.sdk, job }, body: input };
+}
+
+export function decodeRunRequest({ header, body }: Message): RunRequest {
+  if (header.type !== 'run') throw new MessageError(`expected a run request, got ${JSON.stringify(header.type)}`);
+  const job = obj(header, 'job');
+  const t = obj(job, 'target');
+  const build = obj(t, 'build');
+  const contentType = str(job, 'contentType');
+  const runner = str(t, 'runner');
+  if (!CONTENT_TYPES.has(contentType)) throw new MessageError(`content type ${JSON.stringify(contentType)} is not one of json, text, binary`);
+  if (!RUNNERS.has(runner)) throw new MessageError(`runner ${JSON.stringify(runner)} is unknown`);
+  const hash = str(build, 'hash');
+  if (!/^[0-9a-f]{8,128}$/.test(hash)) throw new MessageError('the build hash is not hexadecimal');
+  const api = str(header, 'api');
+  if (!api.startsWith(`${HOST_PREFIX}.`)) throw new MessageError('a run request names an API subject that is not one');
+  const target: RunTarget = {
+    build: { algorithmId: num(build, 'algorithmId'), hash },
+    key: str(t, 'key'),
+    runner: runner as RunnerKind,
+    entry: str(t, 'entry'),
+    network: t.network === true,
+  };
+  return {
+    type: 'run',
+    call: str(header, 'call'),
+    api,
+    sdk: header.sdk === true,
+    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting') },
+  };
+}
+
+export function encodeRunReply(r: RunReply): Message {
+  if (r.type === 'refused') return { header: { type: 'refused', reason: r.reason, message: r.message }, body: EMPTY };
+  if (r.outcome.kind === 'result') {
+    const { body, ...outcome } = r.outcome;
+    return { header: { type: 'outcome', outcome }, body };
+  }
+  return { header: { type: 'outcome', outcome: r.outcome }, body: EMPTY };
+}
+
+const OUTCOME_KINDS = new Set(['result', 'algorithm_error', 'timeout', 'out_of_memory', 'crashed']);
+
+export function decodeRunReply({ header, body }: Message): RunReply {
+  if (header.type === 'refused') {
+    const reason = str(header, 'reason');
+    return { type: 'refused', reason: (REFUSALS.has(reason) ? reason : 'internal') as RunRefusal, message: str(header, 'message') };
+  }
+  if (header.type !== 'outcome') throw new MessageError(`expected an outcome, got ${JSON.stringify(header.type)}`);
+  const o = obj(header, 'outcome');
+  const kind = str(o, 'kind');
+  if (!OUTCOME_KINDS.has(kind)) throw new MessageError(`outcome ${JSON.stringify(kind)} is unknown`);
+  const output = { stdout: str(o, 'stdout'), stdoutTruncated: o.stdoutTruncated === true, durationMs: num(o, 'durationMs') };
+  switch (kind) {
+    case 'result': {
+      const contentType = str(o, 'contentType');
+      if (!CONTENT_TYPES.has(contentType) && contentType !== 'void') throw new MessageError(`result type ${JSON.stringify(contentType)} is unknown`);
+      return { type: 'outcome', outcome: { kind: 'result', contentType: contentType as ContentType | 'void', body, ...output } };
+    }
+    case 'algorithm_error': {
+      const e = obj(o, 'error');
+      const error: AlgorithmErrorInfo = { message: str(e, 'message'), stacktrace: str(e, 'stacktrace'), error_type: str(e, 'error_type') };
+      return { type: 'outcome', outcome: { kind: 'algorithm_error', error, ...output } };
+    }
+    case 'crashed':
+      return {
+        type: 'outcome',
+        outcome: { kind: 'crashed', exitCode: typeof o.exitCode === 'number' ? o.exitCode : null, signal: typeof o.signal === 'string' ? o.signal : null, ...output },
+      };
+    default:
+      return { type: 'outcome', outcome: { kind: kind as 'timeout' | 'out_of_memory', ...output } };
+  }
+}
+
+export function encodeHostRequest(r: HostRequest): Message {
+  return { header: { type: 'host', call: r.call, header: r.header }, body: r.body };
+}
+
+export function decodeHostRequest({ header, body }: Message): HostRequest {
+  if (header.type !== 'host') throw new MessageError(`expected an SDK request, got ${JSON.stringify(header.type)}`);
+  return { type: 'host', call: str(header, 'call'), header: obj(header, 'header'), body };
+}
+
+export function encodeHostReply(r: HostReply): Message {
+  return { header: { type: 'host_answer', header: r.header }, body: r.body };
+}
+
+export function decodeHostReply({ header, body }: Message): HostReply {
+  if (header.type !== 'host_answer') throw new MessageError(`expected an SDK answer, got ${JSON.stringify(header.type)}`);
+  return { type: 'host_answer', header: obj(header, 'header'), body };
+}
+
+export function encodeTaken(t: Taken): Uint8Array {
+  return frame({ type: 'taken', call: t.call, worker: t.worker });
+}
+
+export function decodeTaken({ header }: Message): Taken {
+  return { type: 'taken', call: str(header, 'call'), worker: str(header, 'worker') };
+}
+
+export function encodeBeat(b: Beat): Uint8Array {
+  return frame({ ...b });
+}
+
+export function decodeBeat(data: Uint8Array): Beat {
+  const { header } = unframe(data);
+  if (header.type !== 'beat') throw new MessageError(`expected a beat, got ${JSON.stringify(header.type)}`);
+  const role = str(header, 'role');
+  if (role !== 'api' && role !== 'worker') throw new MessageError(`role ${JSON.stringify(role)} is unknown`);
+  const warm: Record<string, number> = {};
+  for (const [k, v] of Object.entries(obj(header, 'warm'))) if (typeof v === 'number' && v > 0) warm[k] = v;
+  return {
+    type: 'beat',
+    node: str(header, 'node'),
+    role,
+    host: str(header, 'host'),
+    running: num(header, 'running'),
+    free: num(header, 'free'),
+    warm,
+    draining: header.draining === true,
+  };
+}
+
+const EMPTY = Buffer.alloc(0);

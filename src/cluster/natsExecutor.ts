@@ -1,0 +1,281 @@
+import crypto from 'node:crypto';
+import os from 'node:os';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { AppError, type ErrorCode } from '../errors.ts';
+import { errorDocument } from '../http/answers.ts';
+import {
+  BuildMissingError,
+  ExecutorBusyError,
+  WorkerLostError,
+  WorkerStartError,
+  type Executor,
+  type HostAnswer,
+  type HostHandler,
+  type Job,
+  type Outcome,
+} from '../runtime/contract.ts';
+import {
+  BEAT_SUBJECT,
+  decodeBeat,
+  decodeHostRequest,
+  decodeRunReply,
+  decodeTaken,
+  encodeBeat,
+  encodeHostReply,
+  encodeRunRequest,
+  HOST_PREFIX,
+  MessageError,
+  RUN_SUBJECT,
+  unframe,
+  WORKER_PREFIX,
+  type Beat,
+  type RunReply,
+} from './messages.ts';
+import { Wire } from './wire.ts';
+import type { ClusterLog } from './log.ts';
+
+/** How long past a job's own time an API node waits for its worker's answer. */
+const REPLY_GRACE_MS = 5_000;
+/** How often nodes beat, and how long a worker may stay silent before its calls are failed as lost. */
+export const BEAT_MS = 1_000;
+export const LOST_AFTER_MS = 3_500;
+/** How long a result too big for one message is kept for its API node to fetch. */
+export const BODY_TTL_MS = 60_000;
+
+interface Pending {
+  host: HostHandler | undefined;
+  /** The worker node that took it (from its `taken` notice, or the one it was routed to). */
+  worker: string | undefined;
+  lost: (err: WorkerLostError) => void;
+}
+
+/** What an API node knows of a worker node, from its beats and from its own calls since. */
+interface WorkerView {
+  seen: number;
+  free: number;
+  warm: Record<string, number>;
+  draining: boolean;
+}
+
+/**
+ * The executor of an API node (`serve --role api`): each job goes over NATS to one worker node,
+ * and the call's SDK requests come back to this node on a subject of its own, where they are
+ * answered with the call's identity by the same handler a local call uses. A worker never holds
+ * a credential of the caller's (docs/cluster.md).
+ *
+ * Routing: worker nodes beat once a second with their free slots and warm versions. A job goes
+ * to a worker warm for its version with an idle worker, else to the worker with the most free
+ * slots, else (all busy, or nothing heard yet) to the workers' queue group, where any worker
+ * takes it and queues it locally. Between beats, the node counts down what it sent.
+ *
+ * Loss: a worker that took a call and then stays silent past LOST_AFTER_MS fails that call with
+ * WorkerLostError; nothing else waits on it.
+ */
+export class NatsExecutor implements Executor {
+  /** This node's name on the bus. */
+  readonly node = crypto.randomBytes(8).toString('hex');
+  private readonly apiSubject = `${HOST_PREFIX}.${this.node}`;
+  private readonly calls = new Map<string, Pending>();
+  private readonly workers = new Map<string, WorkerView>();
+  private readonly subscriptions: Subscription[];
+  private readonly wire: Wire;
+  private readonly timer: NodeJS.Timeout;
+  private seq = 0;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly log: ClusterLog,
+  ) {
+    this.wire = new Wire(nc, this.node, log);
+    this.subscriptions = [
+      nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
+      nc.subscribe(BEAT_SUBJECT, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
+    ];
+    this.timer = setInterval(() => this.tick(), BEAT_MS / 2);
+    this.timer.unref();
+    this.beat();
+  }
+
+  async run(job: Job, host?: HostHandler): Promise<Outcome> {
+    const call = `${this.node}.${++this.seq}`;
+    const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
+    const { data, ref } = this.wire.pack(...unpair(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job })), job.timeoutMs + REPLY_GRACE_MS);
+    const pending: Pending = { host, worker: this.route(job.target.key), lost: () => undefined };
+    const lost = new Promise<never>((_, reject) => (pending.lost = reject));
+    lost.catch(() => undefined);
+    this.calls.set(call, pending);
+    let reply: RunReply;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        const subject = pending.worker ? `${WORKER_PREFIX}.${pending.worker}.run` : RUN_SUBJECT;
+        let msg: Msg;
+        try {
+          msg = await Promise.race([this.request(subject, data, deadline), lost]);
+        } catch (err) {
+          if (!pending.worker || !isNoResponders(err) || attempt > 0) throw err;
+          // The worker it was routed to is gone: any other may take it.
+          this.workers.delete(pending.worker);
+          pending.worker = undefined;
+          continue;
+        }
+        reply = decodeRunReply(await Promise.race([this.wire.open(msg.data, deadline), lost]));
+        // A worker that began to stop before it started the job: another may take it.
+        if (reply.type === 'refused' && reply.reason === 'draining' && attempt === 0) {
+          const w = pending.worker ? this.workers.get(pending.worker) : undefined;
+          if (w) w.draining = true;
+          pending.worker = undefined;
+          continue;
+        }
+        break;
+      }
+    } catch (err) {
+      if (err instanceof WorkerLostError) throw err;
+      if (isNoResponders(err)) throw new ExecutorBusyError('no_workers');
+      if (err instanceof MessageError) throw new AppError('internal_error', 'a worker node answered with a message this node cannot read', undefined, err);
+      if (pending.worker && this.silent(pending.worker)) throw new WorkerLostError(`worker node ${pending.worker} went silent`);
+      throw new AppError('server_busy', `no answer from a worker node (${(err as Error).message}); retry shortly`, undefined, err);
+    } finally {
+      this.calls.delete(call);
+      this.wire.withdraw(ref);
+    }
+    if (reply.type === 'outcome') return reply.outcome;
+    switch (reply.reason) {
+      case 'busy_queue_full':
+        throw new ExecutorBusyError('queue_full');
+      case 'busy_queue_timeout':
+        throw new ExecutorBusyError('queue_timeout');
+      case 'draining':
+        throw new AppError('server_busy', 'the worker node was stopping; retry shortly');
+      case 'start_failed':
+        throw new WorkerStartError(reply.message);
+      case 'build_missing':
+        throw new BuildMissingError(job.target.build);
+      default:
+        throw new AppError('internal_error', `a worker node could not run the call: ${reply.message}`);
+    }
+  }
+
+  private request(subject: string, data: Uint8Array, deadline: number): Promise<Msg> {
+    return this.nc.request(subject, data, { timeout: Math.max(1, deadline - Date.now()) });
+  }
+
+  /**
+   * The worker to send a job for `key` to, or undefined for the queue group: one warm for the
+   * version with an idle worker, else the one with the most free slots.
+   */
+  private route(key: string): string | undefined {
+    let warm: [string, WorkerView] | undefined;
+    let roomy: [string, WorkerView] | undefined;
+    const now = Date.now();
+    for (const entry of this.workers) {
+      const [, w] = entry;
+      if (w.draining || now - w.seen > LOST_AFTER_MS || w.free <= 0) continue;
+      if ((w.warm[key] ?? 0) > 0 && (!warm || w.warm[key]! > warm[1].warm[key]!)) warm = entry;
+      if (!roomy || w.free > roomy[1].free) roomy = entry;
+    }
+    const chosen = warm ?? roomy;
+    if (!chosen) return undefined;
+    const [id, w] = chosen;
+    w.free--;
+    if (warm) w.warm[key]!--;
+    return id;
+  }
+
+  private silent(worker: string): boolean {
+    const w = this.workers.get(worker);
+    return w === undefined || Date.now() - w.seen > LOST_AFTER_MS;
+  }
+
+  /** Beats, and fails the calls whose worker went silent. */
+  private tick(): void {
+    this.beat();
+    for (const p of this.calls.values()) {
+      if (p.worker && this.silent(p.worker)) p.lost(new WorkerLostError(`worker node ${p.worker} has not been heard from for ${LOST_AFTER_MS / 1000} s`));
+    }
+    const cutoff = Date.now() - 10 * LOST_AFTER_MS;
+    for (const [id, w] of this.workers) if (w.seen < cutoff) this.workers.delete(id);
+  }
+
+  private beat(): void {
+    const b: Beat = { type: 'beat', node: this.node, role: 'api', host: os.hostname(), running: this.calls.size, free: 0, warm: {}, draining: false };
+    try {
+      this.nc.publish(BEAT_SUBJECT, encodeBeat(b));
+    } catch {
+      // Closed or reconnecting: the next beat goes out once it is back.
+    }
+  }
+
+  private onBeat(msg: Msg): void {
+    let b: Beat;
+    try {
+      b = decodeBeat(msg.data);
+    } catch (err) {
+      this.log.warn({ err }, 'dropped a beat that is not one (malformed message on the bus)');
+      return;
+    }
+    if (b.role !== 'worker') return;
+    this.workers.set(b.node, { seen: Date.now(), free: b.free, warm: b.warm, draining: b.draining });
+  }
+
+  /** A `taken` notice, or an SDK request of one of this node's calls from the worker running it. */
+  private async onApiMessage(msg: Msg): Promise<void> {
+    let type: unknown;
+    try {
+      type = unframe(msg.data).header.type;
+      if (type === 'taken') {
+        const t = decodeTaken(unframe(msg.data));
+        const p = this.calls.get(t.call);
+        if (p) {
+          p.worker = t.worker;
+          // Heard from now, if its first beat has not come yet.
+          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { seen: Date.now(), free: 0, warm: {}, draining: false });
+        }
+        return;
+      }
+    } catch (err) {
+      this.log.warn({ err }, 'dropped a message that is not one (malformed message on the bus)');
+      return;
+    }
+    let request;
+    try {
+      request = decodeHostRequest(await this.wire.open(msg.data));
+    } catch (err) {
+      this.log.warn({ err }, 'dropped an SDK request that is not one (malformed message on the bus)');
+      return;
+    }
+    const host = this.calls.get(request.call)?.host;
+    let answer: HostAnswer;
+    try {
+      answer = host ? await host(request.header, request.body) : refusal(403, 'forbidden', 'the call this request belongs to has ended');
+    } catch (err) {
+      this.log.warn({ err }, 'an SDK request from a worker node failed');
+      answer = refusal(500, 'internal_error', 'internal error; the server log has the details');
+    }
+    try {
+      msg.respond(this.wire.pack(...unpair(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body })), BODY_TTL_MS).data);
+    } catch (err) {
+      this.log.warn({ err }, 'could not answer an SDK request');
+    } finally {
+      answer.done?.();
+    }
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    for (const s of this.subscriptions) s.unsubscribe();
+    this.wire.close();
+  }
+}
+
+function unpair(m: { header: Record<string, unknown>; body: Buffer }): [Record<string, unknown>, Buffer] {
+  return [m.header, m.body];
+}
+
+export function isNoResponders(err: unknown): boolean {
+  const e = err as { isNoResponders?: () => boolean; cause?: unknown; name?: string };
+  return (typeof e?.isNoResponders === 'function' && e.isNoResponders()) || (e?.cause as { name?: string } | undefined)?.name === 'NoRespondersError' || e?.name === 'NoRespondersError';
+}
+
+function refusal(status: number, code: ErrorCode, message: string): HostAnswer {
+  return { header: { status, headers: { 'content-type': 'application/json' } }, body: Buffer.from(errorDocument(code, message)) };
+}

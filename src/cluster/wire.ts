@@ -1,0 +1,166 @@
+import crypto from 'node:crypto';
+import type { NatsConnection, Subscription } from '@nats-io/transport-node';
+import { frame, MessageError, PARTS_PREFIX, readRef, unframe, type BodyRef, type Message } from './messages.ts';
+import type { ClusterLog } from './log.ts';
+
+/** Room left in a message for its header. */
+const HEADER_ROOM = 4096;
+/** Parts of one body asked for at once. */
+const WINDOW = 4;
+/** Longest one part may take to arrive. */
+const PART_TIMEOUT_MS = 10_000;
+
+interface Offer {
+  body: Buffer;
+  partBytes: number;
+  parts: number;
+  /** Parts not yet served: the offer is dropped once every part has gone out once. */
+  left: Set<number>;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * A node's end of the bus for messages with a body: `pack` makes one NATS message of a header
+ * and a body, and when the body would make it bigger than the server's `max_payload`, keeps the
+ * body here and puts a reference (BodyRef) in the header; `open` reads a message, fetching a
+ * referenced body part by part from the node that has it. Each part is one request-reply, a few
+ * at once, so a 10 MiB body crosses in a few round trips, never base64-inflated, and never
+ * faster than the receiver asks for it.
+ *
+ * A kept body is dropped once each of its parts has been served, or when its time is up (the
+ * receiver died, or never needed it).
+ */
+export class Wire {
+  readonly subject: string;
+  private readonly offers = new Map<string, Offer>();
+  private readonly subscription: Subscription;
+  private emptied: (() => void) | undefined;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    node: string,
+    private readonly log: ClusterLog,
+  ) {
+    this.subject = `${PARTS_PREFIX}.${node}`;
+    this.subscription = nc.subscribe(this.subject, {
+      callback: (err, msg) => {
+        if (err) return log.warn({ err }, 'the parts subscription failed');
+        let answer: Uint8Array;
+        try {
+          answer = this.part(unframe(msg.data).header);
+        } catch (e) {
+          log.warn({ err: e }, 'dropped a part request that is not one (malformed message on the bus)');
+          return;
+        }
+        try {
+          msg.respond(answer);
+        } catch (e) {
+          log.warn({ err: e }, 'could not send a part');
+        }
+      },
+    });
+  }
+
+  /** The largest message the NATS server takes. */
+  get maxPayload(): number {
+    return this.nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /**
+   * One message of `header` and `body`. A body too big for it is kept here for `ttlMs` (or until
+   * fetched), named in the header's `ref`; `ref` is returned too, for `withdraw`.
+   */
+  pack(header: Record<string, unknown>, body: Buffer, ttlMs: number): { data: Buffer; ref?: string } {
+    const max = this.maxPayload;
+    if (body.length + HEADER_ROOM <= max) {
+      const data = frame(header, body);
+      if (data.length <= max) return { data };
+    }
+    const partBytes = Math.max(1024, max - HEADER_ROOM);
+    const parts = Math.max(1, Math.ceil(body.length / partBytes));
+    const id = crypto.randomBytes(12).toString('hex');
+    const timer = setTimeout(() => this.drop(id), ttlMs);
+    timer.unref();
+    this.offers.set(id, { body, partBytes, parts, left: new Set(Array.from({ length: parts }, (_, i) => i)), timer });
+    const ref: BodyRef = { subject: this.subject, id, size: body.length, parts };
+    return { data: frame({ ...header, ref }), ref: id };
+  }
+
+  /** Drops a kept body before its time (its message was never delivered, or it is no longer needed). */
+  withdraw(id: string | undefined): void {
+    if (id !== undefined) this.drop(id);
+  }
+
+  /** Reads a message, fetching its body if it was left with its sender; `limit` bounds a referenced body. */
+  async open(data: Uint8Array, deadline = Date.now() + PART_TIMEOUT_MS, limit = Infinity): Promise<Message> {
+    const m = unframe(data);
+    const ref = readRef(m.header);
+    if (!ref) return m;
+    if (ref.size > limit) throw new MessageError(`a referenced body of ${ref.size} bytes is over this message's limit of ${limit}`);
+    return { header: m.header, body: await this.fetch(ref, deadline) };
+  }
+
+  /** Bodies kept for receivers that have not fetched them yet. */
+  get kept(): number {
+    return this.offers.size;
+  }
+
+  /** Resolves once every kept body has been fetched or has expired. */
+  async whenEmpty(): Promise<void> {
+    if (this.offers.size === 0) return;
+    await new Promise<void>((resolve) => (this.emptied = resolve));
+  }
+
+  close(): void {
+    this.subscription.unsubscribe();
+    for (const id of [...this.offers.keys()]) this.drop(id);
+  }
+
+  private part(header: Record<string, unknown>): Uint8Array {
+    if (header.type !== 'part') throw new MessageError(`expected a part request, got ${JSON.stringify(header.type)}`);
+    const { id, index } = header;
+    if (typeof id !== 'string' || typeof index !== 'number') throw new MessageError('a part request names no id or index');
+    const offer = this.offers.get(id);
+    if (!offer || !Number.isInteger(index) || index < 0 || index >= offer.parts) return frame({ type: 'part_missing' });
+    const data = frame({ type: 'part_data' }, offer.body.subarray(index * offer.partBytes, (index + 1) * offer.partBytes));
+    offer.left.delete(index);
+    if (offer.left.size === 0) this.drop(id);
+    return data;
+  }
+
+  private drop(id: string): void {
+    const offer = this.offers.get(id);
+    if (!offer) return;
+    clearTimeout(offer.timer);
+    this.offers.delete(id);
+    if (this.offers.size === 0) this.emptied?.();
+  }
+
+  private async fetch(ref: BodyRef, deadline: number): Promise<Buffer> {
+    const out = Buffer.allocUnsafe(ref.size);
+    let offset = 0;
+    const get = async (index: number): Promise<Buffer> => {
+      const timeout = Math.max(1, Math.min(PART_TIMEOUT_MS, deadline - Date.now()));
+      const answer = unframe((await this.nc.request(ref.subject, frame({ type: 'part', id: ref.id, index }), { timeout })).data);
+      if (answer.header.type !== 'part_data') throw new MessageError(`part ${index} of a body is no longer there (${String(answer.header.type)})`);
+      return answer.body;
+    };
+    // In order, WINDOW requests in flight: parts land in `out` as they leave the window's head.
+    const inFlight: Promise<Buffer>[] = [];
+    let next = 0;
+    try {
+      for (let i = 0; i < ref.parts; i++) {
+        while (next < ref.parts && inFlight.length < WINDOW) inFlight.push(get(next++));
+        const part = await inFlight.shift()!;
+        if (part.length === 0 || offset + part.length > ref.size) throw new MessageError(`a body's parts do not add up to the ${ref.size} bytes announced`);
+        part.copy(out, offset);
+        offset += part.length;
+      }
+    } finally {
+      // Settles any request left behind (after a failure) so that none rejects unhandled.
+      for (const p of inFlight) p.catch(() => undefined);
+    }
+    if (offset !== ref.size) throw new MessageError(`a body's parts hold ${offset} bytes, ${ref.size} were announced`);
+    return out;
+  }
+}

@@ -1,0 +1,150 @@
+import crypto from 'node:crypto';
+import os from 'node:os';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { BuildMissingError, ExecutorBusyError, WorkerStartError, type Executor, type HostHandler } from '../runtime/contract.ts';
+import {
+  BEAT_SUBJECT,
+  decodeHostReply,
+  decodeRunRequest,
+  encodeBeat,
+  encodeHostRequest,
+  encodeRunReply,
+  encodeTaken,
+  RUN_SUBJECT,
+  WORKER_PREFIX,
+  WORKERS_QUEUE,
+  type RunReply,
+  type RunRequest,
+} from './messages.ts';
+import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
+import { Wire } from './wire.ts';
+import type { ClusterLog } from './log.ts';
+
+/** What a worker node announces of its executor (WorkerPool.load). */
+export type LoadReport = () => { warm: Record<string, number>; free: number; running: number };
+
+/**
+ * A worker node (`algohost worker`): takes jobs from the bus (the workers' queue group, and its
+ * own subject for jobs routed to it because it is warm or has room), runs each on this
+ * machine's executor (the local pool of sandboxed workers), and answers with the outcome. A
+ * job's SDK requests go back over the bus to the API node that sent it, which answers them as
+ * the call's caller; nothing here can act as anyone (docs/cluster.md). It beats once a second
+ * with its free slots and warm versions.
+ */
+export class WorkerNode {
+  readonly node = crypto.randomBytes(8).toString('hex');
+  private readonly wire: Wire;
+  private subscriptions: Subscription[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private running = 0;
+  private draining = false;
+  private idle: (() => void) | undefined;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly executor: Executor,
+    private readonly log: ClusterLog,
+    private readonly load: LoadReport,
+  ) {
+    this.wire = new Wire(nc, this.node, log);
+  }
+
+  start(): void {
+    const callback = (err: Error | null, msg: Msg) => (err ? this.log.warn({ err }, 'the job subscription failed') : void this.onJob(msg));
+    this.subscriptions = [this.nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback }), this.nc.subscribe(`${WORKER_PREFIX}.${this.node}.run`, { callback })];
+    this.timer = setInterval(() => this.beat(), BEAT_MS);
+    this.timer.unref();
+    this.beat();
+  }
+
+  /** Jobs being run now. */
+  get busy(): number {
+    return this.running;
+  }
+
+  private beat(): void {
+    const { warm, free } = this.load();
+    try {
+      this.nc.publish(
+        BEAT_SUBJECT,
+        encodeBeat({ type: 'beat', node: this.node, role: 'worker', host: os.hostname(), running: this.running, free: this.draining ? 0 : free, warm, draining: this.draining }),
+      );
+    } catch {
+      // Closed or reconnecting: the next beat goes out once it is back.
+    }
+  }
+
+  private async onJob(msg: Msg): Promise<void> {
+    let request: RunRequest;
+    let reply: RunReply;
+    this.running++;
+    try {
+      try {
+        request = decodeRunRequest(await this.wire.open(msg.data, Date.now() + 10_000, 64 * 1024 * 1024));
+      } catch (err) {
+        this.log.warn({ err }, 'dropped a job that is not one (malformed message on the bus)');
+        return;
+      }
+      if (this.draining) {
+        reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
+      } else {
+        this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+        try {
+          reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
+        } catch (err) {
+          reply = refusalOf(err);
+          if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
+        }
+      }
+      const m = encodeRunReply(reply);
+      const { data, ref } = this.wire.pack(m.header, m.body, BODY_TTL_MS);
+      try {
+        msg.respond(data);
+      } catch (err) {
+        this.wire.withdraw(ref);
+        this.log.warn({ err }, 'could not answer a job');
+      }
+    } finally {
+      this.running--;
+      if (this.running === 0) this.idle?.();
+    }
+  }
+
+  /** Sends the call's SDK requests to the API node that holds the call. */
+  private hostFor(request: RunRequest): HostHandler {
+    const deadline = Date.now() + request.job.timeoutMs;
+    return async (header, body) => {
+      const m = encodeHostRequest({ type: 'host', call: request.call, header, body });
+      const { data, ref } = this.wire.pack(m.header, m.body, Math.max(1, deadline - Date.now()));
+      try {
+        const answer = await this.nc.request(request.api, data, { timeout: Math.max(1, deadline - Date.now()) });
+        const r = decodeHostReply(await this.wire.open(answer.data, deadline));
+        return { header: r.header, body: r.body };
+      } finally {
+        this.wire.withdraw(ref);
+      }
+    };
+  }
+
+  /**
+   * Takes no new jobs, and resolves once the ones running have answered and their results have
+   * been fetched (or have expired).
+   */
+  async drain(): Promise<void> {
+    this.draining = true;
+    for (const s of this.subscriptions) s.unsubscribe();
+    this.beat();
+    if (this.running > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    await this.wire.whenEmpty();
+    clearInterval(this.timer);
+    this.wire.close();
+  }
+}
+
+function refusalOf(err: unknown): Extract<RunReply, { type: 'refused' }> {
+  const message = (err as Error)?.message ?? String(err);
+  if (err instanceof ExecutorBusyError) return { type: 'refused', reason: err.reason === 'queue_full' ? 'busy_queue_full' : 'busy_queue_timeout', message };
+  if (err instanceof WorkerStartError) return { type: 'refused', reason: 'start_failed', message };
+  if (err instanceof BuildMissingError) return { type: 'refused', reason: 'build_missing', message };
+  return { type: 'refused', reason: 'internal', message };
+}

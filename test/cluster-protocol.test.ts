@@ -1,0 +1,242 @@
+/**
+ * The cluster's bus protocol against a real nats-server (Debian's, on loopback): bodies too big
+ * for one message crossing in parts (wire.ts), and the API node's executor (natsExecutor.ts)
+ * routing by the workers' beats, failing a call whose worker goes silent, retrying one refused by
+ * a stopping worker, and refusing at once when no worker listens. The test plays the worker
+ * nodes with the protocol's own encoders, so each decision can be watched; test/cluster.test.ts
+ * runs the real worker processes.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
+import { Wire } from '../src/cluster/wire.ts';
+import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
+import {
+  BEAT_SUBJECT,
+  decodeRunRequest,
+  encodeBeat,
+  encodeRunReply,
+  encodeTaken,
+  frame,
+  MessageError,
+  RUN_SUBJECT,
+  unframe,
+  WORKER_PREFIX,
+  WORKERS_QUEUE,
+  type RunReply,
+  type RunRequest,
+} from '../src/cluster/messages.ts';
+import { ExecutorBusyError, WorkerLostError, type Job } from '../src/runtime/contract.ts';
+
+const skip = natsUnavailable();
+let nats: NatsServer;
+const conns: NatsConnection[] = [];
+
+async function conn(): Promise<NatsConnection> {
+  const nc = await connect({ servers: nats.url });
+  conns.push(nc);
+  return nc;
+}
+
+function logger() {
+  const lines: string[] = [];
+  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined };
+}
+
+function job(key: string, input = Buffer.from('"hi"')): Job {
+  return { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key, runner: 'node', entry: 'x', network: false }, contentType: 'json', input, timeoutMs: 20_000, nesting: 0 };
+}
+
+const ok = (body: Buffer): RunReply => ({ type: 'outcome', outcome: { kind: 'result', contentType: 'json', body, stdout: '', stdoutTruncated: false, durationMs: 1 } });
+
+/**
+ * A worker node played by the test: listens on its own subject (and the queue group if asked),
+ * records the jobs it gets, answers each with `answer` (or not at all when it returns undefined).
+ */
+async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | undefined, queue = false) {
+  const nc = await conn();
+  const wire = new Wire(nc, name, logger());
+  const got: RunRequest[] = [];
+  const onMsg = async (msg: Msg) => {
+    const r = decodeRunRequest(await wire.open(msg.data));
+    got.push(r);
+    nc.publish(r.api, encodeTaken({ type: 'taken', call: r.call, worker: name }));
+    const reply = answer(r);
+    if (!reply) return;
+    const m = encodeRunReply(reply);
+    msg.respond(wire.pack(m.header, m.body, 10_000).data);
+  };
+  const subs = [nc.subscribe(`${WORKER_PREFIX}.${name}.run`, { callback: (_e, m) => void onMsg(m) })];
+  if (queue) subs.push(nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback: (_e, m) => void onMsg(m) }));
+  await nc.flush();
+  return {
+    got,
+    beat(free: number, warm: Record<string, number> = {}, draining = false) {
+      nc.publish(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: name, role: 'worker', host: 'test', running: 0, free, warm, draining }));
+    },
+    stop: async () => {
+      for (const s of subs) s.unsubscribe();
+      await nc.flush();
+    },
+  };
+}
+
+before(async () => {
+  if (!skip) nats = await startNats();
+});
+
+after(async () => {
+  await Promise.all(conns.map((c) => c.close().catch(() => undefined)));
+  await nats?.stop();
+});
+
+describe('bodies bigger than one NATS message', { skip }, () => {
+  test('cross whole in parts; small ones go inline; a kept body is dropped once fetched', async () => {
+    const [a, b] = [await conn(), await conn()];
+    const sender = new Wire(a, 'sender', logger());
+    const receiver = new Wire(b, 'receiver', logger());
+    const max = sender.maxPayload;
+    for (const size of [0, 10, max - 5000, max, 5 * 1024 * 1024 + 3]) {
+      const body = crypto.randomBytes(size);
+      const { data, ref } = sender.pack({ type: 'x', n: size }, body, 10_000);
+      assert.ok(data.length <= max, `a message of ${data.length} bytes for a ${size}-byte body`);
+      assert.equal(ref !== undefined, size > max - 5000, `size ${size}: kept ${ref !== undefined}`);
+      const m = await receiver.open(data);
+      assert.equal(m.header.n, size);
+      assert.ok(m.body.equals(body), `the ${size}-byte body came back changed`);
+      assert.equal(sender.kept, 0, 'a fetched body is still kept');
+    }
+    sender.close();
+    receiver.close();
+  });
+
+  test('a kept body expires; a receiver asking after that gets a clear error; bad part requests are dropped and logged', async () => {
+    const [a, b] = [await conn(), await conn()];
+    const log = logger();
+    const sender = new Wire(a, 'sender2', log);
+    const receiver = new Wire(b, 'receiver2', logger());
+    const { data } = sender.pack({ type: 'x' }, crypto.randomBytes(3 * 1024 * 1024), 50);
+    await new Promise((r) => setTimeout(r, 150));
+    assert.equal(sender.kept, 0);
+    await assert.rejects(receiver.open(data), (err: Error) => err instanceof MessageError && /no longer there/.test(err.message));
+    await assert.rejects(b.request(sender.subject, crypto.randomBytes(40), { timeout: 300 }));
+    assert.ok(log.lines.some((l) => /malformed message on the bus/.test(l)), log.lines.join('\n'));
+    // A reference to a body bigger than the receiver allows is refused before a byte is fetched.
+    const big = sender.pack({ type: 'x' }, crypto.randomBytes(2 * 1024 * 1024), 10_000);
+    await assert.rejects(receiver.open(big.data, Date.now() + 5000, 1024 * 1024), /over this message's limit/);
+    sender.close();
+    receiver.close();
+  });
+
+  test('a forged reference to another subject is refused', async () => {
+    const b = await conn();
+    const receiver = new Wire(b, 'receiver3', logger());
+    const forged = frame({ type: 'x', ref: { subject: 'algohost.v1.host.someone', id: 'a', size: 10, parts: 1 } });
+    await assert.rejects(receiver.open(forged), /not a parts subject/);
+    receiver.close();
+  });
+});
+
+describe("the API node's executor", { skip }, () => {
+  test('routes a job to a worker warm for its version, else to the one with the most room', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    const warm = await fakeWorker('w-warm', (r) => ok(Buffer.from(JSON.stringify('warm:' + r.job.target.key))));
+    const roomy = await fakeWorker('w-roomy', (r) => ok(Buffer.from(JSON.stringify('roomy:' + r.job.target.key))));
+    warm.beat(1, { K: 1 });
+    roomy.beat(8);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const a = await exec.run(job('K'));
+    assert.equal(a.kind === 'result' && a.body.toString(), '"warm:K"');
+    const b = await exec.run(job('L'));
+    assert.equal(b.kind === 'result' && b.body.toString(), '"roomy:L"');
+    // w-warm's one idle worker is now counted as taken until its next beat: K goes where there is room.
+    const c = await exec.run(job('K'));
+    assert.equal(c.kind === 'result' && c.body.toString(), '"roomy:K"');
+    // A draining worker gets nothing, even when warm.
+    warm.beat(4, { K: 4 }, true);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const d = await exec.run(job('K'));
+    assert.equal(d.kind === 'result' && d.body.toString(), '"roomy:K"');
+    assert.deepEqual(
+      warm.got.map((r) => r.job.target.key),
+      ['K'],
+    );
+    await exec.close();
+    await warm.stop();
+    await roomy.stop();
+  });
+
+  test('a big input and a big result cross in parts', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    const w = await fakeWorker('w-echo', (r) => ok(Buffer.concat([r.job.input, r.job.input])), true);
+    const input = crypto.randomBytes(4 * 1024 * 1024);
+    const out = await exec.run(job('E', input));
+    assert.ok(out.kind === 'result' && out.body.equals(Buffer.concat([input, input])));
+    await exec.close();
+    await w.stop();
+  });
+
+  test('a worker that took a call and then goes silent fails it with WorkerLostError, not at its timeout', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    const mute = await fakeWorker('w-mute', () => undefined);
+    mute.beat(2);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = Date.now();
+    await assert.rejects(exec.run(job('M')), (err: Error) => err instanceof WorkerLostError && /w-mute/.test(err.message));
+    const took = Date.now() - t0;
+    assert.ok(took >= 3000 && took < 10_000, `lost after ${took} ms (the job's own time is 20 s)`);
+    assert.equal(mute.got.length, 1);
+    await exec.close();
+    await mute.stop();
+  });
+
+  test('a job refused by a worker that began to stop goes to another; with nobody listening, a call is refused at once', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    const stopping = await fakeWorker('w-stopping', () => ({ type: 'refused', reason: 'draining', message: 'stopping' }));
+    const other = await fakeWorker('w-other', () => ok(Buffer.from('"other"')), true);
+    stopping.beat(16);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const r = await exec.run(job('D'));
+    assert.equal(r.kind === 'result' && r.body.toString(), '"other"');
+    assert.equal(stopping.got.length, 1);
+    await other.stop();
+    // The only worker heard of has gone (its subject has no listener) and the queue is empty.
+    stopping.beat(16);
+    await stopping.stop();
+    await nc.flush();
+    await new Promise((res) => setTimeout(res, 100));
+    const t0 = Date.now();
+    await assert.rejects(exec.run(job('D')), (err: Error) => err instanceof ExecutorBusyError && err.reason === 'no_workers');
+    assert.ok(Date.now() - t0 < 2000);
+    await exec.close();
+  });
+
+  test('malformed messages to its subjects are dropped and logged; it goes on', async () => {
+    const nc = await conn();
+    const log = logger();
+    const exec = new NatsExecutor(nc, log);
+    const w = await fakeWorker('w-fine', () => ok(Buffer.from('"fine"')), true);
+    const other = await conn();
+    other.publish(`algohost.v1.host.${exec.node}`, crypto.randomBytes(30));
+    other.publish(`algohost.v1.host.${exec.node}`, frame({ type: 'host', call: 5 }));
+    other.publish(BEAT_SUBJECT, Buffer.from('\0\0\0\u0002{}'));
+    await other.flush();
+    await new Promise((r) => setTimeout(r, 200));
+    assert.ok(log.lines.filter((l) => /malformed message on the bus/.test(l)).length >= 3, log.lines.join('\n'));
+    const r = await exec.run(job('F'));
+    assert.equal(r.kind === 'result' && r.body.toString(), '"fine"');
+    assert.equal(unframe(frame({ type: 'x' })).header.type, 'x');
+    await exec.close();
+    await w.stop();
+  });
+});

@@ -1,0 +1,218 @@
+/**
+ * A cluster on loopback (docs/cluster.md): Debian's nats-server with JetStream, a throwaway
+ * PostgreSQL, s3rver, an API node (`serve --role api`) and a worker node (`algohost worker`) as
+ * real processes. Calls made through the API node run on the worker, SDK requests of those
+ * calls come back to the API node and act as the caller, and the faults the issue names are
+ * tried: no worker, a malformed message on the bus, NATS unreachable at start.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { api, json, tempHome } from './helpers/server.ts';
+import { release } from './helpers/algorithms.ts';
+import { BIN, childEnv, NODE, runCli, startServerProcess, within, WAIT_MS, type ServerProcess } from './helpers/process.ts';
+import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
+import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
+import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
+import { RUN_SUBJECT } from '../src/cluster/messages.ts';
+
+const skip = natsUnavailable() ?? postgresAvailable();
+const BUCKET = 'cluster';
+
+let pg: PostgresCluster;
+let s3: S3Server;
+let nats: NatsServer;
+let env: Record<string, string>;
+let apiNode: ServerProcess;
+let worker: WorkerProcess | undefined;
+let alice: ReturnType<typeof api>;
+const homes: string[] = [];
+
+interface WorkerProcess {
+  child: ChildProcess;
+  stderr(): string;
+  exited: Promise<number | null>;
+}
+
+function home(): string {
+  const h = tempHome('algohost-cluster-');
+  homes.push(h);
+  return h;
+}
+
+/** `algohost worker` with the cluster's settings; resolves once it says it is ready. */
+async function startWorker(extra: Record<string, string> = {}): Promise<WorkerProcess> {
+  const child = spawn(NODE, [BIN, 'worker', '--home', home()], { env: childEnv({ ...env, ...extra }), stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  // Its log (pino, on stdout) and its messages (stderr), together.
+  child.stdout!.setEncoding('utf8').on('data', (s: string) => (err += s));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const ready = new Promise<void>((resolve, reject) => {
+    child.stderr!.setEncoding('utf8').on('data', (s: string) => {
+      err += s;
+      if (err.includes('algohost worker is ready')) resolve();
+    });
+    void exited.then((code) => reject(new Error(`the worker exited (${code}) before it was ready:\n${err}`)));
+  });
+  try {
+    await within(ready, WAIT_MS, 'the worker did not start');
+  } catch (e) {
+    child.kill('SIGKILL');
+    throw e;
+  }
+  return { child, stderr: () => err, exited };
+}
+
+before(async () => {
+  if (skip) return;
+  [pg, s3, nats] = await Promise.all([startPostgres(), startS3([BUCKET]), startNats()]);
+  env = {
+    ALGOHOST_DATABASE_URL: await createDatabase(pg.adminUrl, 'cluster'),
+    ALGOHOST_BLOBS: `s3://${BUCKET}/c?endpoint=${encodeURIComponent(s3.endpoint)}&force_path_style=true`,
+    AWS_ACCESS_KEY_ID: S3RVER_KEY.access_key_id,
+    AWS_SECRET_ACCESS_KEY: S3RVER_KEY.secret_access_key,
+    ALGOHOST_NATS_URL: nats.url,
+  };
+  apiNode = await startServerProcess({ home: home(), env, args: ['--role', 'api'] });
+  worker = await startWorker();
+  const created = await runCli(['user', 'create', 'alice'], home(), WAIT_MS, env);
+  assert.equal(created.code, 0, created.stderr);
+  alice = api(apiNode.url, (JSON.parse(created.stdout) as { api_key: string }).api_key);
+  const js = { language: 'javascript' };
+  await release(
+    alice,
+    'alice',
+    'Kinds',
+    {
+      'src/index.js': `export async function apply(input, ctx) {
+  if (input === 'fail') throw Object.assign(new Error('that will not do'), { error_type: 'InputError' });
+  if (input === 'read') return await ctx.client.file('data://.my/c/note.txt').getString();
+  if (input === 'big') return 'x'.repeat(3 * 1024 * 1024);
+  if (input === 'read big') return (await ctx.client.file('data://.my/c/big.bin').get()).length;
+  if (input === 'write big') {
+    await ctx.client.file('data://.my/c/written.bin').put(Buffer.alloc(3 * 1024 * 1024, 7));
+    return 'written';
+  }
+  if (typeof input === 'string' && input.startsWith('sleep ')) {
+    await new Promise((r) => setTimeout(r, Number(input.slice(6))));
+    return 'slept';
+  }
+  return input;
+}
+`,
+    },
+    { settings: js },
+  );
+  const made = await alice('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'c' }) });
+  assert.equal(made.status, 200, await made.text());
+  assert.equal((await alice('/v1/data/.my/c/note.txt', { method: 'PUT', body: 'a note of alice' })).status, 200);
+});
+
+after(async () => {
+  worker?.child.kill('SIGKILL');
+  await apiNode?.kill();
+  await Promise.all([nats?.stop(), s3?.stop()]);
+  pg?.stop();
+  for (const h of homes) fs.rmSync(h, { recursive: true, force: true });
+});
+
+function call(input: string, query = '') {
+  return alice(`/v1/algo/alice/Kinds${query}`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: input });
+}
+
+describe('an API node and a worker node over NATS', { skip }, () => {
+  test('a call goes through the API node to the worker and back, as on one node', async () => {
+    const r = await call('hello');
+    assert.equal(r.status, 200);
+    const body = await json(r);
+    assert.equal(body.result, 'hello');
+    assert.equal(body.metadata.content_type, 'text');
+    assert.equal(typeof body.metadata.duration, 'number');
+
+    const raw = await call('raw bytes', '?output=raw');
+    assert.equal(await raw.text(), 'raw bytes');
+
+    const failed = await json(await call('fail'));
+    assert.equal(failed.error.error_type, 'InputError');
+    assert.equal(failed.error.message, 'that will not do');
+  });
+
+  test("the algorithm's SDK requests come back to the API node and act as the caller", async () => {
+    const body = await json(await call('read'));
+    assert.equal(body.result, 'a note of alice');
+  });
+
+  test('inputs, results and SDK bodies larger than a NATS message cross whole, in parts', async () => {
+    // nats-server's default max_payload is 1 MiB.
+    const big = await json(await call('big'));
+    assert.equal(big.result, 'x'.repeat(3 * 1024 * 1024));
+    const input = crypto.randomBytes(5 * 1024 * 1024);
+    const raw = await alice('/v1/algo/alice/Kinds?output=raw', { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: input });
+    assert.equal(raw.status, 200);
+    assert.ok(Buffer.from(await raw.arrayBuffer()).equals(input), 'the 5 MiB input came back changed');
+    const file = crypto.randomBytes(3 * 1024 * 1024 + 17);
+    assert.equal((await alice('/v1/data/.my/c/big.bin', { method: 'PUT', body: file })).status, 200);
+    assert.equal((await json(await call('read big'))).result, file.length);
+    assert.equal((await json(await call('write big'))).result, 'written');
+    const written = await alice('/v1/data/.my/c/written.bin');
+    assert.ok(Buffer.from(await written.arrayBuffer()).equals(Buffer.alloc(3 * 1024 * 1024, 7)));
+  });
+
+  test('a malformed message on the bus is dropped and logged; the worker goes on', async () => {
+    const nc: NatsConnection = await connect({ servers: nats.url });
+    try {
+      await assert.rejects(nc.request(RUN_SUBJECT, crypto.randomBytes(64), { timeout: 500 }));
+      await assert.rejects(nc.request(RUN_SUBJECT, Buffer.from('\0\0\0\u0002{}'), { timeout: 500 }));
+    } finally {
+      await nc.close();
+    }
+    assert.match(worker!.stderr(), /malformed message on the bus/);
+    assert.equal((await json(await call('still here'))).result, 'still here');
+  });
+
+  test('a worker node killed mid-call fails that call with WorkerLostError, long before its timeout', async () => {
+    const pending = call('sleep 30000');
+    await new Promise((r) => setTimeout(r, 1500));
+    worker!.child.kill('SIGKILL');
+    const t0 = Date.now();
+    const r = await pending;
+    assert.equal(r.status, 200);
+    const body = await json(r);
+    assert.equal(body.error?.error_type, 'WorkerLostError', JSON.stringify(body));
+    assert.match(body.error.message, /worker node running this call stopped answering/);
+    assert.ok(Date.now() - t0 < 15_000, `the loss took ${Date.now() - t0} ms to be noticed`);
+    worker = await startWorker();
+    assert.equal((await json(await call('after the loss'))).result, 'after the loss');
+  });
+
+  test('a worker node stopped with SIGTERM finishes its call; then, with none left, a call is refused at once with 503', async () => {
+    const pending = call('sleep 2000');
+    await new Promise((r) => setTimeout(r, 700));
+    worker!.child.kill('SIGTERM');
+    assert.equal((await json(await pending)).result, 'slept');
+    assert.equal(await within(worker!.exited, WAIT_MS, 'the worker did not stop on SIGTERM'), 0);
+    const t0 = Date.now();
+    const r = await call('anyone?');
+    assert.equal(r.status, 503);
+    const body = await json(r);
+    assert.equal(body.error.code, 'server_busy');
+    assert.match(body.error.message, /no worker node is running/);
+    assert.ok(Date.now() - t0 < 5000, 'the refusal took its time');
+    worker = await startWorker();
+    assert.equal((await json(await call('back'))).result, 'back');
+  });
+
+  test('NATS unreachable, or not set, stops a node at start with one line naming the setting', async () => {
+    const down = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: 'nats://127.0.0.1:1' });
+    assert.notEqual(down.code, 0);
+    assert.match(down.stderr, /ALGOHOST_NATS_URL \(nats:\/\/127\.0\.0\.1:1\): no NATS server answers/);
+    const unset = await runCli(['serve', '--role', 'api'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: '' });
+    assert.notEqual(unset.code, 0);
+    assert.match(unset.stderr, /serve --role api needs ALGOHOST_NATS_URL/);
+    const bad = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: 'http://127.0.0.1:4222' });
+    assert.match(bad.stderr, /ALGOHOST_NATS_URL must be nats:\/\/HOST:PORT/);
+  });
+});
