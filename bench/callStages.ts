@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { buildApp } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
-import { envelope } from '../src/http/callRoutes.ts';
+import { envelope } from '../src/algorithms/envelope.ts';
 import type { Worker } from '../src/runtime/worker.ts';
 import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';

@@ -170,7 +170,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
     await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
     await authed.register(environmentRoutes, { environments: services.environments });
-    await authed.register(callRoutes, { calls: services.calls });
+    await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });

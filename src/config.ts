@@ -80,6 +80,10 @@ export interface Config {
    * nodes (`algohost worker`); unset for the all-in-one server (docs/cluster.md).
    */
   natsUrl: string | undefined;
+  /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
+  asyncResultTtlS: number;
+  /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
+  asyncAttempts: number;
   /**
    * ALGOHOST_SWEEP_INTERVAL_MS: where servers share the metadata store, how often each live one
    * removes what a dead one left in flight (pending file contents, builds it was running).
@@ -136,6 +140,8 @@ export const DEFAULTS = {
   maxUploadBytes: 5 * GiB,
   shutdownTimeoutMs: 30_000,
   sweepIntervalMs: 60_000,
+  asyncResultTtlS: 86_400,
+  asyncAttempts: 3,
   demo: true,
   sandbox: 'auto',
   bwrapPath: '/usr/bin/bwrap',
@@ -217,6 +223,8 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     blobs: env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined,
     sweepIntervalMs: int('ALGOHOST_SWEEP_INTERVAL_MS', env.ALGOHOST_SWEEP_INTERVAL_MS, DEFAULTS.sweepIntervalMs, 100, 86_400_000),
     natsUrl: env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined,
+    asyncResultTtlS: int('ALGOHOST_ASYNC_RESULT_TTL_S', env.ALGOHOST_ASYNC_RESULT_TTL_S, DEFAULTS.asyncResultTtlS, 1, 365 * 86_400),
+    asyncAttempts: int('ALGOHOST_ASYNC_ATTEMPTS', env.ALGOHOST_ASYNC_ATTEMPTS, DEFAULTS.asyncAttempts, 1, 100),
   };
 }
 

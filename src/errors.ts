@@ -24,6 +24,7 @@ export const ERROR_CODES = {
   algorithm_not_found: 404,
   build_not_found: 404,
   version_not_found: 404,
+  request_not_found: 404,
   method_not_allowed: 405,
   already_exists: 409,
   type_conflict: 409,

@@ -51,6 +51,8 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   await services.builds.recover();
+  const requeued = await services.asyncCalls.recover();
+  if (requeued > 0) logger.info({ requeued }, 'async calls a stopped server left unfinished are run again');
   const sweeper = startSweeper(services, logger);
   const demoKey = config.demo ? await firstStartDemo(services, logger) : undefined;
 
@@ -181,6 +183,8 @@ function startSweeper(services: Services, logger: pino.Logger): { stop(): Promis
       const { removed } = await services.hosted.sweep();
       if (removed > 0) logger.info({ removed }, 'removed file contents a stopped server left pending');
       await services.builds.failInterrupted();
+      const requeued = await services.asyncCalls.recover();
+      if (requeued > 0) logger.info({ requeued }, 'async calls a stopped server left unfinished are run again');
     } catch (err) {
       // The store is away for the moment (503s say so to clients): the next round tries again.
       logger.warn({ err }, 'sweep of stopped servers\' leftovers failed; trying again later');

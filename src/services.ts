@@ -15,6 +15,7 @@ import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/san
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
 import { DEFAULT_POOL } from './runtime/pool.ts';
 import type { Executor } from './runtime/contract.ts';
+import { AsyncCalls, LocalQueue, type AsyncQueue } from './algorithms/asyncCalls.ts';
 import { Builder } from './algorithms/builder.ts';
 import { BuildNetwork } from './algorithms/buildNetwork.ts';
 import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
@@ -46,6 +47,7 @@ export interface Services {
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
   calls: CallService;
+  asyncCalls: AsyncCalls;
   accounts: ConnectedAccounts;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
   sandbox: SandboxSupport;
@@ -61,6 +63,8 @@ export interface ServiceOptions {
   connected?: Pick<ConnectedStorageOptions, 'pageSize' | 's3PartSize'>;
   /** What runs calls when not this machine's pool (an API node's NatsExecutor); closed with the services. */
   executor?: Executor;
+  /** Where calls with output=void wait (an API node's JetStream queue); the process's own by default. */
+  asyncQueue?: AsyncQueue;
 }
 
 /**
@@ -135,11 +139,16 @@ export async function createServices(config: Config, options: ServiceOptions = {
     ...options.runtime,
   });
   const calls = new CallService(releases, options.executor ?? runtime, config.algorithmNetwork === 'host');
+  const keys = new KeyService(store);
+  const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
+    resultTtlMs: config.asyncResultTtlS * 1000,
+    maxAttempts: config.asyncAttempts,
+  });
   return {
     config,
     store,
     blobs,
-    keys: new KeyService(store),
+    keys,
     users,
     hosted,
     data,
@@ -151,9 +160,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     releases,
     runtime,
     calls,
+    asyncCalls,
     accounts,
     sandbox,
     close: async () => {
+      await asyncCalls.close();
       await options.executor?.close();
       await runtime.close();
       connected.close();

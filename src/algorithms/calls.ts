@@ -114,7 +114,18 @@ export class CallService {
     return await this.run(principal, req, target, log);
   }
 
-  /** Calls running with nobody waiting for them (`output=void`). */
+  /**
+   * Every check a call gets before it runs (the key, the nesting, the resolution): throws the
+   * HTTP error, or gives the finished result of a call that cannot run (not found), or
+   * undefined when it would run. How an async call is judged before it is accepted.
+   */
+  async check(principal: Principal, req: CallRequest): Promise<CallResult | undefined> {
+    this.admit(principal, req);
+    const target = await this.target(principal, req);
+    return 'outcome' in target ? target : undefined;
+  }
+
+  /** Nested calls running with nobody waiting for them (`output=void` from inside an algorithm). */
   private detached = 0;
 
   /**

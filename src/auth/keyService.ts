@@ -105,6 +105,22 @@ export class KeyService {
   }
 
   /**
+   * The principal of key `keyId` as it stands now (not cached): how a call accepted earlier
+   * (output=void) acts when it runs, so that a key revoked or narrowed since is honoured.
+   */
+  async principalById(keyId: string): Promise<Principal> {
+    const row = await this.db
+      .selectFrom('api_keys')
+      .innerJoin('users', 'users.id', 'api_keys.user_id')
+      .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username'])
+      .where('api_keys.id', '=', keyId)
+      .executeTakeFirst();
+    if (!row) throw new AppError('invalid_api_key', 'the API key of this call no longer exists');
+    if (row.revoked_at !== null) throw new AppError('api_key_revoked', 'the API key of this call was revoked before it ran');
+    return { userId: row.userId, username: row.username, keyId: row.keyId, permissions: JSON.parse(row.permissions) as KeyPermissions };
+  }
+
+  /**
    * Creates a key. `actor` is the key that asks (absent for the admin CLI, which acts with
    * the operator's authority); it can only hand out permissions it has itself.
    */

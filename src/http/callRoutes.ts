@@ -4,9 +4,11 @@ import type { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, type CallResult } from '../algorithms/calls.ts';
+import type { AsyncCalls } from '../algorithms/asyncCalls.ts';
 import type { ContentType } from '../runtime/contract.ts';
 import { queryBool } from '../data/paths.ts';
 import { readLimited } from './body.ts';
+import { describeFailure, envelope, resultJson } from '../algorithms/envelope.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -61,83 +63,6 @@ export function parseAlgoRef(rest: string): { owner: string; name: string; versi
     throw new AppError('invalid_path', `"${decoded.slice(0, 120)}" is not an algorithm; call /v1/algo/OWNER/NAME[/VERSION]`);
   }
   return { owner: parts[0]!, name: parts[1]!, version: parts[2] };
-}
-
-const seconds = (ms: number) => Math.round(ms * 1000) / 1_000_000;
-
-function describeFailure(r: CallResult, timeoutS: number): { message: string; error_type: string; stacktrace: string } {
-  const o = r.outcome;
-  const ref = r.target ? `algo://${r.target.algorithm.owner}/${r.target.algorithm.name}` : 'the algorithm';
-  switch (o.kind) {
-    case 'algorithm_error':
-      return o.error;
-    case 'timeout':
-      return { message: `${ref} timed out after ${timeoutS} seconds`, error_type: 'TimeoutError', stacktrace: '' };
-    case 'out_of_memory':
-      return { message: `${ref} ran out of memory`, error_type: 'OutOfMemoryError', stacktrace: '' };
-    case 'crashed':
-      return {
-        message: o.signal ? `${ref} was killed by signal ${o.signal}` : o.exitCode !== null ? `${ref} exited with code ${o.exitCode}` : `${ref} broke the runtime protocol and was stopped`,
-        error_type: 'SystemExit',
-        stacktrace: '',
-      };
-    case 'result':
-      throw new Error('not a failure');
-  }
-}
-
-/** The JSON text of a result, by content type; undefined when a json result is not JSON. */
-function resultJson(contentType: string, body: Buffer): string | undefined {
-  switch (contentType) {
-    case 'void':
-      return 'null';
-    case 'text':
-      return JSON.stringify(body.toString('utf8'));
-    case 'binary':
-      return `"${body.toString('base64')}"`;
-    default: {
-      const text = body.toString('utf8');
-      try {
-        JSON.parse(text);
-      } catch {
-        return undefined;
-      }
-      return text;
-    }
-  }
-}
-
-/** Spec 2.2: `{result, metadata}` or `{error, metadata}`, as JSON text. */
-export function envelope(r: CallResult, timeoutS: number): string {
-  const o = r.outcome;
-  const metadata: Record<string, unknown> = {};
-  if (o.kind === 'result') {
-    const json = resultJson(o.contentType, o.body);
-    if (json !== undefined) {
-      // The usual answer, written as it stands: the same text JSON.stringify makes of it.
-      if (!r.showStdout) return `{"result":${json},"metadata":{"content_type":"${o.contentType}","duration":${JSON.stringify(seconds(o.durationMs))}}}`;
-      metadata.content_type = o.contentType;
-      metadata.duration = seconds(o.durationMs);
-      addStdout(metadata, r);
-      return `{"result":${json},"metadata":${JSON.stringify(metadata)}}`;
-    }
-    r = { ...r, outcome: { ...o, kind: 'algorithm_error', error: { message: 'the algorithm returned a json result that is not JSON', error_type: 'AlgorithmError', stacktrace: '' } } };
-  }
-  const f = describeFailure(r, timeoutS);
-  const error: Record<string, unknown> = { message: f.message, error_type: f.error_type };
-  if (r.showTrace && f.stacktrace) {
-    error.stacktrace = f.stacktrace;
-    error.stack_trace = f.stacktrace; // the Python client reads this spelling
-  }
-  metadata.duration = seconds(r.outcome.durationMs);
-  addStdout(metadata, r);
-  return JSON.stringify({ error, metadata });
-}
-
-function addStdout(metadata: Record<string, unknown>, r: CallResult): void {
-  if (!r.showStdout) return;
-  metadata.stdout = r.outcome.stdout;
-  if (r.outcome.stdoutTruncated) metadata.stdout_truncated = true;
 }
 
 /** Whether a browser page at `origin` may call with a key restricted to `allowed` (`host` or `*.host`). */
@@ -222,7 +147,7 @@ export function callAnswer(r: CallResult, options: CallOptions): CallAnswer {
 }
 
 /** The call API (spec 4.1): `/v1/algo/...` and the browser variant `/v1/web/algo/...`. */
-export async function callRoutes(app: FastifyInstance, opts: { calls: CallService }): Promise<void> {
+export async function callRoutes(app: FastifyInstance, opts: { calls: CallService; asyncCalls: AsyncCalls }): Promise<void> {
   // The body is the algorithm's input, read here as it streams, whatever its type.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
@@ -245,10 +170,11 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
     const input = await callInput(req.headers, req.raw, options.contentType);
     const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, parent: req.callContext };
     if (options.output === 'void') {
-      // Checked and resolved before the answer; the call then runs on, its answer going nowhere.
-      const early = await opts.calls.callDetached(principal, request, req.log);
-      if (early) return reply.type('application/json').send(envelope(early, options.timeoutS));
-      return reply.type('application/json').send({ async: true, request_id: req.id });
+      // Checked and resolved before the answer, queued durably, then answered with its id;
+      // GET /v1/requests/:id gives its answer once it has run (asyncCalls.ts).
+      const accepted = await opts.asyncCalls.accept(principal, request, req.log);
+      if ('early' in accepted) return reply.type('application/json').send(envelope(accepted.early, options.timeoutS));
+      return reply.type('application/json').send({ async: true, request_id: accepted.id });
     }
     const a = callAnswer(await opts.calls.call(principal, request, req.log), options);
     return reply.code(a.status).type(a.type).send(a.body);
@@ -256,6 +182,10 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
 
   app.post('/v1/algo/*', handle(false));
   app.post('/v1/web/algo/*', handle(true));
+  // An async call's state and answer, for the user whose key made it.
+  app.get('/v1/requests/:id', async (req: FastifyRequest<{ Params: { id: string } }>, reply) =>
+    reply.type('application/json').send(await opts.asyncCalls.get(req.principal!, req.params.id)),
+  );
 }
 
 /** Browser preflight for `/v1/web/algo`: carries no key, so it lives outside authentication. */

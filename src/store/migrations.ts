@@ -297,6 +297,59 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   );
   `,
   },
+  // Calls with output=void (asyncCalls.ts): the request as accepted (input included, so that
+  // any node can run it, again if need be), then its answer, kept for a while. Not carried by
+  // `algohost move` and read by no hot-path cache (no change trigger).
+  {
+    sqlite: `
+  CREATE TABLE async_requests (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    key_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT,
+    content_type TEXT NOT NULL,
+    input BLOB,
+    timeout_s REAL NOT NULL,
+    stdout INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    holder TEXT,
+    response_status INTEGER,
+    response TEXT,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER
+  );
+  CREATE INDEX async_requests_finished ON async_requests(finished_at) WHERE finished_at IS NOT NULL;
+  CREATE INDEX async_requests_open ON async_requests(holder) WHERE status <> 'done';
+  `,
+    postgres: `
+  CREATE TABLE async_requests (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    key_id TEXT COLLATE "C" NOT NULL,
+    owner TEXT COLLATE "C" NOT NULL,
+    name TEXT COLLATE "C" NOT NULL,
+    version TEXT COLLATE "C",
+    content_type TEXT COLLATE "C" NOT NULL,
+    input BYTEA,
+    timeout_s DOUBLE PRECISION NOT NULL,
+    stdout INTEGER NOT NULL,
+    status TEXT COLLATE "C" NOT NULL CHECK (status IN ('queued', 'running', 'done')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    holder TEXT COLLATE "C",
+    response_status INTEGER,
+    response TEXT,
+    created_at BIGINT NOT NULL,
+    started_at BIGINT,
+    finished_at BIGINT
+  );
+  CREATE INDEX async_requests_finished ON async_requests(finished_at) WHERE finished_at IS NOT NULL;
+  CREATE INDEX async_requests_open ON async_requests(holder) WHERE status <> 'done';
+  `,
+  },
 ];
 
 /**

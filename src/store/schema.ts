@@ -146,7 +146,36 @@ export interface ArtifactsTable {
   created_at: number;
 }
 
+/** A call with output=void, from its acceptance to its answer (asyncCalls.ts). */
+export interface AsyncRequestsTable {
+  /** The request id the caller was given. */
+  id: string;
+  user_id: number;
+  /** The caller's key: checked again (revoked?) and its permissions read when the call runs. */
+  key_id: string;
+  owner: string;
+  name: string;
+  version: string | null;
+  content_type: 'json' | 'text' | 'binary';
+  /** Emptied once the call is done. */
+  input: Buffer | null;
+  timeout_s: number;
+  stdout: number;
+  status: 'queued' | 'running' | 'done';
+  /** Times it was started (a node that died mid-call leaves it to be started again). */
+  attempts: number;
+  /** The process running it now (MetadataStore.instance). */
+  holder: string | null;
+  /** The answer a sync call would have had: its HTTP status and JSON body. */
+  response_status: number | null;
+  response: string | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
 export interface Schema {
+  async_requests: AsyncRequestsTable;
   artifacts: ArtifactsTable;
   connectors: ConnectorsTable;
   builds: BuildsTable;

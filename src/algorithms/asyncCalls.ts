@@ -1,0 +1,299 @@
+import crypto from 'node:crypto';
+import { AppError } from '../errors.ts';
+import { errorDocument, toAppError } from '../http/answers.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { KeyService } from '../auth/keyService.ts';
+import type { MetadataStore } from '../store/db.ts';
+import type { AsyncRequestsTable } from '../store/schema.ts';
+import { envelope } from './envelope.ts';
+import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type CallService } from './calls.ts';
+
+/**
+ * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
+ * already), 'retry' when it failed in a way another attempt may not (its worker node was lost,
+ * no worker was free) and `final` was false.
+ */
+export type AsyncRun = (id: string, attempt: number, final: boolean) => Promise<'done' | 'retry'>;
+
+/** Where accepted requests wait to be run: this process (LocalQueue) or JetStream (cluster/asyncQueue.ts). */
+export interface AsyncQueue {
+  /** Resolves once request `id` is queued as durably as this queue can: the caller is then told it was accepted. */
+  enqueue(id: string): Promise<void>;
+  /** Starts running what is queued, through `run`. */
+  start(run: AsyncRun): void;
+  /**
+   * Whether the queue itself survives this process (JetStream): if not, requests a process left
+   * unfinished are found in the store and queued again (AsyncCalls.recover).
+   */
+  readonly durable: boolean;
+  close(): Promise<void>;
+}
+
+export interface AsyncOptions {
+  /** How long an answer is kept after the call ends (ALGOHOST_ASYNC_RESULT_TTL_S). */
+  resultTtlMs: number;
+  /** Attempts at most, each start of the call counting (ALGOHOST_ASYNC_ATTEMPTS). */
+  maxAttempts: number;
+}
+
+export const DEFAULT_ASYNC: AsyncOptions = { resultTtlMs: 24 * 3600_000, maxAttempts: 3 };
+
+/**
+ * Calls with `output=void`. Checked like any call before they are accepted (a key that may not
+ * call, an algorithm that is not there: answered at once, as before); then the request, input
+ * and all, is written to the store, queued, and only then is the caller given its
+ * `request_id`. A queue runs it through the same CallService as a sync call, as the caller's
+ * key stands at that moment, and its answer (the envelope a sync call would have had, or the
+ * HTTP error) is stored and kept for `resultTtlMs`, for `GET /v1/requests/:id`.
+ *
+ * A request may be run more than once (a node lost mid-call: at-least-once); the first answer
+ * stored is the one kept, so a caller sees exactly one.
+ */
+export class AsyncCalls {
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly calls: CallService,
+    private readonly keys: KeyService,
+    private readonly queue: AsyncQueue,
+    private readonly options: AsyncOptions = DEFAULT_ASYNC,
+    private readonly log?: CallLog,
+  ) {
+    queue.start((id, attempt, final) => this.run(id, attempt, final));
+    this.timer = setInterval(() => void this.expire().catch((err: unknown) => log?.warn({ err }, 'expiring async answers failed')), Math.min(60_000, Math.max(1000, options.resultTtlMs / 4)));
+    this.timer.unref();
+  }
+
+  /**
+   * Accepts `req`: its immediate answer when it cannot run (checked now), else undefined and
+   * the request id it was queued under.
+   */
+  async accept(principal: Principal, req: CallRequest, log?: CallLog): Promise<{ early: CallResult } | { id: string }> {
+    if (req.parent) {
+      // From inside a running algorithm: runs beside its caller, in this process, untracked.
+      const early = await this.calls.callDetached(principal, req, log);
+      return early ? { early } : { id: newRequestId() };
+    }
+    const early = await this.calls.check(principal, req);
+    if (early) return { early };
+    const id = newRequestId();
+    await this.store.db
+      .insertInto('async_requests')
+      .values({
+        id,
+        user_id: principal.userId,
+        key_id: principal.keyId,
+        owner: req.owner,
+        name: req.name,
+        version: req.version ?? null,
+        content_type: req.contentType,
+        input: req.input,
+        timeout_s: req.timeoutS,
+        stdout: req.stdout ? 1 : 0,
+        status: 'queued',
+        attempts: 0,
+        holder: this.store.instance,
+        response_status: null,
+        response: null,
+        created_at: Date.now(),
+        started_at: null,
+        finished_at: null,
+      })
+      .execute();
+    try {
+      await this.queue.enqueue(id);
+    } catch (err) {
+      await this.store.db.deleteFrom('async_requests').where('id', '=', id).execute();
+      if (err instanceof AppError) throw err;
+      throw new AppError('server_busy', `the call could not be queued (${(err as Error).message}); retry shortly`, undefined, err);
+    }
+    return { id };
+  }
+
+  /** Runs request `id` (a queue's AsyncRun). */
+  async run(id: string, attempt: number, final: boolean): Promise<'done' | 'retry'> {
+    const row = await this.store.db.selectFrom('async_requests').selectAll().where('id', '=', id).executeTakeFirst();
+    if (!row || row.status === 'done') return 'done';
+    let status: number;
+    let body: string;
+    if (row.attempts >= this.options.maxAttempts) {
+      // Started that many times and never finished: each time, the node running it was lost.
+      status = 200;
+      body = JSON.stringify({
+        error: {
+          message: `the call was started ${row.attempts} times and each time the node running it was lost; it is not tried again`,
+          error_type: 'WorkerLostError',
+        },
+        metadata: { duration: 0 },
+      });
+      await this.finish(id, status, body);
+      return 'done';
+    }
+    const n = Math.max(attempt, row.attempts + 1);
+    const last = final || n >= this.options.maxAttempts;
+    await this.store.db
+      .updateTable('async_requests')
+      .set({ status: 'running', attempts: n, started_at: Date.now(), holder: this.store.instance })
+      .where('id', '=', id)
+      .where('status', '<>', 'done')
+      .execute();
+    try {
+      const principal = await this.keys.principalById(row.key_id);
+      const req: CallRequest = {
+        owner: row.owner,
+        name: row.name,
+        version: row.version ?? undefined,
+        contentType: row.content_type,
+        input: row.input ?? Buffer.alloc(0),
+        timeoutS: row.timeout_s,
+        stdout: row.stdout === 1,
+      };
+      const result = await this.calls.call(principal, req, this.log);
+      if (!last && lostWorker(result)) return 'retry';
+      status = 200;
+      body = envelope(result, row.timeout_s);
+    } catch (err) {
+      const e = toAppError(err);
+      // The service was short of something another attempt may find (a worker, the store).
+      if (!last && e.status === 503) return 'retry';
+      if (e.status >= 500) this.log?.warn({ err, request: id }, 'an async call failed');
+      status = e.status;
+      body = errorDocument(e.code, e.message);
+    }
+    await this.finish(id, status, body);
+    return 'done';
+  }
+
+  /** Stores the answer, unless another run stored one first (that one stands). */
+  private async finish(id: string, status: number, body: string): Promise<void> {
+    await this.store.db
+      .updateTable('async_requests')
+      .set({ status: 'done', response_status: status, response: body, input: null, holder: null, finished_at: Date.now() })
+      .where('id', '=', id)
+      .where('status', '<>', 'done')
+      .execute();
+  }
+
+  /** `GET /v1/requests/:id`: the request's state and, once done, its answer; only its caller's key's user sees it. */
+  async get(principal: Principal, id: string): Promise<string> {
+    const row = await this.store.db
+      .selectFrom('async_requests')
+      .select(['id', 'owner', 'name', 'version', 'status', 'attempts', 'response_status', 'response', 'created_at', 'started_at', 'finished_at'])
+      .where('id', '=', id)
+      .where('user_id', '=', principal.userId)
+      .executeTakeFirst();
+    if (!row) throw new AppError('request_not_found', `no request "${id.slice(0, 60)}" of yours (answers are kept for ${Math.round(this.options.resultTtlMs / 1000)} s after the call ends)`);
+    return describe(row);
+  }
+
+  /** Requests a process of this store left unfinished when it stopped: queued again (a non-durable queue only). */
+  async recover(): Promise<number> {
+    if (this.queue.durable) return 0;
+    const open = await this.store.db.selectFrom('async_requests').select(['id', 'holder']).where('status', '<>', 'done').execute();
+    let queued = 0;
+    for (const r of open) {
+      if (r.holder !== this.store.instance && (await this.store.isLive(r.holder))) continue;
+      // Taken by whichever server gets here first.
+      const took = await this.store.db
+        .updateTable('async_requests')
+        .set({ holder: this.store.instance, status: 'queued' })
+        .where('id', '=', r.id)
+        .where('status', '<>', 'done')
+        .where((eb) => (r.holder === null ? eb('holder', 'is', null) : eb('holder', '=', r.holder)))
+        .executeTakeFirst();
+      if (Number(took.numUpdatedRows) === 0) continue;
+      try {
+        await this.queue.enqueue(r.id);
+        queued++;
+      } catch {
+        // No room now: the next recovery (restart, or the sweeper of a shared store) takes it.
+        await this.store.db.updateTable('async_requests').set({ holder: null }).where('id', '=', r.id).execute();
+      }
+    }
+    return queued;
+  }
+
+  /** Drops answers older than their keeping time. */
+  async expire(now = Date.now()): Promise<number> {
+    const r = await this.store.db.deleteFrom('async_requests').where('finished_at', '<', now - this.options.resultTtlMs).executeTakeFirst();
+    return Number(r.numDeletedRows);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.queue.close();
+  }
+}
+
+type Described = Pick<AsyncRequestsTable, 'id' | 'owner' | 'name' | 'version' | 'status' | 'attempts' | 'response_status' | 'response' | 'created_at' | 'started_at' | 'finished_at'>;
+
+function describe(row: Described): string {
+  const iso = (t: number | null) => (t === null ? null : new Date(Number(t)).toISOString());
+  const head = JSON.stringify({
+    request_id: row.id,
+    status: row.status,
+    algorithm: `${row.owner}/${row.name}${row.version ? `/${row.version}` : ''}`,
+    attempts: row.attempts,
+    created_at: iso(row.created_at),
+    started_at: iso(row.started_at),
+    finished_at: iso(row.finished_at),
+    http_status: row.response_status,
+  });
+  // The stored answer is JSON text already: written into the document as it stands.
+  return `${head.slice(0, -1)},"response":${row.response ?? 'null'}}`;
+}
+
+function lostWorker(r: CallResult): boolean {
+  return r.outcome.kind === 'algorithm_error' && r.outcome.error.error_type === 'WorkerLostError';
+}
+
+function newRequestId(): string {
+  return `req-${crypto.randomBytes(12).toString('hex')}`;
+}
+
+/**
+ * The queue of one process: a request runs at once, beside the calls of this server, at most
+ * MAX_DETACHED at a time (more are refused with 503 before they are accepted). Not durable:
+ * what a stopped process left is found in the store and run again by the next start
+ * (AsyncCalls.recover).
+ */
+export class LocalQueue implements AsyncQueue {
+  readonly durable = false;
+  private run: AsyncRun | undefined;
+  private running = 0;
+  private readonly settled = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly log?: CallLog,
+    private readonly max = MAX_DETACHED,
+  ) {}
+
+  start(run: AsyncRun): void {
+    this.run = run;
+  }
+
+  async enqueue(id: string): Promise<void> {
+    if (!this.run) throw new AppError('server_busy', 'this server is not running async calls yet; retry shortly');
+    if (this.running >= this.max) throw new AppError('server_busy', `${this.max} calls with output=void are already running; retry shortly`);
+    this.running++;
+    const p = this.attempt(id).finally(() => {
+      this.running--;
+      this.settled.delete(p);
+    });
+    this.settled.add(p);
+  }
+
+  private async attempt(id: string): Promise<void> {
+    // One process has no other node to retry on: an attempt is the last.
+    try {
+      await this.run!(id, 1, true);
+    } catch (err) {
+      this.log?.warn({ err, request: id }, 'an async call could not be run or its answer stored; it is run again at the next start');
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.settled]);
+  }
+}
