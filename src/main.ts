@@ -12,6 +12,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { connectNats, requireCluster } from './cluster/nats.ts';
 import { NatsExecutor } from './cluster/natsExecutor.ts';
 import { WorkerNode } from './cluster/workerNode.ts';
+import { JetStreamQueue } from './cluster/asyncQueue.ts';
 
 const DEMO_USER = 'demo';
 
@@ -28,9 +29,11 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   let lock: HomeLock;
   let services: Services;
   try {
+    // Async calls wait in JetStream, which any API node consumes.
+    const asyncQueue = nc ? await openAsyncQueue(nc, config, logger) : undefined;
     lock = HomeLock.acquire(config.home);
     try {
-      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger) } : {});
+      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger), asyncQueue } : {});
     } catch (err) {
       lock.release();
       throw err;
@@ -106,6 +109,15 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   };
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/** The cluster's async queue, or one line saying why there is none (JetStream off). */
+async function openAsyncQueue(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<JetStreamQueue> {
+  try {
+    return await JetStreamQueue.open(nc, logger, config.asyncAttempts);
+  } catch (err) {
+    throw new ConfigError(`ALGOHOST_NATS_URL: the NATS server has no JetStream to keep async calls in (start nats-server with -js): ${(err as Error).message}`);
+  }
 }
 
 /** Refuses to run unsandboxed when ALGOHOST_SANDBOX=required, else warns (once, loudly). */

@@ -30,7 +30,8 @@ import {
 } from '../src/cluster/messages.ts';
 import { ExecutorBusyError, WorkerLostError, type Job } from '../src/runtime/contract.ts';
 
-const skip = natsUnavailable();
+// NATS alone, no store: run once, in test:unit, not again in test:shared.
+const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'needs no shared backend: runs in test:unit' : undefined) ?? natsUnavailable();
 let nats: NatsServer;
 const conns: NatsConnection[] = [];
 

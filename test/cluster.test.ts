@@ -19,7 +19,8 @@ import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
 import { RUN_SUBJECT } from '../src/cluster/messages.ts';
 
-const skip = natsUnavailable() ?? postgresAvailable();
+// It starts its own PostgreSQL, S3 and NATS: run once, in test:unit, not again in test:shared.
+const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'starts its own backends: runs in test:unit' : undefined) ?? natsUnavailable() ?? postgresAvailable();
 const BUCKET = 'cluster';
 
 let pg: PostgresCluster;
@@ -29,6 +30,7 @@ let env: Record<string, string>;
 let apiNode: ServerProcess;
 let worker: WorkerProcess | undefined;
 let alice: ReturnType<typeof api>;
+let aliceKey: string;
 const homes: string[] = [];
 
 interface WorkerProcess {
@@ -80,7 +82,8 @@ before(async () => {
   worker = await startWorker();
   const created = await runCli(['user', 'create', 'alice'], home(), WAIT_MS, env);
   assert.equal(created.code, 0, created.stderr);
-  alice = api(apiNode.url, (JSON.parse(created.stdout) as { api_key: string }).api_key);
+  aliceKey = (JSON.parse(created.stdout) as { api_key: string }).api_key;
+  alice = api(apiNode.url, aliceKey);
   const js = { language: 'javascript' };
   await release(
     alice,
@@ -118,6 +121,29 @@ after(async () => {
   pg?.stop();
   for (const h of homes) fs.rmSync(h, { recursive: true, force: true });
 });
+
+/** An async call through `who`; its request id. */
+async function accept(who: typeof alice, input: string): Promise<string> {
+  const r = await who('/v1/algo/alice/Kinds?output=void', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: input });
+  assert.equal(r.status, 200, await r.clone().text());
+  const body = await json(r);
+  assert.equal(body.async, true);
+  return body.request_id as string;
+}
+
+/** Polls GET /v1/requests/:id until it is done (bounded). */
+async function answerOf(who: typeof alice, id: string, ms = 30_000): Promise<Awaited<ReturnType<typeof json>>> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const r = await who(`/v1/requests/${id}`);
+    if (r.status === 200) {
+      const body = await json(r);
+      if (body.status === 'done') return body;
+    }
+    assert.ok(Date.now() < until, `request ${id} not done after ${ms} ms (last: ${r.status})`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+}
 
 function call(input: string, query = '') {
   return alice(`/v1/algo/alice/Kinds${query}`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: input });
@@ -203,6 +229,60 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     assert.ok(Date.now() - t0 < 5000, 'the refusal took its time');
     worker = await startWorker();
     assert.equal((await json(await call('back'))).result, 'back');
+  });
+
+  test('async calls: stored in JetStream before the answer, run by an API node on a worker, fetched with GET /v1/requests/:id', async () => {
+    const ids = await Promise.all(['one', 'two', 'three'].map((x) => accept(alice, x)));
+    const done = await Promise.all(ids.map((id) => answerOf(alice, id)));
+    assert.deepEqual(
+      done.map((d) => d.response.result),
+      ['one', 'two', 'three'],
+    );
+    assert.ok(done.every((d) => d.attempts === 1));
+    const big = crypto.randomBytes(3 * 1024 * 1024).toString('base64');
+    const answer = await answerOf(alice, await accept(alice, big));
+    assert.equal(answer.response.result, big);
+  });
+
+  test('async calls: a worker node killed mid-call gets the call run again on another, and the caller sees one answer', async () => {
+    const id = await accept(alice, 'sleep 3000');
+    await new Promise((r) => setTimeout(r, 1200));
+    assert.equal((await json(await alice(`/v1/requests/${id}`))).status, 'running');
+    worker!.child.kill('SIGKILL');
+    await worker!.exited;
+    worker = await startWorker();
+    const done = await answerOf(alice, id, 60_000);
+    assert.equal(done.response.result, 'slept');
+    assert.equal(done.attempts, 2);
+  });
+
+  test('async calls: an API node killed mid-call fails none of them; NATS restarted loses none', async () => {
+    const second = await startServerProcess({ home: home(), env, args: ['--role', 'api'] });
+    const viaSecond = api(second.url, aliceKey);
+    const ids = await Promise.all(Array.from({ length: 4 }, () => accept(viaSecond, 'sleep 2500')));
+    await new Promise((r) => setTimeout(r, 1000));
+    await second.kill('SIGKILL');
+    const afterLoss = await Promise.all(ids.map((id) => answerOf(alice, id, 90_000)));
+    assert.ok(afterLoss.every((d) => d.response.result === 'slept'), JSON.stringify(afterLoss.map((d) => d.response)));
+
+    // Accepted, then NATS goes down and comes back: every one is still run, once.
+    const queued = await Promise.all(Array.from({ length: 5 }, (_, i) => accept(alice, `after restart ${i}`)));
+    await nats.halt();
+    await new Promise((r) => setTimeout(r, 500));
+    await nats.resume();
+    const afterRestart = await Promise.all(queued.map((id) => answerOf(alice, id, 90_000)));
+    assert.deepEqual(
+      afterRestart.map((d) => d.response.result),
+      Array.from({ length: 5 }, (_, i) => `after restart ${i}`),
+    );
+    // Sync calls go through again once the nodes have reconnected.
+    const until = Date.now() + 30_000;
+    let r = await call('reconnected');
+    while (r.status !== 200 && Date.now() < until) {
+      await new Promise((res) => setTimeout(res, 250));
+      r = await call('reconnected');
+    }
+    assert.equal((await json(r)).result, 'reconnected');
   });
 
   test('NATS unreachable, or not set, stops a node at start with one line naming the setting', async () => {

@@ -1,0 +1,139 @@
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { AsyncQueue, AsyncRun } from '../algorithms/asyncCalls.ts';
+import type { ClusterLog } from './log.ts';
+
+export const ASYNC_STREAM = 'ALGOHOST_ASYNC';
+export const ASYNC_SUBJECT = 'algohost.v1.async';
+export const ASYNC_CONSUMER = 'algohost-async';
+
+const NS = 1_000_000;
+/** How long a message may go unacknowledged before JetStream gives it to another API node. */
+const ACK_WAIT_MS = 30_000;
+/** Async calls one API node runs at once. */
+const LOCAL_MAX = 64;
+
+/**
+ * The cluster's queue of async calls: a JetStream work queue (file storage) that every API node
+ * consumes through one durable pull consumer. `enqueue` resolves once JetStream has stored the
+ * request (its publish acknowledged): only then is the caller told it was accepted. A node
+ * acknowledges a message only after the call's answer is in the store; while the call runs it
+ * tells JetStream it is still working, so a long call is not redelivered, and a node that dies
+ * mid-call stops doing so: after ACK_WAIT_MS another node gets the message (deliveryCount + 1).
+ *
+ * The message is the request id alone: the request itself (input included) is in the metadata
+ * store, written before the publish.
+ */
+export class JetStreamQueue implements AsyncQueue {
+  readonly durable = true;
+  private messages: ConsumerMessages | undefined;
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+  private readonly inFlight = new Set<Promise<void>>();
+  private closed = false;
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly js: JetStreamClient,
+    private readonly log: ClusterLog,
+    private readonly maxAttempts: number,
+  ) {}
+
+  /** Makes sure the stream and its consumer exist (every node may; the first makes them). */
+  static async open(nc: NatsConnection, log: ClusterLog, maxAttempts: number): Promise<JetStreamQueue> {
+    const jsm = await jetstreamManager(nc, { timeout: 10_000 });
+    try {
+      await jsm.streams.info(ASYNC_STREAM);
+    } catch {
+      try {
+        await jsm.streams.add({
+          name: ASYNC_STREAM,
+          subjects: [ASYNC_SUBJECT],
+          retention: RetentionPolicy.Workqueue,
+          storage: StorageType.File,
+          duplicate_window: 120_000 * NS,
+        });
+      } catch (err) {
+        // Another node made it in between.
+        await jsm.streams.info(ASYNC_STREAM).catch(() => {
+          throw err;
+        });
+      }
+    }
+    try {
+      await jsm.consumers.info(ASYNC_STREAM, ASYNC_CONSUMER);
+    } catch {
+      try {
+        await jsm.consumers.add(ASYNC_STREAM, {
+          durable_name: ASYNC_CONSUMER,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: ACK_WAIT_MS * NS,
+          max_deliver: -1,
+          max_ack_pending: 10_000,
+        });
+      } catch (err) {
+        await jsm.consumers.info(ASYNC_STREAM, ASYNC_CONSUMER).catch(() => {
+          throw err;
+        });
+      }
+    }
+    return new JetStreamQueue(nc, jetstream(nc, { timeout: 10_000 }), log, maxAttempts);
+  }
+
+  async enqueue(id: string): Promise<void> {
+    // Deduplicated by id: a publish retried after a lost acknowledgement is stored once.
+    await this.js.publish(ASYNC_SUBJECT, id, { msgID: id });
+  }
+
+  /** Requests waiting in the stream, and taken but not yet acknowledged (for cluster status). */
+  async depth(): Promise<{ pending: number; running: number }> {
+    const info = await (await this.js.consumers.get(ASYNC_STREAM, ASYNC_CONSUMER)).info(true);
+    return { pending: info.num_pending, running: info.num_ack_pending };
+  }
+
+  start(run: AsyncRun): void {
+    void this.consume(run).catch((err: unknown) => this.log.warn({ err }, 'the async queue stopped consuming'));
+  }
+
+  private async consume(run: AsyncRun): Promise<void> {
+    const consumer = await this.js.consumers.get(ASYNC_STREAM, ASYNC_CONSUMER);
+    if (this.closed) return;
+    this.messages = await consumer.consume({ max_messages: LOCAL_MAX });
+    for await (const m of this.messages) {
+      while (this.running >= LOCAL_MAX) await new Promise<void>((resolve) => this.waiting.push(resolve));
+      this.running++;
+      const p = this.handle(m, run).finally(() => {
+        this.running--;
+        this.inFlight.delete(p);
+        this.waiting.shift()?.();
+      });
+      this.inFlight.add(p);
+    }
+  }
+
+  private async handle(m: JsMsg, run: AsyncRun): Promise<void> {
+    const id = m.string();
+    const attempt = m.info.deliveryCount;
+    const keepAlive = setInterval(() => m.working(), ACK_WAIT_MS / 3);
+    try {
+      const outcome = await run(id, attempt, attempt >= this.maxAttempts);
+      if (outcome === 'done') m.ack();
+      else m.nak(Math.min(30_000, 1000 * 2 ** (attempt - 1)));
+    } catch (err) {
+      // The store was away, or this node is stopping: another attempt, soon.
+      this.log.warn({ err, request: id }, 'an async call could not be run or its answer stored; it will be tried again');
+      m.nak(2000);
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  /** Takes no more messages, and waits for the calls running here to end (their answers stored, their messages acknowledged). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.messages?.close();
+    await Promise.allSettled([...this.inFlight]);
+    await this.nc.flush().catch(() => undefined);
+  }
+}
