@@ -5,7 +5,7 @@ import injectRequest, { type DispatchFunc } from 'light-my-request';
 import type { Principal } from './auth/principal.ts';
 import type { Services } from './services.ts';
 import { AppError } from './errors.ts';
-import { blobDriver } from './store/backends.ts';
+import { healthReport } from './health.ts';
 import { sendError } from './http/errorHandler.ts';
 import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts';
 import { isDataPath, malformedEncoding } from './data/paths.ts';
@@ -35,6 +35,8 @@ const INTERNAL_HEADER = 'x-algohost-internal';
 
 export interface AppOptions {
   logger?: FastifyServerOptions['logger'] | FastifyServerOptions['loggerInstance'];
+  /** In a cluster, the node's role, said by /health. */
+  role?: 'api';
 }
 
 const REQ_PREFIX = crypto.randomBytes(4).toString('hex');
@@ -49,16 +51,6 @@ export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization',
  * Builds the HTTP app without listening: `main` listens on the configured port, tests on
  * port 0. Routes are thin; all decisions live in the services.
  */
-const HEALTH_TIMEOUT_MS = 2_000;
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
 export function buildApp(services: Services, options: AppOptions = {}): FastifyInstance {
   const loggerOpt = options.logger ?? false;
   const isInstance = typeof loggerOpt === 'object' && loggerOpt !== null && 'child' in loggerOpt;
@@ -110,29 +102,10 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     done(new AppError('shutting_down', 'the server is shutting down; retry shortly'));
   });
 
-  // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
-  const sandbox = services.sandbox.available
-    ? { enabled: true }
-    : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
-  // Each backend answers a trivial request within a bound, or the node says which does not:
-  // a load balancer takes a node whose database or file store is gone out of rotation.
-  const backend = async (driver: string, location: string, ping: () => Promise<void>) => {
-    const t0 = performance.now();
-    try {
-      await withTimeout(ping(), HEALTH_TIMEOUT_MS);
-      return { driver, location, ok: true, ms: Math.round((performance.now() - t0) * 10) / 10 };
-    } catch (err) {
-      return { driver, location, ok: false, error: err instanceof AppError ? err.message : (err as Error).message };
-    }
-  };
   app.get('/health', async (_req, reply) => {
-    const [metadata, blobs] = await Promise.all([
-      backend(services.store.dialect, services.store.location, () => services.store.ping()),
-      backend(blobDriver(services.config), services.blobs.location, () => services.blobs.ping()),
-    ]);
-    const ok = metadata.ok && blobs.ok;
-    reply.code(ok ? 200 : 503);
-    return { status: ok ? 'ok' : 'unavailable', sandbox, metadata, blobs };
+    const { status, body } = await healthReport(services, options.role ? { role: options.role } : {});
+    reply.code(status);
+    return body;
   });
 
   // Routes retired by the contract (spec 9.1): say where the same operation lives now.

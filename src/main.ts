@@ -3,7 +3,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { ConfigError, type Config } from './config.ts';
 import { buildApp, LOG_REDACT } from './app.ts';
-import { createServices, type Services } from './services.ts';
+import { createServices, type Bus, type Services } from './services.ts';
 import { publishDemoAlgorithms } from './algorithms/demo.ts';
 import { FULL_PERMISSIONS } from './auth/permissions.ts';
 import { HomeLock } from './home.ts';
@@ -13,6 +13,9 @@ import { connectNats, requireCluster } from './cluster/nats.ts';
 import { NatsExecutor } from './cluster/natsExecutor.ts';
 import { WorkerNode } from './cluster/workerNode.ts';
 import { JetStreamQueue } from './cluster/asyncQueue.ts';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { healthReport } from './health.ts';
 
 const DEMO_USER = 'demo';
 
@@ -33,7 +36,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     const asyncQueue = nc ? await openAsyncQueue(nc, config, logger) : undefined;
     lock = HomeLock.acquire(config.home);
     try {
-      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger), asyncQueue } : {});
+      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger), asyncQueue, bus: natsBus(nc) } : {});
     } catch (err) {
       lock.release();
       throw err;
@@ -59,7 +62,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const sweeper = startSweeper(services, logger);
   const demoKey = config.demo ? await firstStartDemo(services, logger) : undefined;
 
-  const app = buildApp(services, { logger });
+  const app = buildApp(services, { logger, ...(role === 'api' ? { role } : {}) });
   let address: string;
   try {
     address = await app.listen({ port: config.port, host: config.host });
@@ -111,6 +114,38 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   process.once('SIGINT', () => void stop('SIGINT'));
 }
 
+/** What /health asks of the NATS connection: the server it is on, and a round trip to it. */
+function natsBus(nc: NatsConnection): Bus {
+  return {
+    location: () => nc.getServer(),
+    ping: async () => {
+      if (nc.isClosed()) throw new Error('the connection is closed');
+      await nc.flush();
+    },
+  };
+}
+
+/** A worker node's only HTTP: GET /health (for its process manager or load balancer's checks). */
+async function listenHealth(services: Services, port: number, host: string): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/health') {
+      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'route_not_found', message: 'a worker node serves GET /health only' } }));
+      return;
+    }
+    const load = services.runtime.pool.load();
+    void healthReport(services, { role: 'worker', running: load.running, free: load.free }).then(
+      ({ status, body }) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body)),
+      () => res.writeHead(500).end(),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  server.unref();
+  return server;
+}
+
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */
 async function openAsyncQueue(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<JetStreamQueue> {
   try {
@@ -135,30 +170,38 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
  * jobs from NATS; serves no HTTP. Its home holds only what this machine keeps for itself (the
  * builds it fetched, its lock). On SIGTERM it takes no new job, finishes the ones it has, exits.
  */
-export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr, healthPort?: number): Promise<void> {
   const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
-  const url = requireCluster(config, 'algohost worker');
-  const lock = HomeLock.acquire(config.home);
+  const nc = await connectNats(requireCluster(config, 'algohost worker'), `algohost worker ${os.hostname()}`);
+  let lock: HomeLock;
   let services: Services;
   try {
-    services = await createServices(config);
+    lock = HomeLock.acquire(config.home);
+    try {
+      services = await createServices(config, { bus: natsBus(nc) });
+    } catch (err) {
+      lock.release();
+      throw err;
+    }
   } catch (err) {
-    lock.release();
+    await nc.close();
     throw err;
   }
-  let nc: NatsConnection;
+  let health: http.Server | undefined;
   try {
     const problem = checkSandbox(services, config, logger, out);
     if (problem) throw problem;
-    nc = await connectNats(url, `algohost worker ${os.hostname()}`);
+    if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host);
   } catch (err) {
     await services.close();
+    await nc.close();
     lock.release();
     throw err;
   }
   const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load());
   node.start();
-  out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}\n`);
+  const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';
+  out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}${where}\n`);
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -171,6 +214,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     }, config.shutdownTimeoutMs);
     timer.unref();
     await node.drain();
+    health?.close();
     await nc.drain();
     await services.close();
     lock.release();

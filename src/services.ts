@@ -48,10 +48,17 @@ export interface Services {
   runtime: AlgorithmRuntime;
   calls: CallService;
   asyncCalls: AsyncCalls;
+  bus: Bus | undefined;
   accounts: ConnectedAccounts;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
   sandbox: SandboxSupport;
   close(): Promise<void>;
+}
+
+/** What /health asks of a cluster's NATS connection. */
+export interface Bus {
+  location(): string;
+  ping(): Promise<void>;
 }
 
 export interface ServiceOptions {
@@ -63,6 +70,8 @@ export interface ServiceOptions {
   connected?: Pick<ConnectedStorageOptions, 'pageSize' | 's3PartSize'>;
   /** What runs calls when not this machine's pool (an API node's NatsExecutor); closed with the services. */
   executor?: Executor;
+  /** The cluster's message bus, for /health. */
+  bus?: Bus;
   /** Where calls with output=void wait (an API node's JetStream queue); the process's own by default. */
   asyncQueue?: AsyncQueue;
 }
@@ -161,6 +170,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     runtime,
     calls,
     asyncCalls,
+    bus: options.bus,
     accounts,
     sandbox,
     close: async () => {

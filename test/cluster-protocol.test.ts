@@ -28,7 +28,7 @@ import {
   type RunReply,
   type RunRequest,
 } from '../src/cluster/messages.ts';
-import { ExecutorBusyError, WorkerLostError, type Job } from '../src/runtime/contract.ts';
+import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type Job } from '../src/runtime/contract.ts';
 
 // NATS alone, no store: run once, in test:unit, not again in test:shared.
 const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'needs no shared backend: runs in test:unit' : undefined) ?? natsUnavailable();
@@ -220,6 +220,22 @@ describe("the API node's executor", { skip }, () => {
     await assert.rejects(exec.run(job('D')), (err: Error) => err instanceof ExecutorBusyError && err.reason === 'no_workers');
     assert.ok(Date.now() - t0 < 2000);
     await exec.close();
+  });
+
+  test("a worker's refusals come back as the local executor's errors (a runtime that cannot start, a build it cannot find, its queue full)", async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    const answers: RunReply[] = [
+      { type: 'refused', reason: 'start_failed', message: 'bwrap: cannot start' },
+      { type: 'refused', reason: 'build_missing', message: 'gone' },
+      { type: 'refused', reason: 'busy_queue_full', message: 'full' },
+    ];
+    const w = await fakeWorker('w-refusing', () => answers.shift(), true);
+    await assert.rejects(exec.run(job('R')), (err: Error) => err instanceof WorkerStartError && /bwrap: cannot start/.test(err.message));
+    await assert.rejects(exec.run(job('R')), (err: Error) => err instanceof BuildMissingError);
+    await assert.rejects(exec.run(job('R')), (err: Error) => err instanceof ExecutorBusyError && err.reason === 'queue_full');
+    await exec.close();
+    await w.stop();
   });
 
   test('malformed messages to its subjects are dropped and logged; it goes on', async () => {

@@ -46,8 +46,8 @@ function home(): string {
 }
 
 /** `algohost worker` with the cluster's settings; resolves once it says it is ready. */
-async function startWorker(extra: Record<string, string> = {}): Promise<WorkerProcess> {
-  const child = spawn(NODE, [BIN, 'worker', '--home', home()], { env: childEnv({ ...env, ...extra }), stdio: ['ignore', 'pipe', 'pipe'] });
+async function startWorker(extra: Record<string, string> = {}, args: string[] = []): Promise<WorkerProcess> {
+  const child = spawn(NODE, [BIN, 'worker', '--home', home(), '--host', '127.0.0.1', ...args], { env: childEnv({ ...env, ...extra }), stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   // Its log (pino, on stdout) and its messages (stderr), together.
   child.stdout!.setEncoding('utf8').on('data', (s: string) => (err += s));
@@ -283,6 +283,40 @@ describe('an API node and a worker node over NATS', { skip }, () => {
       r = await call('reconnected');
     }
     assert.equal((await json(r)).result, 'reconnected');
+  });
+
+  test('/health on each node says its role and whether NATS answers; cluster status lists the nodes and the async queue', async () => {
+    const h = await json(await fetch(`${apiNode.url}/health`));
+    assert.equal(h.status, 'ok');
+    assert.equal(h.role, 'api');
+    assert.equal(h.nats.ok, true);
+    const w = await startWorker({}, ['--port', '0']);
+    try {
+      const port = /\/health at http:\/\/127\.0\.0\.1:(\d+)/.exec(w.stderr())?.[1];
+      assert.ok(port, w.stderr());
+      const wh = await fetch(`http://127.0.0.1:${port}/health`);
+      assert.equal(wh.status, 200);
+      const body = await json(wh);
+      assert.equal(body.role, 'worker');
+      assert.equal(body.nats.ok, true);
+      assert.equal(body.metadata.ok, true);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/v1/algo/x/y`)).status, 404);
+
+      await call('warm me');
+      const status = await runCli(['cluster', 'status', '--json'], home(), WAIT_MS, env);
+      assert.equal(status.code, 0, status.stderr);
+      const s = JSON.parse(status.stdout) as { nodes: { role: string; free: number; warm: Record<string, number> }[]; async: { waiting: number; running: number } | null };
+      assert.equal(s.nodes.filter((n) => n.role === 'api').length, 1);
+      assert.equal(s.nodes.filter((n) => n.role === 'worker').length, 2);
+      assert.ok(s.nodes.some((n) => Object.keys(n.warm).length > 0), 'no worker says it is warm after a call');
+      assert.deepEqual(s.async, { waiting: 0, running: 0 });
+      const table = await runCli(['cluster', 'status'], home(), WAIT_MS, env);
+      assert.match(table.stdout, /1 API node\(s\), 2 worker node\(s\)/);
+      assert.match(table.stdout, /async queue: 0 waiting, 0 running/);
+    } finally {
+      w.child.kill('SIGTERM');
+      await w.exited;
+    }
   });
 
   test('NATS unreachable, or not set, stops a node at start with one line naming the setting', async () => {

@@ -7,7 +7,8 @@ import { redactUrl } from '../store/redact.ts';
 
 const USAGE = `usage:
   algohost serve [--port N] [--host H] [--home DIR] [--no-demo] [--role all|api]
-  algohost worker [--home DIR]
+  algohost worker [--home DIR] [--port N] [--host H]
+  algohost cluster status [--json]
   algohost user create NAME [--home DIR] [--init]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
@@ -48,6 +49,7 @@ async function main(argv: string[]): Promise<number> {
       to: { type: 'string' },
       blobs: { type: 'string' },
       role: { type: 'string' },
+      json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -61,6 +63,11 @@ async function main(argv: string[]): Promise<number> {
     return move(values);
   }
   if (values.to !== undefined || values.blobs !== undefined) throw new UsageError('--to and --blobs are for move');
+  if (values.json !== undefined && command !== 'cluster') throw new UsageError('--json is for cluster status');
+  if (command === 'cluster') {
+    if (sub !== 'status' || rest.length > 0) throw new UsageError('usage: algohost cluster status [--json]');
+    return clusterStatusCommand(values.json === true);
+  }
   let config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
   if (command === 'user' || command === 'key' || command === 'migrate') {
     if (config.database) {
@@ -86,7 +93,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'worker':
       if (sub !== undefined) throw new UsageError(`worker takes no arguments, got "${sub}"`);
-      await (await import('../main.ts')).worker(config);
+      // --port given: the worker answers GET /health there, and nothing else.
+      await (await import('../main.ts')).worker(config, process.stderr, values.port !== undefined ? config.port : undefined);
       return -1; // keeps running until a signal
     case 'migrate': {
       if (sub !== undefined) throw new UsageError(`migrate takes no arguments, got "${sub}"`);
@@ -104,6 +112,22 @@ async function main(argv: string[]): Promise<number> {
       return keyCommand(config, sub, rest, { name: values.name, permissions: values.permissions }, usage);
     default:
       throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
+/** `algohost cluster status`: the nodes heard on the bus (ALGOHOST_NATS_URL) and the async queue. */
+async function clusterStatusCommand(asJson: boolean): Promise<number> {
+  const config = loadConfig({});
+  if (!config.natsUrl) throw new UsageError('cluster status needs ALGOHOST_NATS_URL: the NATS server of the cluster');
+  const { connectNats } = await import('../cluster/nats.ts');
+  const { clusterStatus, formatStatus } = await import('../cluster/status.ts');
+  const nc = await connectNats(config.natsUrl, 'algohost cluster status');
+  try {
+    const status = await clusterStatus(nc);
+    process.stdout.write((asJson ? JSON.stringify(status) : formatStatus(status)) + '\n');
+    return 0;
+  } finally {
+    await nc.close();
   }
 }
 

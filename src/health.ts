@@ -1,0 +1,51 @@
+import { AppError } from './errors.ts';
+import { blobDriver } from './store/backends.ts';
+import type { Services } from './services.ts';
+
+const HEALTH_TIMEOUT_MS = 2_000;
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+interface BackendHealth {
+  driver: string;
+  location: string;
+  ok: boolean;
+  ms?: number;
+  error?: string;
+}
+
+/** Each backend answers a trivial request within a bound, or the report says which does not. */
+async function backend(driver: string, location: string, ping: () => Promise<void>): Promise<BackendHealth> {
+  const t0 = performance.now();
+  try {
+    await withTimeout(ping(), HEALTH_TIMEOUT_MS);
+    return { driver, location, ok: true, ms: Math.round((performance.now() - t0) * 10) / 10 };
+  } catch (err) {
+    return { driver, location, ok: false, error: err instanceof AppError ? err.message : (err as Error).message };
+  }
+}
+
+/**
+ * `GET /health` of any node (docs/deployment.md): the sandbox, and whether each backend it uses
+ * answers (the metadata store, the file store, and in a cluster the NATS server). 200 when all
+ * do, 503 when one does not: a load balancer or process manager takes the node out of rotation.
+ */
+export async function healthReport(services: Services, extra: Record<string, unknown> = {}): Promise<{ status: number; body: Record<string, unknown> }> {
+  const checks = [
+    backend(services.store.dialect, services.store.location, () => services.store.ping()),
+    backend(blobDriver(services.config), services.blobs.location, () => services.blobs.ping()),
+  ];
+  const bus = services.bus;
+  if (bus) checks.push(backend('nats', bus.location(), () => bus.ping()));
+  const [metadata, blobs, nats] = await Promise.all(checks);
+  const ok = metadata!.ok && blobs!.ok && (nats?.ok ?? true);
+  // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
+  const sandbox = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
+  return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, metadata, blobs, ...(nats ? { nats } : {}) } };
+}
