@@ -121,12 +121,12 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     const { data } = sender.pack({ type: 'x' }, crypto.randomBytes(3 * 1024 * 1024), 50);
     await new Promise((r) => setTimeout(r, 150));
     assert.equal(sender.kept, 0);
-    await assert.rejects(receiver.open(data), (err: Error) => err instanceof MessageError && /no longer there/.test(err.message));
+    await assert.rejects(async () => receiver.open(data), (err: Error) => err instanceof MessageError && /no longer there/.test(err.message));
     await assert.rejects(b.request(sender.subject, crypto.randomBytes(40), { timeout: 300 }));
     assert.ok(log.lines.some((l) => /malformed message on the bus/.test(l)), log.lines.join('\n'));
     // A reference to a body bigger than the receiver allows is refused before a byte is fetched.
     const big = sender.pack({ type: 'x' }, crypto.randomBytes(2 * 1024 * 1024), 10_000);
-    await assert.rejects(receiver.open(big.data, Date.now() + 5000, 1024 * 1024), /over this message's limit/);
+    await assert.rejects(async () => receiver.open(big.data, Date.now() + 5000, 1024 * 1024), /over this message's limit/);
     sender.close();
     receiver.close();
   });
@@ -135,7 +135,7 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     const b = await conn();
     const receiver = new Wire(b, 'receiver3', logger());
     const forged = frame({ type: 'x', ref: { subject: 'algohost.v1.host.someone', id: 'a', size: 10, parts: 1 } });
-    await assert.rejects(receiver.open(forged), /not a parts subject/);
+    await assert.rejects(async () => receiver.open(forged), /not a parts subject/);
     receiver.close();
   });
 });
@@ -154,9 +154,13 @@ describe("the API node's executor", { skip }, () => {
     assert.equal(a.kind === 'result' && a.body.toString(), '"warm:K"');
     const b = await exec.run(job('L'));
     assert.equal(b.kind === 'result' && b.body.toString(), '"roomy:L"');
-    // w-warm's one idle worker is now counted as taken until its next beat: K goes where there is room.
-    const c = await exec.run(job('K'));
-    assert.equal(c.kind === 'result' && c.body.toString(), '"roomy:K"');
+    // Its call ended, so w-warm's idle worker is counted back: K goes to it again, one after another...
+    const again = await exec.run(job('K'));
+    assert.equal(again.kind === 'result' && again.body.toString(), '"warm:K"');
+    // ...but two at once: the second finds w-warm's one idle worker counted as taken, and goes where there is room.
+    const [c1, c2] = await Promise.all([exec.run(job('K')), exec.run(job('K'))]);
+    assert.equal(c1.kind === 'result' && c1.body.toString(), '"warm:K"');
+    assert.equal(c2.kind === 'result' && c2.body.toString(), '"roomy:K"');
     // A draining worker gets nothing, even when warm.
     warm.beat(4, { K: 4 }, true);
     await nc.flush();
@@ -165,7 +169,7 @@ describe("the API node's executor", { skip }, () => {
     assert.equal(d.kind === 'result' && d.body.toString(), '"roomy:K"');
     assert.deepEqual(
       warm.got.map((r) => r.job.target.key),
-      ['K'],
+      ['K', 'K', 'K'],
     );
     await exec.close();
     await warm.stop();

@@ -100,7 +100,8 @@ export class NatsExecutor implements Executor {
     const call = `${this.node}.${++this.seq}`;
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(...unpair(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job })), job.timeoutMs + REPLY_GRACE_MS);
-    const pending: Pending = { host, worker: this.route(job.target.key), lost: () => undefined };
+    const routed = this.route(job.target.key);
+    const pending: Pending = { host, worker: routed, lost: () => undefined };
     const lost = new Promise<never>((_, reject) => (pending.lost = reject));
     lost.catch(() => undefined);
     this.calls.set(call, pending);
@@ -118,7 +119,8 @@ export class NatsExecutor implements Executor {
           pending.worker = undefined;
           continue;
         }
-        reply = decodeRunReply(await Promise.race([this.wire.open(msg.data, deadline), lost]));
+        const opened = this.wire.open(msg.data, deadline);
+        reply = decodeRunReply(opened instanceof Promise ? await Promise.race([opened, lost]) : opened);
         // A worker that began to stop before it started the job: another may take it.
         if (reply.type === 'refused' && reply.reason === 'draining' && attempt === 0) {
           const w = pending.worker ? this.workers.get(pending.worker) : undefined;
@@ -138,6 +140,7 @@ export class NatsExecutor implements Executor {
       this.calls.delete(call);
       this.wire.withdraw(ref);
     }
+    if (routed !== undefined && routed === pending.worker) this.giveBack(routed, job.target.key);
     if (reply.type === 'outcome') return reply.outcome;
     switch (reply.reason) {
       case 'busy_queue_full':
@@ -179,6 +182,18 @@ export class NatsExecutor implements Executor {
     w.free--;
     if (warm) w.warm[key]!--;
     return id;
+  }
+
+  /**
+   * A call routed to `worker` has ended: its slot is free again and its sandbox idle and warm
+   * for `key` (until the next beat says how things stand). So calls one after another go to the
+   * same warm worker, which stays warm, rather than round the cluster.
+   */
+  private giveBack(worker: string, key: string): void {
+    const w = this.workers.get(worker);
+    if (!w) return;
+    w.free++;
+    w.warm[key] = (w.warm[key] ?? 0) + 1;
   }
 
   private silent(worker: string): boolean {

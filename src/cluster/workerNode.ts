@@ -80,7 +80,8 @@ export class WorkerNode {
     this.running++;
     try {
       try {
-        request = decodeRunRequest(await this.wire.open(msg.data, Date.now() + 10_000, 64 * 1024 * 1024));
+        const opened = this.wire.open(msg.data, Date.now() + 10_000, 64 * 1024 * 1024);
+        request = decodeRunRequest(opened instanceof Promise ? await opened : opened);
       } catch (err) {
         this.log.warn({ err }, 'dropped a job that is not one (malformed message on the bus)');
         return;
@@ -88,7 +89,8 @@ export class WorkerNode {
       if (this.draining) {
         reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
       } else {
-        this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+        // A job from the queue group: its API node learns who took it (one routed here knows).
+        if (msg.subject === RUN_SUBJECT) this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
         try {
           reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
         } catch (err) {
