@@ -267,9 +267,16 @@ describe('an API node and a worker node over NATS', { skip }, () => {
 
     // Accepted, then NATS goes down and comes back: every one is still run, once.
     const queued = await Promise.all(Array.from({ length: 5 }, (_, i) => accept(alice, `after restart ${i}`)));
+    // A sync call in flight when NATS goes: it ends in its result or a clear error, soon.
+    const inFlight = call('sleep 3000');
+    await new Promise((r) => setTimeout(r, 700));
+    const t0 = Date.now();
     await nats.halt();
     await new Promise((r) => setTimeout(r, 500));
     await nats.resume();
+    const interrupted = await json(await inFlight);
+    assert.ok(interrupted.result === 'slept' || interrupted.error?.error_type === 'WorkerLostError', JSON.stringify(interrupted));
+    assert.ok(Date.now() - t0 < 20_000, `the interrupted call took ${Date.now() - t0} ms to end`);
     const afterRestart = await Promise.all(queued.map((id) => answerOf(alice, id, 90_000)));
     assert.deepEqual(
       afterRestart.map((d) => d.response.result),

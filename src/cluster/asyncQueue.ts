@@ -99,7 +99,9 @@ export class JetStreamQueue implements AsyncQueue {
   private async consume(run: AsyncRun): Promise<void> {
     const consumer = await this.js.consumers.get(ASYNC_STREAM, ASYNC_CONSUMER);
     if (this.closed) return;
-    this.messages = await consumer.consume({ max_messages: LOCAL_MAX });
+    // Pulls that expire every 5 s (heartbeats every 2.5 s): after NATS restarts, the client
+    // checks the consumer again within seconds rather than the default 30 s.
+    this.messages = await consumer.consume({ max_messages: LOCAL_MAX, expires: 5_000 });
     for await (const m of this.messages) {
       while (this.running >= LOCAL_MAX) await new Promise<void>((resolve) => this.waiting.push(resolve));
       this.running++;

@@ -94,9 +94,30 @@ export class NatsExecutor implements Executor {
     this.timer = setInterval(() => this.tick(), BEAT_MS / 2);
     this.timer.unref();
     this.beat();
+    void this.watchConnection();
+  }
+
+  /** Whether the connection to NATS is up: while it is not, calls are refused at once. */
+  private connected = true;
+
+  /**
+   * When this node loses NATS (its server restarted, the network cut), the answers of the calls
+   * it has out may be lost with it: they fail now (WorkerLostError; async ones run again) rather
+   * than wait out their time. New calls are refused with 503 until it is back.
+   */
+  private async watchConnection(): Promise<void> {
+    for await (const s of this.nc.status()) {
+      if (s.type === 'disconnect') {
+        this.connected = false;
+        for (const p of this.calls.values()) p.lost(new WorkerLostError('this API node lost its connection to NATS while the call ran'));
+      } else if (s.type === 'reconnect') {
+        this.connected = true;
+      }
+    }
   }
 
   async run(job: Job, host?: HostHandler): Promise<Outcome> {
+    if (!this.connected) throw new AppError('server_busy', 'this node is reconnecting to the message bus (NATS); retry shortly');
     const call = `${this.node}.${++this.seq}`;
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(...unpair(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job })), job.timeoutMs + REPLY_GRACE_MS);
