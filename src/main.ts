@@ -105,13 +105,23 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     await sweeper?.stop();
     await services.close();
     await nc?.drain();
-    lock.release();
-    logger.info('stopped');
-    logger.flush();
-    process.exit(0);
+    stopped(lock, logger);
   };
+  onSignals(stop);
+}
+
+/** SIGTERM and SIGINT both stop the process through `stop`. */
+function onSignals(stop: (signal: string) => Promise<void>): void {
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
+}
+
+/** The end of a clean stop: the home's lock released, the log flushed, exit 0. */
+function stopped(lock: HomeLock, logger: pino.Logger): never {
+  lock.release();
+  logger.info('stopped');
+  logger.flush();
+  process.exit(0);
 }
 
 /** What /health asks of the NATS connection: the server it is on, and a round trip to it. */
@@ -217,13 +227,9 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     health?.close();
     await nc.drain();
     await services.close();
-    lock.release();
-    logger.info('stopped');
-    logger.flush();
-    process.exit(0);
+    stopped(lock, logger);
   };
-  process.once('SIGTERM', () => void stop('SIGTERM'));
-  process.once('SIGINT', () => void stop('SIGINT'));
+  onSignals(stop);
 }
 
 /**
