@@ -28,8 +28,9 @@ import { createDatabase, pgQuery, postgresAvailable, startPostgres } from '../te
 import { BIN, childEnv, NODE, runCli, startServerProcess, within, type ServerProcess } from '../test/helpers/process.ts';
 import { S3RVER_KEY, startS3 } from '../test/helpers/s3.ts';
 import { api } from '../test/helpers/server.ts';
+import { connect } from '@nats-io/transport-node';
 import { median, percentile, rawRequest, runLoad, timed } from './load.ts';
-import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, perRep, QUICK, runLines, sleep, table, verdict, waitForQuiet, writeDocBlock, type Row } from './common.ts';
+import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, pct, perRep, QUICK, runLines, sleep, table, verdict, waitForQuiet, writeDocBlock, type Row } from './common.ts';
 import { treeCpuAll } from './procTree.ts';
 
 const bench = createBench('cluster');
@@ -165,6 +166,24 @@ async function main(): Promise<void> {
     }
   }
   const hopDiffs = hop.cluster.map((x, i) => x - hop.single[i]!);
+  // The floor of any hop through NATS here: a bare request-reply between two connections of
+  // this process, through the same nats-server (no algohost code on either side).
+  const floor: number[] = [];
+  if (PHASES.has('hop')) {
+    const [a, b] = [await connect({ servers: nats.url }), await connect({ servers: nats.url })];
+    b.subscribe('bench.echo', { callback: (_e, m) => void m.respond(m.data) });
+    await b.flush();
+    const payload = new Uint8Array(200);
+    for (let i = 0; i < 2000; i++) await a.request('bench.echo', payload, { timeout: 5000 });
+    for (let i = 0; i < (QUICK ? 2000 : 10_000); i++) {
+      const t = performance.now();
+      await a.request('bench.echo', payload, { timeout: 5000 });
+      floor.push(performance.now() - t);
+    }
+    await a.close();
+    await b.close();
+    bench.log(`bare NATS request-reply p50: ${fmt(median(floor), 3)} ms`);
+  }
 
   // 3. Async: accept them all, then wait for every answer.
   bench.log(`async: accepting ${ASYNC_CALLS} output=void calls`);
@@ -227,6 +246,14 @@ async function main(): Promise<void> {
       ratio: `+${fmt(hopDiff, 3)} ms`,
       target: '≤ +0.5 ms',
       result: verdict(hopDiff <= 0.5),
+    },
+    {
+      measure: 'for reference: a bare NATS request-reply p50 here (the floor of one hop, ms)',
+      ours: fmt(median(floor), 3),
+      base: '—',
+      ratio: `${pct(median(floor) / Math.max(1e-9, hopDiff))} of the hop's cost`,
+      target: '—',
+      result: '—',
     },
     {
       measure: `async: ${ASYNC_CALLS} output=void calls, lost / wrong / run twice`,

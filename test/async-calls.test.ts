@@ -116,6 +116,19 @@ describe('GET /v1/requests/:id', () => {
     assert.equal(status, 404, 'the answer outlived its keeping time');
   });
 
+  test('a call running here is neither taken back by recovery nor started twice', async () => {
+    const id = await accept(alice, 'sleep 800');
+    await new Promise((r) => setTimeout(r, 300));
+    // What the sweeper of a shared store runs every minute, and a second delivery of the request.
+    assert.equal(await s.services.asyncCalls.recover(), 0);
+    assert.equal(await s.services.asyncCalls.run(id), 'retry');
+    const done = await answerOf(alice, id);
+    assert.equal(done.attempts, 1);
+    assert.equal(done.response.result, 'slept');
+    // Once done, another delivery only says so.
+    assert.equal(await s.services.asyncCalls.run(id), 'done');
+  });
+
   test('a refused key still gets its HTTP error at once, and nothing is stored', async () => {
     const before = await s.services.store.db.selectFrom('async_requests').select(({ fn }) => fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
     const missing = await json(await callAlgo(alice, 'alice/Nope', '"x"', 'application/json', '?output=void'));

@@ -131,6 +131,33 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     receiver.close();
   });
 
+  test('a header too big for one message (a megabyte of stdout) crosses whole, wrapped', async () => {
+    const [a, b] = [await conn(), await conn()];
+    const sender = new Wire(a, 'sender4', logger());
+    const receiver = new Wire(b, 'receiver4', logger());
+    const stdout = 'é"\\\n'.repeat(400_000);
+    const body = crypto.randomBytes(100);
+    const { data, ref } = sender.pack({ type: 'outcome', stdout }, body, 10_000);
+    assert.ok(ref !== undefined && data.length <= sender.maxPayload);
+    assert.equal(unframe(data).header.type, 'wrapped');
+    const m = await receiver.open(data);
+    assert.equal(m.header.stdout, stdout);
+    assert.ok(m.body.equals(body));
+    sender.close();
+    receiver.close();
+  });
+
+  test('a job naming a subject nobody may publish to is refused as malformed', () => {
+    const bad = frame({
+      type: 'run',
+      call: 'c',
+      api: 'algohost.v1.host.a b',
+      sdk: false,
+      job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key: 'k', runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1, nesting: 0 },
+    });
+    assert.throws(() => decodeRunRequest(unframe(bad)), MessageError);
+  });
+
   test('a forged reference to another subject is refused', async () => {
     const b = await conn();
     const receiver = new Wire(b, 'receiver3', logger());

@@ -17,7 +17,7 @@ import { BIN, childEnv, NODE, runCli, startServerProcess, within, WAIT_MS, type 
 import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
-import { RUN_SUBJECT } from '../src/cluster/messages.ts';
+import { frame, RUN_SUBJECT, unframe } from '../src/cluster/messages.ts';
 
 // It starts its own PostgreSQL, S3 and NATS: run once, in test:unit, not again in test:shared.
 const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'starts its own backends: runs in test:unit' : undefined) ?? natsUnavailable() ?? postgresAvailable();
@@ -94,6 +94,10 @@ before(async () => {
   if (input === 'fail') throw Object.assign(new Error('that will not do'), { error_type: 'InputError' });
   if (input === 'read') return await ctx.client.file('data://.my/c/note.txt').getString();
   if (input === 'big') return 'x'.repeat(3 * 1024 * 1024);
+  if (input === 'print a lot') {
+    for (let i = 0; i < 1600; i++) console.log('y'.repeat(1023));
+    return 'printed';
+  }
   if (input === 'read big') return (await ctx.client.file('data://.my/c/big.bin').get()).length;
   if (input === 'write big') {
     await ctx.client.file('data://.my/c/written.bin').put(Buffer.alloc(3 * 1024 * 1024, 7));
@@ -183,19 +187,38 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     assert.equal((await alice('/v1/data/.my/c/big.bin', { method: 'PUT', body: file })).status, 200);
     assert.equal((await json(await call('read big'))).result, file.length);
     assert.equal((await json(await call('write big'))).result, 'written');
+    // A megabyte of stdout (the owner asked for it): the outcome's header is too big for one message.
+    const printed = await json(await call('print a lot', '?stdout=true'));
+    assert.equal(printed.result, 'printed');
+    assert.equal(printed.metadata.stdout_truncated, true);
+    assert.ok(printed.metadata.stdout.length >= 1000 * 1024, `stdout of ${printed.metadata.stdout.length} characters`);
     const written = await alice('/v1/data/.my/c/written.bin');
     assert.ok(Buffer.from(await written.arrayBuffer()).equals(Buffer.alloc(3 * 1024 * 1024, 7)));
   });
 
-  test('a malformed message on the bus is dropped and logged; the worker goes on', async () => {
+  test('a malformed message on the bus is refused and logged, never run; the worker goes on', async () => {
     const nc: NatsConnection = await connect({ servers: nats.url });
+    const job = (api: string) =>
+      frame({
+        type: 'run',
+        call: 'c',
+        api,
+        sdk: false,
+        job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key: 'k', runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1000, nesting: 0 },
+      });
     try {
-      await assert.rejects(nc.request(RUN_SUBJECT, crypto.randomBytes(64), { timeout: 500 }));
-      await assert.rejects(nc.request(RUN_SUBJECT, Buffer.from('\0\0\0\u0002{}'), { timeout: 500 }));
+      // Garbage, a header of another protocol version, and a job naming a subject nobody may
+      // publish to (it once crashed the worker): each is answered with a refusal at once.
+      for (const bad of [crypto.randomBytes(64), Buffer.from('\0\0\0\u0002{}'), job('algohost.v1.host.x y')]) {
+        const answer = unframe((await nc.request(RUN_SUBJECT, bad, { timeout: 5000 })).data);
+        assert.equal(answer.header.type, 'refused');
+        assert.equal(answer.header.reason, 'internal');
+      }
     } finally {
       await nc.close();
     }
     assert.match(worker!.stderr(), /malformed message on the bus/);
+    assert.equal(worker!.child.exitCode, null);
     assert.equal((await json(await call('still here'))).result, 'still here');
   });
 

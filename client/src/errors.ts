@@ -13,7 +13,7 @@ export const API_ERROR_CODES = [
   'auth_required', 'algo_not_allowed', 'invalid_authorization', 'invalid_api_key', 'api_key_revoked',
   'key_permission_denied', 'forbidden', 'permission_escalation', 'nested_call_refused', 'write_denied',
   'connector_denied', 'connector_address_refused', 'not_found', 'route_not_found', 'unknown_user',
-  'unknown_connector', 'key_not_found', 'algorithm_not_found', 'build_not_found', 'version_not_found',
+  'unknown_connector', 'key_not_found', 'algorithm_not_found', 'build_not_found', 'version_not_found', 'request_not_found',
   'method_not_allowed', 'already_exists', 'type_conflict', 'directory_not_empty', 'no_build',
   'already_published', 'deprecated_route', 'payload_too_large', 'unsupported_media_type',
   'range_not_satisfiable', 'invalid_path', 'reserved_path', 'invalid_json', 'invalid_body', 'invalid_acl',

@@ -10,10 +10,13 @@ import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type Cal
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
- * already), 'retry' when it failed in a way another attempt may not (its worker node was lost,
- * no worker was free) and `final` was false.
+ * already), 'retry' when the queue should give it again later (its worker node was lost, no
+ * worker was free, another node is running it now).
  */
-export type AsyncRun = (id: string, attempt: number, final: boolean) => Promise<'done' | 'retry'>;
+export type AsyncRun = (id: string) => Promise<'done' | 'retry'>;
+
+/** How long an accepted async call may keep finding no worker free before that is its answer (503). */
+export const BUSY_GIVE_UP_MS = 15 * 60_000;
 
 /** Where accepted requests wait to be run: this process (LocalQueue) or JetStream (cluster/asyncQueue.ts). */
 export interface AsyncQueue {
@@ -60,7 +63,7 @@ export class AsyncCalls {
     private readonly options: AsyncOptions = DEFAULT_ASYNC,
     private readonly log?: CallLog,
   ) {
-    queue.start((id, attempt, final) => this.run(id, attempt, final));
+    queue.start((id) => this.run(id));
     this.timer = setInterval(() => void this.expire().catch((err: unknown) => log?.warn({ err }, 'expiring async answers failed')), Math.min(60_000, Math.max(1000, options.resultTtlMs / 4)));
     this.timer.unref();
   }
@@ -111,33 +114,46 @@ export class AsyncCalls {
     return { id };
   }
 
-  /** Runs request `id` (a queue's AsyncRun). */
-  async run(id: string, attempt: number, final: boolean): Promise<'done' | 'retry'> {
+  /** Requests this process is running now (a second delivery of one of them waits its turn). */
+  private readonly running = new Set<string>();
+
+  /**
+   * Runs request `id` (a queue's AsyncRun). The row is claimed first (only as it was read, so two
+   * nodes never both start it); a request another live process is running is left to it
+   * ('retry'). Only a real start counts as an attempt: a call whose node was lost counts, one
+   * that found no worker free (503) does not, and is retried for up to BUSY_GIVE_UP_MS.
+   */
+  async run(id: string): Promise<'done' | 'retry'> {
+    if (this.running.has(id)) return 'retry';
     const row = await this.store.db.selectFrom('async_requests').selectAll().where('id', '=', id).executeTakeFirst();
     if (!row || row.status === 'done') return 'done';
-    let status: number;
-    let body: string;
+    if (row.status === 'running' && row.holder !== null && row.holder !== this.store.instance && (await this.store.isLive(row.holder))) return 'retry';
     if (row.attempts >= this.options.maxAttempts) {
       // Started that many times and never finished: each time, the node running it was lost.
-      status = 200;
-      body = JSON.stringify({
-        error: {
-          message: `the call was started ${row.attempts} times and each time the node running it was lost; it is not tried again`,
-          error_type: 'WorkerLostError',
-        },
-        metadata: { duration: 0 },
-      });
-      await this.finish(id, status, body);
+      await this.finish(
+        id,
+        200,
+        JSON.stringify({
+          error: { message: `the call was started ${row.attempts} times and each time the node running it was lost; it is not tried again`, error_type: 'WorkerLostError' },
+          metadata: { duration: 0 },
+        }),
+      );
       return 'done';
     }
-    const n = Math.max(attempt, row.attempts + 1);
-    const last = final || n >= this.options.maxAttempts;
-    await this.store.db
+    const n = row.attempts + 1;
+    // A queue that cannot give a request back (one process) makes every attempt the last.
+    const last = !this.queue.durable || n >= this.options.maxAttempts;
+    const claimed = await this.store.db
       .updateTable('async_requests')
       .set({ status: 'running', attempts: n, started_at: Date.now(), holder: this.store.instance })
       .where('id', '=', id)
-      .where('status', '<>', 'done')
-      .execute();
+      .where('status', '=', row.status)
+      .where('attempts', '=', row.attempts)
+      .executeTakeFirst();
+    if (Number(claimed.numUpdatedRows) === 0) return 'retry';
+    this.running.add(id);
+    let status: number;
+    let body: string;
     try {
       const principal = await this.keys.principalById(row.key_id);
       const req: CallRequest = {
@@ -150,19 +166,33 @@ export class AsyncCalls {
         stdout: row.stdout === 1,
       };
       const result = await this.calls.call(principal, req, this.log);
-      if (!last && lostWorker(result)) return 'retry';
+      if (!last && result.workerLost) return await this.giveBack(id, n);
       status = 200;
       body = envelope(result, row.timeout_s);
     } catch (err) {
       const e = toAppError(err);
-      // The service was short of something another attempt may find (a worker, the store).
-      if (!last && e.status === 503) return 'retry';
+      // Short of something another attempt may find (a worker, the store): not a start.
+      if (this.queue.durable && e.status === 503 && Date.now() - Number(row.created_at) < BUSY_GIVE_UP_MS) return await this.giveBack(id, n - 1);
       if (e.status >= 500) this.log?.warn({ err, request: id }, 'an async call failed');
       status = e.status;
       body = errorDocument(e.code, e.message);
+    } finally {
+      this.running.delete(id);
     }
     await this.finish(id, status, body);
     return 'done';
+  }
+
+  /** Puts a claimed request back in the queue's hands, counted as `attempts` starts. */
+  private async giveBack(id: string, attempts: number): Promise<'retry'> {
+    await this.store.db
+      .updateTable('async_requests')
+      .set({ status: 'queued', attempts, holder: null })
+      .where('id', '=', id)
+      .where('status', '=', 'running')
+      .where('holder', '=', this.store.instance)
+      .execute();
+    return 'retry';
   }
 
   /** Stores the answer, unless another run stored one first (that one stands). */
@@ -193,7 +223,8 @@ export class AsyncCalls {
     const open = await this.store.db.selectFrom('async_requests').select(['id', 'holder']).where('status', '<>', 'done').execute();
     let queued = 0;
     for (const r of open) {
-      if (r.holder !== this.store.instance && (await this.store.isLive(r.holder))) continue;
+      // This process's own rows are its calls in flight (at start it has none).
+      if (r.holder === this.store.instance || (await this.store.isLive(r.holder))) continue;
       // Taken by whichever server gets here first.
       const took = await this.store.db
         .updateTable('async_requests')
@@ -244,9 +275,6 @@ function describe(row: Described): string {
   return `${head.slice(0, -1)},"response":${row.response ?? 'null'}}`;
 }
 
-function lostWorker(r: CallResult): boolean {
-  return r.outcome.kind === 'algorithm_error' && r.outcome.error.error_type === 'WorkerLostError';
-}
 
 function newRequestId(): string {
   return `req-${crypto.randomBytes(12).toString('hex')}`;
@@ -287,7 +315,7 @@ export class LocalQueue implements AsyncQueue {
   private async attempt(id: string): Promise<void> {
     // One process has no other node to retry on: an attempt is the last.
     try {
-      await this.run!(id, 1, true);
+      await this.run!(id);
     } catch (err) {
       this.log?.warn({ err, request: id }, 'an async call could not be run or its answer stored; it is run again at the next start');
     }

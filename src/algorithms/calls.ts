@@ -36,6 +36,8 @@ export interface CallResult {
   target: CallTarget | null;
   /** The caller may see stdout (owner who asked). */
   showStdout: boolean;
+  /** The node running the call was lost mid-call (cluster): an async call may be run again. */
+  workerLost?: boolean;
   /** The caller may see stack traces (owner, or the source is open). */
   showTrace: boolean;
 }
@@ -213,12 +215,15 @@ export class CallService {
       }
       if (err instanceof WorkerLostError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, err: err.message }, 'the worker node running a call was lost');
-        return result(
-          failure('WorkerLostError', `the worker node running this call stopped answering (${err.message}); it may or may not have run to its end: call again if that is safe`),
-          target,
-          mine,
-          req,
-        );
+        return {
+          ...result(
+            failure('WorkerLostError', `the worker node running this call stopped answering (${err.message}); it may or may not have run to its end: call again if that is safe`),
+            target,
+            mine,
+            req,
+          ),
+          workerLost: true,
+        };
       }
       if (err instanceof WorkerStartError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');

@@ -10,6 +10,15 @@ export const ASYNC_CONSUMER = 'algohost-async';
 const NS = 1_000_000;
 /** How long a message may go unacknowledged before JetStream gives it to another API node. */
 const ACK_WAIT_MS = 30_000;
+/** An acknowledgement on a connection that has closed throws: the message is then redelivered anyway. */
+function safely(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // ack_wait brings the message back to some node.
+  }
+}
+
 /** Async calls one API node runs at once. */
 const LOCAL_MAX = 64;
 
@@ -93,16 +102,36 @@ export class JetStreamQueue implements AsyncQueue {
   }
 
   start(run: AsyncRun): void {
-    void this.consume(run).catch((err: unknown) => this.log.warn({ err }, 'the async queue stopped consuming'));
+    void this.consumeForever(run);
+  }
+
+  /** Consumes until closed; a consumer that fails (NATS away at start, the stream gone) is started again. */
+  private async consumeForever(run: AsyncRun): Promise<void> {
+    for (let failures = 0; !this.closed; ) {
+      try {
+        await this.consume(run);
+        failures = 0;
+      } catch (err) {
+        failures++;
+        this.log.warn({ err }, 'the async queue stopped consuming; starting again');
+      }
+      if (!this.closed) await new Promise((r) => setTimeout(r, Math.min(10_000, 500 * 2 ** failures)).unref());
+    }
   }
 
   private async consume(run: AsyncRun): Promise<void> {
     const consumer = await this.js.consumers.get(ASYNC_STREAM, ASYNC_CONSUMER);
     if (this.closed) return;
     // Pulls that expire every 5 s (heartbeats every 2.5 s): after NATS restarts, the client
-    // checks the consumer again within seconds rather than the default 30 s.
+    // checks the consumer again within seconds rather than the default 30 s. At most LOCAL_MAX
+    // messages wait in this client, and they wait only for a slot.
     this.messages = await consumer.consume({ max_messages: LOCAL_MAX, expires: 5_000 });
     for await (const m of this.messages) {
+      if (this.closed) {
+        // Stopping: whatever was pulled goes back at once, for another node.
+        safely(() => m.nak());
+        continue;
+      }
       while (this.running >= LOCAL_MAX) await new Promise<void>((resolve) => this.waiting.push(resolve));
       this.running++;
       const p = this.handle(m, run).finally(() => {
@@ -117,15 +146,15 @@ export class JetStreamQueue implements AsyncQueue {
   private async handle(m: JsMsg, run: AsyncRun): Promise<void> {
     const id = m.string();
     const attempt = m.info.deliveryCount;
-    const keepAlive = setInterval(() => m.working(), ACK_WAIT_MS / 3);
+    const keepAlive = setInterval(() => safely(() => m.working()), ACK_WAIT_MS / 3);
     try {
-      const outcome = await run(id, attempt, attempt >= this.maxAttempts);
-      if (outcome === 'done') m.ack();
-      else m.nak(Math.min(30_000, 1000 * 2 ** (attempt - 1)));
+      const outcome = await run(id);
+      if (outcome === 'done') safely(() => m.ack());
+      else safely(() => m.nak(Math.min(30_000, 1000 * 2 ** Math.min(5, attempt - 1))));
     } catch (err) {
       // The store was away, or this node is stopping: another attempt, soon.
       this.log.warn({ err, request: id }, 'an async call could not be run or its answer stored; it will be tried again');
-      m.nak(2000);
+      safely(() => m.nak(2000));
     } finally {
       clearInterval(keepAlive);
     }

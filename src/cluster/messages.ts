@@ -23,6 +23,9 @@ export const PARTS_PREFIX = 'algohost.v1.parts';
 /** Where every node says, once a second, that it is alive and what it holds. */
 export const BEAT_SUBJECT = 'algohost.v1.beat';
 
+/** A subject a node may be told to send to: tokens of letters, digits, `-` and `_`. */
+const SUBJECT = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
+
 /** A message a node could not read: it is dropped and logged, never answered with a crash. */
 export class MessageError extends Error {}
 
@@ -96,8 +99,11 @@ export interface Beat {
   draining: boolean;
 }
 
-/** Header bytes a message may carry (an SDK request's header is small; this bounds a bad one). */
-const MAX_HEADER = 1024 * 1024;
+/**
+ * Header bytes a message may carry: an outcome's holds its stdout (1 MiB by default, more once
+ * JSON-escaped); this bounds a bad one.
+ */
+const MAX_HEADER = 16 * 1024 * 1024;
 
 /** A message's bytes: a 4-byte length, the JSON header (with `v`), the body. */
 export function frame(header: Record<string, unknown>, body: Uint8Array = new Uint8Array(0)): Buffer {
@@ -132,7 +138,7 @@ export function readRef(header: Record<string, unknown>): BodyRef | undefined {
   if (header.ref === undefined) return undefined;
   const r = obj(header, 'ref');
   const ref = { subject: str(r, 'subject'), id: str(r, 'id'), size: num(r, 'size'), parts: num(r, 'parts') };
-  if (!ref.subject.startsWith(`${PARTS_PREFIX}.`)) throw new MessageError('a body reference names a subject that is not a parts subject');
+  if (!ref.subject.startsWith(`${PARTS_PREFIX}.`) || !SUBJECT.test(ref.subject)) throw new MessageError('a body reference names a subject that is not a parts subject');
   if (!Number.isInteger(ref.size) || ref.size < 0 || !Number.isInteger(ref.parts) || ref.parts < 1 || ref.parts > ref.size + 1) {
     throw new MessageError('a body reference has an impossible size or part count');
   }
@@ -177,7 +183,7 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   const hash = str(build, 'hash');
   if (!/^[0-9a-f]{8,128}$/.test(hash)) throw new MessageError('the build hash is not hexadecimal');
   const api = str(header, 'api');
-  if (!api.startsWith(`${HOST_PREFIX}.`)) throw new MessageError('a run request names an API subject that is not one');
+  if (!api.startsWith(`${HOST_PREFIX}.`) || !SUBJECT.test(api)) throw new MessageError('a run request names an API subject that is not one');
   const target: RunTarget = {
     build: { algorithmId: num(build, 'algorithmId'), hash },
     key: str(t, 'key'),

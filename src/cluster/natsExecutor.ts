@@ -80,7 +80,6 @@ export class NatsExecutor implements Executor {
   private readonly subscriptions: Subscription[];
   private readonly wire: Wire;
   private readonly timer: NodeJS.Timeout;
-  private seq = 0;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -118,7 +117,8 @@ export class NatsExecutor implements Executor {
 
   async run(job: Job, host?: HostHandler): Promise<Outcome> {
     if (!this.connected) throw new AppError('server_busy', 'this node is reconnecting to the message bus (NATS); retry shortly');
-    const call = `${this.node}.${++this.seq}`;
+    // Unguessable: an SDK request naming it acts as the call's caller.
+    const call = crypto.randomBytes(16).toString('hex');
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(...unpair(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job })), job.timeoutMs + REPLY_GRACE_MS);
     const routed = this.route(job.target.key);

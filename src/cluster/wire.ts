@@ -76,6 +76,17 @@ export class Wire {
       const data = frame(header, body);
       if (data.length <= max) return { data };
     }
+    const inline = frame(header);
+    if (inline.length + HEADER_ROOM > max) {
+      // The header itself is too big (a megabyte of stdout in an outcome): the whole message
+      // is kept, and a `wrapped` one names it.
+      return this.keep({ type: 'wrapped' }, frame(header, body), ttlMs);
+    }
+    return this.keep(header, body, ttlMs);
+  }
+
+  private keep(header: Record<string, unknown>, body: Buffer, ttlMs: number): { data: Buffer; ref: string } {
+    const max = this.maxPayload;
     const partBytes = Math.max(1024, max - HEADER_ROOM);
     const parts = Math.max(1, Math.ceil(body.length / partBytes));
     const id = crypto.randomBytes(12).toString('hex');
@@ -101,6 +112,13 @@ export class Wire {
     const ref = readRef(m.header);
     if (!ref) return m;
     if (ref.size > limit) throw new MessageError(`a referenced body of ${ref.size} bytes is over this message's limit of ${limit}`);
+    if (m.header.type === 'wrapped') {
+      return this.fetch(ref, deadline).then((whole) => {
+        const inner = unframe(whole);
+        if (inner.header.ref !== undefined || inner.header.type === 'wrapped') throw new MessageError('a wrapped message wraps another reference');
+        return inner;
+      });
+    }
     return this.fetch(ref, deadline).then((body) => ({ header: m.header, body }));
   }
 

@@ -50,7 +50,11 @@ export class WorkerNode {
   }
 
   start(): void {
-    const callback = (err: Error | null, msg: Msg) => (err ? this.log.warn({ err }, 'the job subscription failed') : void this.onJob(msg));
+    const callback = (err: Error | null, msg: Msg) => {
+      if (err) return this.log.warn({ err }, 'the job subscription failed');
+      // Nothing a message holds may take the node down: whatever escapes is logged.
+      this.onJob(msg).catch((e: unknown) => this.log.warn({ err: e }, 'a job failed on this node'));
+    };
     this.subscriptions = [this.nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback }), this.nc.subscribe(`${WORKER_PREFIX}.${this.node}.run`, { callback })];
     this.timer = setInterval(() => this.beat(), BEAT_MS);
     this.timer.unref();
@@ -84,13 +88,28 @@ export class WorkerNode {
         request = decodeRunRequest(opened instanceof Promise ? await opened : opened);
       } catch (err) {
         this.log.warn({ err }, 'dropped a job that is not one (malformed message on the bus)');
+        // Its sender, if it waits for an answer, gets one now rather than at its timeout.
+        if (msg.reply) {
+          try {
+            const r = encodeRunReply({ type: 'refused', reason: 'internal', message: `this worker node could not read the job: ${(err as Error).message}` });
+            msg.respond(this.wire.pack(r.header, r.body, BODY_TTL_MS).data);
+          } catch {
+            // Nobody to tell.
+          }
+        }
         return;
       }
       if (this.draining) {
         reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
       } else {
         // A job from the queue group: its API node learns who took it (one routed here knows).
-        if (msg.subject === RUN_SUBJECT) this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+        if (msg.subject === RUN_SUBJECT) {
+          try {
+            this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+          } catch (err) {
+            this.log.warn({ err }, 'could not say which worker took a job');
+          }
+        }
         try {
           reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
         } catch (err) {
