@@ -3,7 +3,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { ConfigError, type Config } from './config.ts';
 import { buildApp, LOG_REDACT } from './app.ts';
-import { createServices, type Bus, type Services } from './services.ts';
+import { createServices, type Bus, type ServiceOptions, type Services } from './services.ts';
 import { publishDemoAlgorithms } from './algorithms/demo.ts';
 import { FULL_PERMISSIONS } from './auth/permissions.ts';
 import { HomeLock } from './home.ts';
@@ -29,22 +29,10 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const nc = role === 'api' ? await connectNats(requireCluster(config, 'serve --role api'), `algohost api ${os.hostname()}`) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
-  let lock: HomeLock;
-  let services: Services;
-  try {
+  const { lock, services } = await openNode(config, nc, async () =>
     // Async calls wait in JetStream, which any API node consumes.
-    const asyncQueue = nc ? await openAsyncQueue(nc, config, logger) : undefined;
-    lock = HomeLock.acquire(config.home);
-    try {
-      services = await createServices(config, nc ? { executor: new NatsExecutor(nc, logger), asyncQueue, bus: natsBus(nc) } : {});
-    } catch (err) {
-      lock.release();
-      throw err;
-    }
-  } catch (err) {
-    await nc?.close();
-    throw err;
-  }
+    nc ? { executor: new NatsExecutor(nc, logger), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) } : {},
+  );
   const giveUp = async (err: Error): Promise<never> => {
     await services.close();
     await nc?.close();
@@ -156,6 +144,26 @@ async function listenHealth(services: Services, port: number, host: string): Pro
   return server;
 }
 
+/**
+ * The home's lock, then the services on it (with what `options` makes first). A failure leaves
+ * nothing held: the lock released, the NATS connection closed.
+ */
+async function openNode(config: Config, nc: NatsConnection | undefined, options: () => Promise<ServiceOptions>): Promise<{ lock: HomeLock; services: Services }> {
+  try {
+    const made = await options();
+    const lock = HomeLock.acquire(config.home);
+    try {
+      return { lock, services: await createServices(config, made) };
+    } catch (err) {
+      lock.release();
+      throw err;
+    }
+  } catch (err) {
+    await nc?.close();
+    throw err;
+  }
+}
+
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */
 async function openAsyncQueue(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<JetStreamQueue> {
   try {
@@ -183,20 +191,7 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
 export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr, healthPort?: number): Promise<void> {
   const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
   const nc = await connectNats(requireCluster(config, 'algohost worker'), `algohost worker ${os.hostname()}`);
-  let lock: HomeLock;
-  let services: Services;
-  try {
-    lock = HomeLock.acquire(config.home);
-    try {
-      services = await createServices(config, { bus: natsBus(nc) });
-    } catch (err) {
-      lock.release();
-      throw err;
-    }
-  } catch (err) {
-    await nc.close();
-    throw err;
-  }
+  const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
   let health: http.Server | undefined;
   try {
     const problem = checkSandbox(services, config, logger, out);

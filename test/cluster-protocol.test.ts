@@ -66,8 +66,7 @@ async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | un
     nc.publish(r.api, encodeTaken({ type: 'taken', call: r.call, worker: name }));
     const reply = answer(r);
     if (!reply) return;
-    const m = encodeRunReply(reply);
-    msg.respond(wire.pack(m.header, m.body, 10_000).data);
+    msg.respond(wire.pack(encodeRunReply(reply), 10_000).data);
   };
   const subs = [nc.subscribe(`${WORKER_PREFIX}.${name}.run`, { callback: (_e, m) => void onMsg(m) })];
   if (queue) subs.push(nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback: (_e, m) => void onMsg(m) }));
@@ -101,7 +100,7 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     const max = sender.maxPayload;
     for (const size of [0, 10, max - 5000, max, 5 * 1024 * 1024 + 3]) {
       const body = crypto.randomBytes(size);
-      const { data, ref } = sender.pack({ type: 'x', n: size }, body, 10_000);
+      const { data, ref } = sender.pack({ header: { type: 'x', n: size }, body }, 10_000);
       assert.ok(data.length <= max, `a message of ${data.length} bytes for a ${size}-byte body`);
       assert.equal(ref !== undefined, size > max - 5000, `size ${size}: kept ${ref !== undefined}`);
       const m = await receiver.open(data);
@@ -118,14 +117,14 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     const log = logger();
     const sender = new Wire(a, 'sender2', log);
     const receiver = new Wire(b, 'receiver2', logger());
-    const { data } = sender.pack({ type: 'x' }, crypto.randomBytes(3 * 1024 * 1024), 50);
+    const { data } = sender.pack({ header: { type: 'x' }, body: crypto.randomBytes(3 * 1024 * 1024) }, 50);
     await new Promise((r) => setTimeout(r, 150));
     assert.equal(sender.kept, 0);
     await assert.rejects(async () => receiver.open(data), (err: Error) => err instanceof MessageError && /no longer there/.test(err.message));
     await assert.rejects(b.request(sender.subject, crypto.randomBytes(40), { timeout: 300 }));
     assert.ok(log.lines.some((l) => /malformed message on the bus/.test(l)), log.lines.join('\n'));
     // A reference to a body bigger than the receiver allows is refused before a byte is fetched.
-    const big = sender.pack({ type: 'x' }, crypto.randomBytes(2 * 1024 * 1024), 10_000);
+    const big = sender.pack({ header: { type: 'x' }, body: crypto.randomBytes(2 * 1024 * 1024) }, 10_000);
     await assert.rejects(async () => receiver.open(big.data, Date.now() + 5000, 1024 * 1024), /over this message's limit/);
     sender.close();
     receiver.close();
@@ -137,7 +136,7 @@ describe('bodies bigger than one NATS message', { skip }, () => {
     const receiver = new Wire(b, 'receiver4', logger());
     const stdout = 'é"\\\n'.repeat(400_000);
     const body = crypto.randomBytes(100);
-    const { data, ref } = sender.pack({ type: 'outcome', stdout }, body, 10_000);
+    const { data, ref } = sender.pack({ header: { type: 'outcome', stdout }, body }, 10_000);
     assert.ok(ref !== undefined && data.length <= sender.maxPayload);
     assert.equal(unframe(data).header.type, 'wrapped');
     const m = await receiver.open(data);

@@ -120,7 +120,7 @@ export class NatsExecutor implements Executor {
     // Unguessable: an SDK request naming it acts as the call's caller.
     const call = crypto.randomBytes(16).toString('hex');
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
-    const { data, ref } = this.wire.pack(...unpair(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job })), job.timeoutMs + REPLY_GRACE_MS);
+    const { data, ref } = this.wire.pack(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job }), job.timeoutMs + REPLY_GRACE_MS);
     const routed = this.route(job.target.key);
     const pending: Pending = { host, worker: routed, lost: () => undefined };
     const lost = new Promise<never>((_, reject) => (pending.lost = reject));
@@ -255,11 +255,11 @@ export class NatsExecutor implements Executor {
 
   /** A `taken` notice, or an SDK request of one of this node's calls from the worker running it. */
   private async onApiMessage(msg: Msg): Promise<void> {
-    let type: unknown;
+    let request;
     try {
-      type = unframe(msg.data).header.type;
-      if (type === 'taken') {
-        const t = decodeTaken(unframe(msg.data));
+      const m = unframe(msg.data);
+      if (m.header.type === 'taken') {
+        const t = decodeTaken(m);
         const p = this.calls.get(t.call);
         if (p) {
           p.worker = t.worker;
@@ -268,13 +268,7 @@ export class NatsExecutor implements Executor {
         }
         return;
       }
-    } catch (err) {
-      this.log.warn({ err }, 'dropped a message that is not one (malformed message on the bus)');
-      return;
-    }
-    let request;
-    try {
-      request = decodeHostRequest(await this.wire.open(msg.data));
+      request = decodeHostRequest(await this.wire.read(m));
     } catch (err) {
       this.log.warn({ err }, 'dropped an SDK request that is not one (malformed message on the bus)');
       return;
@@ -288,7 +282,7 @@ export class NatsExecutor implements Executor {
       answer = refusal(500, 'internal_error', 'internal error; the server log has the details');
     }
     try {
-      msg.respond(this.wire.pack(...unpair(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body })), BODY_TTL_MS).data);
+      msg.respond(this.wire.pack(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body }), BODY_TTL_MS).data);
     } catch (err) {
       this.log.warn({ err }, 'could not answer an SDK request');
     } finally {
@@ -301,10 +295,6 @@ export class NatsExecutor implements Executor {
     for (const s of this.subscriptions) s.unsubscribe();
     this.wire.close();
   }
-}
-
-function unpair(m: { header: Record<string, unknown>; body: Buffer }): [Record<string, unknown>, Buffer] {
-  return [m.header, m.body];
 }
 
 export function isNoResponders(err: unknown): boolean {

@@ -67,22 +67,19 @@ export class Wire {
   }
 
   /**
-   * One message of `header` and `body`. A body too big for it is kept here for `ttlMs` (or until
-   * fetched), named in the header's `ref`; `ref` is returned too, for `withdraw`.
+   * One message of `m`'s header and body. A body too big for it is kept here for `ttlMs` (or
+   * until fetched), named in the header's `ref`; `ref` is returned too, for `withdraw`.
    */
-  pack(header: Record<string, unknown>, body: Buffer, ttlMs: number): { data: Buffer; ref?: string } {
+  pack(m: Message, ttlMs: number): { data: Buffer; ref?: string } {
     const max = this.maxPayload;
-    if (body.length + HEADER_ROOM <= max) {
-      const data = frame(header, body);
-      if (data.length <= max) return { data };
-    }
-    const inline = frame(header);
-    if (inline.length + HEADER_ROOM > max) {
+    const data = frame(m.header, m.body);
+    if (data.length <= max) return { data };
+    if (data.length - m.body.length + HEADER_ROOM > max) {
       // The header itself is too big (a megabyte of stdout in an outcome): the whole message
       // is kept, and a `wrapped` one names it.
-      return this.keep({ type: 'wrapped' }, frame(header, body), ttlMs);
+      return this.keep({ type: 'wrapped' }, data, ttlMs);
     }
-    return this.keep(header, body, ttlMs);
+    return this.keep(m.header, m.body, ttlMs);
   }
 
   private keep(header: Record<string, unknown>, body: Buffer, ttlMs: number): { data: Buffer; ref: string } {
@@ -108,7 +105,11 @@ export class Wire {
    * warm call's way, both ends); throws MessageError for one it cannot read.
    */
   open(data: Uint8Array, deadline = Date.now() + PART_TIMEOUT_MS, limit = Infinity): Message | Promise<Message> {
-    const m = unframe(data);
+    return this.read(unframe(data), deadline, limit);
+  }
+
+  /** `open` for a message already unframed (its header read to see what it is). */
+  read(m: Message, deadline = Date.now() + PART_TIMEOUT_MS, limit = Infinity): Message | Promise<Message> {
     const ref = readRef(m.header);
     if (!ref) return m;
     if (ref.size > limit) throw new MessageError(`a referenced body of ${ref.size} bytes is over this message's limit of ${limit}`);

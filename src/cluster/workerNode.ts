@@ -92,7 +92,7 @@ export class WorkerNode {
         if (msg.reply) {
           try {
             const r = encodeRunReply({ type: 'refused', reason: 'internal', message: `this worker node could not read the job: ${(err as Error).message}` });
-            msg.respond(this.wire.pack(r.header, r.body, BODY_TTL_MS).data);
+            msg.respond(this.wire.pack(r, BODY_TTL_MS).data);
           } catch {
             // Nobody to tell.
           }
@@ -117,8 +117,7 @@ export class WorkerNode {
           if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
         }
       }
-      const m = encodeRunReply(reply);
-      const { data, ref } = this.wire.pack(m.header, m.body, BODY_TTL_MS);
+      const { data, ref } = this.wire.pack(encodeRunReply(reply), BODY_TTL_MS);
       try {
         msg.respond(data);
       } catch (err) {
@@ -135,8 +134,7 @@ export class WorkerNode {
   private hostFor(request: RunRequest): HostHandler {
     const deadline = Date.now() + request.job.timeoutMs;
     return async (header, body) => {
-      const m = encodeHostRequest({ type: 'host', call: request.call, header, body });
-      const { data, ref } = this.wire.pack(m.header, m.body, Math.max(1, deadline - Date.now()));
+      const { data, ref } = this.wire.pack(encodeHostRequest({ type: 'host', call: request.call, header, body }), Math.max(1, deadline - Date.now()));
       try {
         const answer = await this.nc.request(request.api, data, { timeout: Math.max(1, deadline - Date.now()) });
         const r = decodeHostReply(await this.wire.open(answer.data, deadline));
