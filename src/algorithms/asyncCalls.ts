@@ -69,8 +69,8 @@ export class AsyncCalls {
   }
 
   /**
-   * Accepts `req`: its immediate answer when it cannot run (checked now), else undefined and
-   * the request id it was queued under.
+   * Accepts `req`: its immediate answer (`early`) when it cannot run (checked now), else the
+   * request id it was queued under.
    */
   async accept(principal: Principal, req: CallRequest, log?: CallLog): Promise<{ early: CallResult } | { id: string }> {
     if (req.parent) {
@@ -274,7 +274,6 @@ function describe(row: Described): string {
   // The stored answer is JSON text already: written into the document as it stands.
   return `${head.slice(0, -1)},"response":${row.response ?? 'null'}}`;
 }
-
 
 function newRequestId(): string {
   return `req-${crypto.randomBytes(12).toString('hex')}`;
