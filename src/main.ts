@@ -29,10 +29,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const nc = role === 'api' ? await connectNats(requireCluster(config, 'serve --role api'), `algohost api ${os.hostname()}`) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
-  const { lock, services } = await openNode(config, nc, async () =>
-    // Async calls wait in JetStream, which any API node consumes.
-    nc ? { executor: new NatsExecutor(nc, logger), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) } : {},
-  );
+  const { lock, services } = await openNode(config, nc, async () => (nc ? apiNodeParts(nc, config, logger) : {}));
   const giveUp = async (err: Error): Promise<never> => {
     await services.close();
     await nc?.close();
@@ -162,6 +159,15 @@ async function openNode(config: Config, nc: NatsConnection | undefined, options:
     await nc?.close();
     throw err;
   }
+}
+
+/**
+ * What makes a node an API node (docs/cluster.md): its calls run on worker nodes over NATS, and
+ * its async calls wait in JetStream, which any API node consumes. Tests build their in-process
+ * API nodes with it too (test/helpers/cluster.ts).
+ */
+export async function apiNodeParts(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<ServiceOptions> {
+  return { executor: new NatsExecutor(nc, logger), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
 }
 
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */

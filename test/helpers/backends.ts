@@ -10,7 +10,13 @@ import { S3RVER_KEY } from './s3.ts';
  * ALGOHOST_TEST_BACKENDS=postgres+s3, ALGOHOST_TEST_PG_URL and ALGOHOST_TEST_S3_ENDPOINT set.
  * Every server a test starts then gets a database and a key prefix of its own.
  */
-export const SHARED = process.env.ALGOHOST_TEST_BACKENDS === 'postgres+s3';
+export const SHARED = process.env.ALGOHOST_TEST_BACKENDS === 'postgres+s3' || process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
+
+/**
+ * `npm run test:cluster` (test/run-shared.ts cluster): the shared backends, and every test server
+ * is a cluster: two API nodes behind a balancer, two worker nodes, NATS (test/helpers/cluster.ts).
+ */
+export const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
 
 /** The bucket test/run-shared.ts makes on its S3 server. */
 export const TEST_BUCKET = 'algohost-test';
@@ -36,6 +42,11 @@ export function backendEnv(home: string): Promise<Record<string, string>> {
     byHome.set(key, env);
   }
   return env;
+}
+
+/** `other` (another node's home) uses the same database and blob prefix as `home`. */
+export async function shareBackends(home: string, other: string): Promise<void> {
+  if (SHARED) byHome.set(path.resolve(other), Promise.resolve(await backendEnv(home)));
 }
 
 /** Why a test that reads the home's own files (SQLite, blobs on disk) does not run on shared backends. */

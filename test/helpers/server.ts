@@ -5,7 +5,8 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
-import { backendEnv } from './backends.ts';
+import { backendEnv, CLUSTER, shareBackends } from './backends.ts';
+import { startTestCluster, type TestCluster } from './cluster.ts';
 
 export interface TestServer {
   /** Base address, e.g. http://127.0.0.1:PORT (no trailing slash). */
@@ -13,6 +14,8 @@ export interface TestServer {
   home: string;
   services: Services;
   app: FastifyInstance;
+  /** Under `npm run test:cluster`: the NATS server, worker nodes and second API node around this one. */
+  cluster?: TestCluster | undefined;
   /** Creates a user and returns its default key. */
   user(name: string): Promise<string>;
   close(): Promise<void>;
@@ -27,22 +30,38 @@ export async function startServer(
   options: ServiceOptions & { env?: Record<string, string>; home?: string } = {},
 ): Promise<TestServer> {
   const home = options.home ?? tempHome();
-  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ...(await backendEnv(home)), ...options.env });
-  const services = await createServices(config, options);
+  const env = { ...(await backendEnv(home)), ...options.env };
+  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, env);
+  let cluster: TestCluster | undefined;
+  if (CLUSTER) {
+    const secondHome = tempHome('algohost-test-api2-');
+    await shareBackends(home, secondHome);
+    // Page sizes and pool limits are tunings of this process: another process cannot take them.
+    cluster = await startTestCluster(config, env, secondHome, Boolean(options.hosted || options.connected || options.runtime));
+  }
+  let services: Services;
+  try {
+    services = await createServices(config, { ...options, ...cluster?.parts });
+  } catch (err) {
+    await cluster?.close();
+    throw err;
+  }
   await services.hosted.recover();
-  const app = buildApp(services);
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const app = buildApp(services, cluster ? { role: 'api' } : {});
+  const local = await app.listen({ port: 0, host: '127.0.0.1' });
   return {
-    url,
+    url: cluster ? await cluster.front(local) : local,
     home,
     services,
     app,
+    cluster,
     async user(name) {
       return (await services.users.create(name)).apiKey;
     },
     async close() {
       await app.close();
       await services.close();
+      await cluster?.close();
       fs.rmSync(home, { recursive: true, force: true });
     },
   };
