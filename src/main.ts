@@ -211,6 +211,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
   }
   const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load());
   node.start();
+  const sweeper = startSweeper(services, logger, 'worker');
   const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';
   out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}${where}\n`);
 
@@ -225,6 +226,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     }, config.shutdownTimeoutMs);
     timer.unref();
     await node.drain();
+    await sweeper?.stop();
     health?.close();
     await nc.drain();
     await services.close();
@@ -236,13 +238,19 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
 /**
  * Where servers share the metadata store, one that dies and is not restarted leaves its work
  * in flight (pending file contents, a build it was running) to the others: every live server
- * runs the same sweep as at start, now and then. One machine needs none (its restart recovers).
+ * runs the same sweep as at start, now and then. And a deletion removes the algorithm's files on
+ * the server that ran it only: every server (and worker node) prunes its own copies of deleted
+ * algorithms in the sweep. One machine needs none (its restart recovers; its deletions are all).
+ * A worker node only prunes.
  */
-function startSweeper(services: Services, logger: pino.Logger): { stop(): Promise<void> } | undefined {
+function startSweeper(services: Services, logger: pino.Logger, role: 'server' | 'worker' = 'server'): { stop(): Promise<void> } | undefined {
   if (services.store.dialect === 'sqlite') return undefined;
   let running: Promise<void> | undefined;
   const sweep = async () => {
     try {
+      const pruned = await services.pruneAlgorithms(Math.min(services.config.sweepIntervalMs, 60_000));
+      if (pruned > 0) logger.info({ pruned }, 'removed the local files of algorithms deleted through other servers');
+      if (role === 'worker') return;
       const { removed } = await services.hosted.sweep();
       if (removed > 0) logger.info({ removed }, 'removed file contents a stopped server left pending');
       await services.builds.failInterrupted();

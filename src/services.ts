@@ -48,6 +48,12 @@ export interface Services {
   runtime: AlgorithmRuntime;
   calls: CallService;
   asyncCalls: AsyncCalls;
+  /**
+   * Removes this home's files of algorithms deleted since (through another server, when servers
+   * share the store: a deletion removes only the files of the server that ran it). Directories
+   * younger than `minAgeMs` are left for the next time. How many went.
+   */
+  pruneAlgorithms(minAgeMs: number): Promise<number>;
   bus: Bus | undefined;
   accounts: ConnectedAccounts;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
@@ -170,6 +176,19 @@ export async function createServices(config: Config, options: ServiceOptions = {
     runtime,
     calls,
     asyncCalls,
+    async pruneAlgorithms(minAgeMs) {
+      const local = await files.localIds(minAgeMs);
+      if (local.length === 0) return 0;
+      const alive = await algorithms.existing(local);
+      let removed = 0;
+      for (const id of local) {
+        if (alive.has(id)) continue;
+        artifacts.forget(id);
+        await files.removeAlgorithm(id);
+        removed++;
+      }
+      return removed;
+    },
     bus: options.bus,
     accounts,
     sandbox,

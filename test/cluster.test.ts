@@ -7,13 +7,14 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { api, json, tempHome } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
-import { BIN, childEnv, NODE, runCli, startServerProcess, within, WAIT_MS, type ServerProcess } from './helpers/process.ts';
+import { runCli, startServerProcess, within, WAIT_MS, type ServerProcess } from './helpers/process.ts';
+import { startWorker as startClusterWorker, type WorkerProcess } from './helpers/cluster.ts';
 import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster } from './helpers/postgres.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
@@ -33,39 +34,15 @@ let alice: ReturnType<typeof api>;
 let aliceKey: string;
 const homes: string[] = [];
 
-interface WorkerProcess {
-  child: ChildProcess;
-  stderr(): string;
-  exited: Promise<number | null>;
-}
-
 function home(): string {
   const h = tempHome('algohost-cluster-');
   homes.push(h);
   return h;
 }
 
-/** `algohost worker` with the cluster's settings; resolves once it says it is ready. */
-async function startWorker(extra: Record<string, string> = {}, args: string[] = []): Promise<WorkerProcess> {
-  const child = spawn(NODE, [BIN, 'worker', '--home', home(), '--host', '127.0.0.1', ...args], { env: childEnv({ ...env, ...extra }), stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  // Its log (pino, on stdout) and its messages (stderr), together.
-  child.stdout!.setEncoding('utf8').on('data', (s: string) => (err += s));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const ready = new Promise<void>((resolve, reject) => {
-    child.stderr!.setEncoding('utf8').on('data', (s: string) => {
-      err += s;
-      if (err.includes('algohost worker is ready')) resolve();
-    });
-    void exited.then((code) => reject(new Error(`the worker exited (${code}) before it was ready:\n${err}`)));
-  });
-  try {
-    await within(ready, WAIT_MS, 'the worker did not start');
-  } catch (e) {
-    child.kill('SIGKILL');
-    throw e;
-  }
-  return { child, stderr: () => err, exited };
+/** `algohost worker` with the cluster's settings (and `extra`); resolves once it says it is ready. */
+function startWorker(extra: Record<string, string> = {}, args: string[] = []): Promise<WorkerProcess> {
+  return startClusterWorker({ ...env, ...extra }, args);
 }
 
 before(async () => {
@@ -217,7 +194,7 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     } finally {
       await nc.close();
     }
-    assert.match(worker!.stderr(), /malformed message on the bus/);
+    assert.match(worker!.output(), /malformed message on the bus/);
     assert.equal(worker!.child.exitCode, null);
     assert.equal((await json(await call('still here'))).result, 'still here');
   });
@@ -322,8 +299,8 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     assert.equal(h.nats.ok, true);
     const w = await startWorker({}, ['--port', '0']);
     try {
-      const port = /\/health at http:\/\/127\.0\.0\.1:(\d+)/.exec(w.stderr())?.[1];
-      assert.ok(port, w.stderr());
+      const port = /\/health at http:\/\/127\.0\.0\.1:(\d+)/.exec(w.output())?.[1];
+      assert.ok(port, w.output());
       const wh = await fetch(`http://127.0.0.1:${port}/health`);
       assert.equal(wh.status, 200);
       const body = await json(wh);
@@ -347,6 +324,25 @@ describe('an API node and a worker node over NATS', { skip }, () => {
       w.child.kill('SIGTERM');
       await w.exited;
     }
+  });
+
+  test('an algorithm deleted through an API node leaves nothing on the worker node that ran it: its sweep prunes it', async () => {
+    worker!.child.kill('SIGKILL');
+    await worker!.exited;
+    worker = await startWorker({ ALGOHOST_SWEEP_INTERVAL_MS: '300' });
+    await release(alice, 'alice', 'Doomed', { 'src/index.js': 'export const apply = (x) => `doomed ${x}`;\n' }, { settings: { language: 'javascript' } });
+    const id = String((await json(await alice('/v1/algorithms/alice/Doomed'))).id);
+    const kindsId = String((await json(await alice('/v1/algorithms/alice/Kinds'))).id);
+    assert.equal((await json(await alice('/v1/algo/alice/Doomed', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'x' }))).result, 'doomed x');
+    assert.equal((await json(await call('kept'))).result, 'kept');
+    const dir = (algorithm: string) => path.join(worker!.home, 'algorithms', algorithm);
+    assert.ok(fs.existsSync(dir(id)), 'the worker fetched the build it ran');
+    assert.equal((await alice('/v1/algorithms/alice/Doomed', { method: 'DELETE' })).status, 204);
+    const until = Date.now() + 10_000;
+    while (fs.existsSync(dir(id)) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(fs.existsSync(dir(id)), false, "the deleted algorithm's build is still on the worker");
+    assert.ok(fs.existsSync(dir(kindsId)), "a live algorithm's build was pruned too");
+    assert.equal((await json(await call('still'))).result, 'still');
   });
 
   test('NATS unreachable, or not set, stops a node at start with one line naming the setting', async () => {

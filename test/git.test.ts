@@ -45,9 +45,12 @@ function git(args: string[], cwd = work): Promise<Ran> {
   });
 }
 
-/** The clone address with credentials in it, as a user pastes it. */
+/**
+ * The clone address with credentials in it, as a user pastes it: always the same API node, as
+ * docs/deployment.md tells operators to route /git/ (each node keeps its own repositories).
+ */
 function remote(user: string, key: string, ref: string): string {
-  const u = new URL(s.url);
+  const u = new URL(s.node);
   return `http://${user}:${key}@${u.host}/git/${ref}.git`;
 }
 
@@ -145,21 +148,21 @@ test('who may clone and push: the owner; others only when the source is open, an
 });
 
 test('credentials: none gets a Basic challenge (git asks, here it cannot); a wrong key or another user name is refused', { skip: !GIT_PRESENT && 'git is not installed' }, async () => {
-  const res = await fetch(`${s.url}/git/alice/Greeter.git/info/refs?service=git-upload-pack`);
+  const res = await fetch(`${s.node}/git/alice/Greeter.git/info/refs?service=git-upload-pack`);
   assert.equal(res.status, 401);
   assert.match(res.headers.get('www-authenticate') ?? '', /^Basic realm="algohost"/);
-  const u = new URL(s.url);
+  const u = new URL(s.node);
   const anonymous = await git(['clone', `http://${u.host}/git/alice/Greeter.git`, 'anon']);
   assert.notEqual(anonymous.code, 0);
   assert.match(anonymous.out, /could not read Username|Authentication failed/);
   const wrong = await git(['clone', remote('alice', `sim${'x'.repeat(25)}`, 'alice/Greeter'), 'wrong']);
   assert.notEqual(wrong.code, 0);
   assert.match(wrong.out, /Authentication failed/);
-  const mismatch = await fetch(`${s.url}/git/alice/Greeter.git/info/refs?service=git-upload-pack`, { headers: { authorization: `Basic ${Buffer.from(`bob:${aliceKey}`).toString('base64')}` } });
+  const mismatch = await fetch(`${s.node}/git/alice/Greeter.git/info/refs?service=git-upload-pack`, { headers: { authorization: `Basic ${Buffer.from(`bob:${aliceKey}`).toString('base64')}` } });
   assert.equal(mismatch.status, 401);
   assert.match((await json(mismatch)).error.message, /belongs to alice, not bob/);
   // The dumb protocol and other paths are not served.
-  const dumb = await fetch(`${s.url}/git/alice/Greeter.git/HEAD`, { headers: { authorization: `Basic ${Buffer.from(`alice:${aliceKey}`).toString('base64')}` } });
+  const dumb = await fetch(`${s.node}/git/alice/Greeter.git/HEAD`, { headers: { authorization: `Basic ${Buffer.from(`alice:${aliceKey}`).toString('base64')}` } });
   assert.equal(dumb.status, 404);
 });
 
@@ -170,7 +173,9 @@ test('deleting an algorithm deletes its repository', { skip: !GIT_PRESENT && 'gi
   assert.ok(algo);
   const repo = path.join(s.home, 'algorithms', String(algo.id), 'repo.git');
   assert.ok(fs.existsSync(repo));
-  assert.equal((await alice('/v1/algorithms/alice/Gone', { method: 'DELETE' })).status, 204);
+  // Through the node that serves /git/ (a deletion through another removes that node's copy; this
+  // one's goes at its next sweep, which cluster.test.ts checks on a worker node).
+  assert.equal((await api(s.node, aliceKey)('/v1/algorithms/alice/Gone', { method: 'DELETE' })).status, 204);
   assert.equal(fs.existsSync(repo), false);
   const again = await git(['clone', remote('alice', aliceKey, 'alice/Gone'), 'gone-again']);
   assert.notEqual(again.code, 0);
@@ -192,7 +197,7 @@ function backends(): number[] {
 
 test('a push whose client goes away mid-request leaves no backend behind', { skip: !GIT_PRESENT && 'git is not installed' }, async () => {
   const http = await import('node:http');
-  const u = new URL(s.url);
+  const u = new URL(s.node);
   const req = http.request({
     host: u.hostname,
     port: u.port,

@@ -145,9 +145,14 @@ export class AlgorithmArtifacts {
     }
   }
 
+  /** This machine no longer has the algorithm's files (another server deleted it; they were pruned). */
+  forget(algorithmId: number): void {
+    for (const key of [...this.present]) if (key.startsWith(`${algorithmId}:`)) this.present.delete(key);
+  }
+
   /** An algorithm was deleted: its stored trees go too (after its rows, so none is read again). */
   async removeAlgorithm(algorithmId: number): Promise<void> {
-    for (const key of [...this.present]) if (key.startsWith(`${algorithmId}:`)) this.present.delete(key);
+    this.forget(algorithmId);
     if (!this.shared) return;
     const ids = await this.store.write(async (trx) => {
       const rows = await trx.selectFrom('artifacts').select('blob_id').where('algorithm_id', '=', algorithmId).execute();

@@ -63,6 +63,24 @@ export class AlgorithmFiles {
   async removeAlgorithm(id: number): Promise<void> {
     await fs.promises.rm(this.algorithmDir(id), { recursive: true, force: true });
   }
+  /** The algorithms this home holds files of whose directory is older than `minAgeMs`. */
+  async localIds(minAgeMs: number): Promise<number[]> {
+    let names: string[];
+    try {
+      names = await fs.promises.readdir(this.root);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+    const ids: number[] = [];
+    const before = Date.now() - minAgeMs;
+    for (const name of names) {
+      if (!/^[1-9][0-9]{0,15}$/.test(name)) continue;
+      const stat = await fs.promises.stat(path.join(this.root, name)).catch(() => undefined);
+      if (stat?.isDirectory() && stat.mtimeMs < before) ids.push(Number(name));
+    }
+    return ids;
+  }
 }
 
 /** A build's id: the hash of everything that decides what it contains. */

@@ -149,6 +149,16 @@ export class AlgorithmRegistry {
     await this.db.updateTable('algorithms').set({ source_hash: hash, updated_at: Date.now() }).where('id', '=', id).execute();
   }
 
+  /** Which of `ids` are algorithms that still exist. */
+  async existing(ids: number[]): Promise<Set<number>> {
+    const found = new Set<number>();
+    for (let i = 0; i < ids.length; i += 500) {
+      const rows = await this.db.selectFrom('algorithms').select('id').where('id', 'in', ids.slice(i, i + 500)).execute();
+      for (const r of rows) found.add(Number(r.id));
+    }
+    return found;
+  }
+
   private requireManager(principal: Principal, owner: string): void {
     if (!principal.permissions.allow_algo_management) {
       throw new AppError('key_permission_denied', 'this API key may not manage algorithms (allow_algo_management is off)');

@@ -23,6 +23,9 @@ import type { ServiceOptions } from '../../src/services.ts';
 import { BIN, childEnv, NODE, startServerProcess, within, WAIT_MS, type ServerProcess } from './process.ts';
 import { startNats, type NatsServer } from './nats.ts';
 
+/** Longest a node may take to start: longer than WAIT_MS, as builds of the other file running beside may load the machine. */
+const START_MS = 4 * WAIT_MS;
+
 export interface WorkerProcess {
   child: ChildProcess;
   home: string;
@@ -31,17 +34,45 @@ export interface WorkerProcess {
   exited: Promise<number | null>;
 }
 
-/** Every child a test process started here: killed when it exits, whatever happens to it. */
+/**
+ * Every process started here: killed when the test process exits or is stopped, whatever
+ * happens to it; and none of them keeps the test process alive (a test that forgot to close its
+ * server must not hang its file).
+ */
 const children = new Set<ChildProcess>();
-process.once('exit', () => {
+const natsPids = new Set<NatsServer>();
+const workerHomes = new Set<string>();
+function killAll(): void {
   for (const c of children) c.kill('SIGKILL');
-});
+  for (const h of workerHomes) fs.rmSync(h, { recursive: true, force: true });
+  for (const n of natsPids) {
+    try {
+      process.kill(n.pid, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
+}
+process.once('exit', killAll);
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.exit(128 + (signal === 'SIGTERM' ? 15 : 2));
+  });
+}
+
+function detach(child: ChildProcess): void {
+  children.add(child);
+  child.unref();
+  for (const s of [child.stdout, child.stderr]) (s as unknown as { unref?: () => void } | null)?.unref?.();
+}
 
 /** `algohost worker` with `env` (the cluster's settings) on a new home; resolves once it is ready. */
 export async function startWorker(env: Record<string, string>, args: string[] = []): Promise<WorkerProcess> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-worker-'));
+  workerHomes.add(home);
   const child = spawn(NODE, [BIN, 'worker', '--home', home, '--host', '127.0.0.1', ...args], { env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
+  detach(child);
   let out = '';
   child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s));
   const exited = new Promise<number | null>((resolve) =>
@@ -58,7 +89,9 @@ export async function startWorker(env: Record<string, string>, args: string[] = 
     void exited.then((code) => reject(new Error(`the worker exited (${code}) before it was ready:\n${out}`)));
   });
   try {
-    await within(ready, WAIT_MS, 'the worker did not start');
+    await within(ready, START_MS, 'the worker did not start').catch((e: Error) => {
+      throw new Error(`${e.message}; its output:\n${out}`);
+    });
   } catch (e) {
     child.kill('SIGKILL');
     fs.rmSync(home, { recursive: true, force: true });
@@ -72,6 +105,7 @@ export async function stopWorker(w: WorkerProcess): Promise<void> {
   w.child.kill('SIGKILL');
   await w.exited;
   fs.rmSync(w.home, { recursive: true, force: true });
+  workerHomes.delete(w.home);
 }
 
 /**
@@ -126,6 +160,7 @@ export interface TestCluster {
  */
 export async function startTestCluster(config: Config, env: Record<string, string>, secondHome: string, single: boolean): Promise<TestCluster> {
   const nats = await startNats();
+  natsPids.add(nats);
   const workers: WorkerProcess[] = [];
   let nc: NatsConnection | undefined;
   let second: ServerProcess | undefined;
@@ -137,18 +172,19 @@ export async function startTestCluster(config: Config, env: Record<string, strin
     await Promise.all(workers.map(stopWorker));
     await nc?.close();
     await nats.stop();
+    natsPids.delete(nats);
     fs.rmSync(secondHome, { recursive: true, force: true });
   };
   try {
     const [w1, w2, api] = await Promise.allSettled([
       startWorker(clusterEnv),
       startWorker(clusterEnv),
-      single ? undefined : startServerProcess({ home: secondHome, env: clusterEnv, args: ['--role', 'api'] }),
+      single ? undefined : startServerProcess({ home: secondHome, env: clusterEnv, args: ['--role', 'api'], timeoutMs: START_MS }),
     ]);
     for (const w of [w1, w2]) if (w.status === 'fulfilled') workers.push(w.value);
     if (api.status === 'fulfilled' && api.value) {
       second = api.value;
-      children.add(second.child);
+      detach(second.child);
     }
     for (const r of [w1, w2, api]) if (r.status === 'rejected') throw r.reason;
     nc = await connectNats(nats.url, 'algohost test api');

@@ -11,6 +11,11 @@ import { startTestCluster, type TestCluster } from './cluster.ts';
 export interface TestServer {
   /** Base address, e.g. http://127.0.0.1:PORT (no trailing slash). */
   url: string;
+  /**
+   * This process's own server: `url` itself, except under test:cluster, where `url` is the
+   * balancer in front of two API nodes and this is the one in this process.
+   */
+  node: string;
   home: string;
   services: Services;
   app: FastifyInstance;
@@ -51,6 +56,7 @@ export async function startServer(
   const local = await app.listen({ port: 0, host: '127.0.0.1' });
   return {
     url: cluster ? await cluster.front(local) : local,
+    node: local,
     home,
     services,
     app,
