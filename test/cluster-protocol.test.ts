@@ -15,8 +15,10 @@ import { Wire } from '../src/cluster/wire.ts';
 import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
 import {
   BEAT_SUBJECT,
+  decodeHostReply,
   decodeRunRequest,
   encodeBeat,
+  encodeHostRequest,
   encodeRunReply,
   encodeTaken,
   frame,
@@ -28,6 +30,7 @@ import {
   type RunReply,
   type RunRequest,
 } from '../src/cluster/messages.ts';
+import { MAX_SDK_BODY } from '../src/algorithms/hostRequests.ts';
 import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type Job } from '../src/runtime/contract.ts';
 
 // NATS alone, no store: run once, in test:unit, not again in test:shared.
@@ -266,6 +269,48 @@ describe("the API node's executor", { skip }, () => {
     await assert.rejects(exec.run(job('R')), (err: Error) => err instanceof ExecutorBusyError && err.reason === 'queue_full');
     await exec.close();
     await w.stop();
+  });
+
+  test("an SDK request over the SDK's size, or unreadable, is answered at once with 400, never served", async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger());
+    let served = 0;
+    const answers: { status: unknown; took: number }[] = [];
+    const wnc = await conn();
+    const wire = new Wire(wnc, 'w-sdk-wire', logger());
+    // The worker, once it has the job, sends two bad SDK requests for it, then answers the job.
+    const sub = wnc.subscribe(`${WORKER_PREFIX}.w-sdk-2.run`, {
+      callback: (_e, msg) =>
+        void (async () => {
+          const r = decodeRunRequest(await wire.open(msg.data));
+          const big = wire.pack(encodeHostRequest({ type: 'host', call: r.call, header: { method: 'PUT', path: '/v1/data/.my/c/x' }, body: Buffer.alloc(MAX_SDK_BODY + 2) }), 10_000);
+          for (const data of [big.data, frame({ type: 'host', call: r.call })]) {
+            const t0 = Date.now();
+            const answer = decodeHostReply(await wire.open((await wnc.request(r.api, data, { timeout: 5_000 })).data));
+            answers.push({ status: answer.header.status, took: Date.now() - t0 });
+          }
+          wire.withdraw(big.ref);
+          msg.respond(wire.pack(encodeRunReply(ok(Buffer.from('"done"'))), 10_000).data);
+        })(),
+    });
+    await wnc.flush();
+    wnc.publish(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: 'w-sdk-2', role: 'worker', host: 'test', running: 0, free: 4, warm: {}, draining: false }));
+    await wnc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const out = await exec.run(job('S'), async () => {
+      served++;
+      return { header: { status: 200 }, body: Buffer.alloc(0) };
+    });
+    assert.equal(out.kind === 'result' && out.body.toString(), '"done"');
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      [400, 400],
+    );
+    assert.ok(answers.every((a) => a.took < 2000), JSON.stringify(answers));
+    assert.equal(served, 0, 'a bad SDK request reached the handler');
+    sub.unsubscribe();
+    wire.close();
+    await exec.close();
   });
 
   test('malformed messages to its subjects are dropped and logged; it goes on', async () => {

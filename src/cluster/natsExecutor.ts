@@ -32,6 +32,7 @@ import {
   type RunReply,
 } from './messages.ts';
 import { Wire } from './wire.ts';
+import { MAX_SDK_BODY } from '../algorithms/hostRequests.ts';
 import type { ClusterLog } from './log.ts';
 
 /** How long past a job's own time an API node waits for its worker's answer. */
@@ -44,6 +45,8 @@ export const BODY_TTL_MS = 60_000;
 
 interface Pending {
   host: HostHandler | undefined;
+  /** When the API node stops waiting for the call (its SDK requests' bodies are fetched until then). */
+  deadline: number;
   /** The worker node that took it (from its `taken` notice, or the one it was routed to). */
   worker: string | undefined;
   lost: (err: WorkerLostError) => void;
@@ -122,7 +125,7 @@ export class NatsExecutor implements Executor {
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job }), job.timeoutMs + REPLY_GRACE_MS);
     const routed = this.route(job.target.key);
-    const pending: Pending = { host, worker: routed, lost: () => undefined };
+    const pending: Pending = { host, deadline, worker: routed, lost: () => undefined };
     const lost = new Promise<never>((_, reject) => (pending.lost = reject));
     lost.catch(() => undefined);
     this.calls.set(call, pending);
@@ -268,9 +271,14 @@ export class NatsExecutor implements Executor {
         }
         return;
       }
-      request = decodeHostRequest(await this.wire.read(m));
+      // A body left in parts is fetched for as long as its call may run, and no bigger than the
+      // SDK takes (hostRequests.ts refuses bigger ones anyway).
+      const call = typeof m.header.call === 'string' ? this.calls.get(m.header.call) : undefined;
+      request = decodeHostRequest(await this.wire.read(m, call?.deadline, MAX_SDK_BODY + 1));
     } catch (err) {
       this.log.warn({ err }, 'dropped an SDK request that is not one (malformed message on the bus)');
+      // Its sender waits for an answer: it gets one now rather than at its call's end.
+      this.answer(msg, refusal(400, 'invalid_body', `this API node could not read the SDK request: ${(err as Error).message}`));
       return;
     }
     const host = this.calls.get(request.call)?.host;
@@ -281,8 +289,12 @@ export class NatsExecutor implements Executor {
       this.log.warn({ err }, 'an SDK request from a worker node failed');
       answer = refusal(500, 'internal_error', 'internal error; the server log has the details');
     }
+    this.answer(msg, answer);
+  }
+
+  private answer(msg: Msg, answer: HostAnswer): void {
     try {
-      msg.respond(this.wire.pack(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body }), BODY_TTL_MS).data);
+      if (msg.reply) msg.respond(this.wire.pack(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body }), BODY_TTL_MS).data);
     } catch (err) {
       this.log.warn({ err }, 'could not answer an SDK request');
     } finally {
