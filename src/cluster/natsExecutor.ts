@@ -32,6 +32,7 @@ import {
   type RunReply,
 } from './messages.ts';
 import { Wire } from './wire.ts';
+import { Spinner } from './spin.ts';
 import { MAX_SDK_BODY } from '../algorithms/hostRequests.ts';
 import type { ClusterLog } from './log.ts';
 
@@ -83,11 +84,15 @@ export class NatsExecutor implements Executor {
   private readonly subscriptions: Subscription[];
   private readonly wire: Wire;
   private readonly timer: NodeJS.Timeout;
+  private readonly spinner: Spinner;
 
+  /** `spinUs`: how long to busy-poll for a worker's answer (ALGOHOST_NATS_SPIN_US; 0: never). */
   constructor(
     private readonly nc: NatsConnection,
     private readonly log: ClusterLog,
+    spinUs = 0,
   ) {
+    this.spinner = new Spinner(spinUs / 1000);
     this.wire = new Wire(nc, this.node, log);
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
@@ -135,6 +140,7 @@ export class NatsExecutor implements Executor {
         const subject = pending.worker ? `${WORKER_PREFIX}.${pending.worker}.run` : RUN_SUBJECT;
         let msg: Msg;
         try {
+          this.spinner.expect();
           msg = await Promise.race([this.request(subject, data, deadline), lost]);
         } catch (err) {
           if (!pending.worker || !isNoResponders(err) || attempt > 0) throw err;
@@ -162,6 +168,7 @@ export class NatsExecutor implements Executor {
       throw new AppError('server_busy', `no answer from a worker node (${(err as Error).message}); retry shortly`, undefined, err);
     } finally {
       this.calls.delete(call);
+      if (this.calls.size === 0) this.spinner.rest();
       this.wire.withdraw(ref);
     }
     if (routed !== undefined && routed === pending.worker) this.giveBack(routed, job.target.key);
