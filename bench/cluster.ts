@@ -36,8 +36,6 @@ import { processCpuNs, treeCpuAll } from './procTree.ts';
 const bench = createBench('cluster');
 const ROUNDS = QUICK ? 1 : 3;
 const HOP_ROUNDS = QUICK ? 1 : 5;
-/** The busy-polling window of the third side of the hop. */
-const SPIN_US = 1000;
 const CAPACITY_MS = QUICK ? 1500 : 6000;
 const LATENCY_MS = QUICK ? 1000 : 4000;
 const ASYNC_CALLS = QUICK ? 500 : 10_000;
@@ -115,9 +113,6 @@ async function main(): Promise<void> {
   servers.push(apiNode);
   const single = await startServerProcess({ home: home(), env, timeoutMs: 60_000 });
   servers.push(single);
-  // A second API node that busy-polls for its answers (ALGOHOST_NATS_SPIN_US, docs/cluster.md).
-  const spinning = await startServerProcess({ home: home(), env: { ...env, ALGOHOST_NATS_SPIN_US: String(SPIN_US) }, args: ['--role', 'api'], timeoutMs: 60_000 });
-  servers.push(spinning);
   const workers: WorkerProc[] = [];
   stops.push(async () => void (await Promise.all(workers.map((w) => w.stop()))));
   workers.push(await startWorker(env, home()));
@@ -158,19 +153,19 @@ async function main(): Promise<void> {
   while (workers.length < 2) workers.push(await startWorker(env, home()));
 
   // 2. The hop: warm echo at 1 connection, through the API node and to the all-in-one server.
-  const hop = { cluster: [] as number[], spin: [] as number[], single: [] as number[] };
-  const urls = { cluster: apiNode.url, spin: spinning.url, single: single.url };
+  const hop = { cluster: [] as number[], single: [] as number[] };
+  const urls = { cluster: apiNode.url, single: single.url };
   // CPU µs per call of the process the client talks to (the API node, or the all-in-one server).
-  const cpuPerCall = { cluster: [] as number[], spin: [] as number[], single: [] as number[] };
+  const cpuPerCall = { cluster: [] as number[], single: [] as number[] };
   // Every side warmed alike: their JIT and their sandboxes settle before the rounds.
   for (const url of Object.values(urls)) await runLoad(port(url), echoReq(url), 1, QUICK ? 1000 : 3000);
-  const sides = ['cluster', 'single', 'spin'] as const;
+  const sides = ['cluster', 'single'] as const;
   for (let round = 0; round < (PHASES.has('hop') ? HOP_ROUNDS : 0); round++) {
     // Each round starts one side further on, so no side always comes first.
     for (const side of sides.map((_, i) => sides[(i + round) % sides.length]!)) {
       const url = urls[side];
       const latencies: number[] = [];
-      const pid = { cluster: apiNode.pid, spin: spinning.pid, single: single.pid }[side];
+      const pid = { cluster: apiNode.pid, single: single.pid }[side];
       const cpu0 = processCpuNs(pid);
       const r = await runLoad(port(url), echoReq(url), 1, LATENCY_MS, { latencies });
       cpuPerCall[side].push((processCpuNs(pid) - cpu0) / 1000 / Math.max(1, r.completed));
@@ -180,7 +175,6 @@ async function main(): Promise<void> {
     }
   }
   const hopDiffs = hop.cluster.map((x, i) => x - hop.single[i]!);
-  const spinDiffs = hop.spin.map((x, i) => x - hop.single[i]!);
   // The floor of any hop through NATS here: a bare request-reply between two processes (this one
   // and a responder of a few lines), through the same nats-server, no algohost code on either side.
   const floor: number[] = [];
@@ -258,7 +252,6 @@ process.stdout.write('ready');`,
   const noiseLine = noise();
   const capRatio = median(capacityRatios);
   const hopDiff = median(hopDiffs);
-  const spinDiff = median(spinDiffs);
   const rowsOut: Row[] = [
     {
       measure: `calls/s, 20 ms sleep, ${CONNECTIONS} connections: 2 worker nodes vs 1`,
@@ -277,18 +270,10 @@ process.stdout.write('ready');`,
       result: verdict(hopDiff <= 0.5),
     },
     {
-      measure: `the same, the API node busy-polling for answers (ALGOHOST_NATS_SPIN_US=${SPIN_US})`,
-      ours: fmt(median(hop.spin), 3),
-      base: fmt(median(hop.single), 3),
-      ratio: `+${fmt(spinDiff, 3)} ms`,
-      target: '≤ +0.5 ms',
-      result: verdict(spinDiff <= 0.5),
-    },
-    {
-      measure: 'for reference: CPU µs per warm call of the process the client talks to: API node, busy-polling API node, all-in-one server',
-      ours: `${fmt(median(cpuPerCall.cluster), 0)}, ${fmt(median(cpuPerCall.spin), 0)}`,
+      measure: 'for reference: CPU µs per warm call of the process the client talks to, API node vs all-in-one server',
+      ours: fmt(median(cpuPerCall.cluster), 0),
       base: fmt(median(cpuPerCall.single), 0),
-      ratio: `${fmt(median(cpuPerCall.spin) / Math.max(1e-9, median(cpuPerCall.cluster)), 2)} × with busy-polling`,
+      ratio: `${fmt(median(cpuPerCall.cluster) / Math.max(1e-9, median(cpuPerCall.single)), 2)} ×`,
       target: '—',
       result: '—',
     },
@@ -320,7 +305,7 @@ process.stdout.write('ready');`,
     `- **Machine:** ${machineBase()}; nats-server, PostgreSQL 15, s3rver, one API node, worker nodes and the all-in-one server all on this machine, over loopback.`,
     commandLine('cluster', `: ${ROUNDS} round(s) of ${CAPACITY_MS / 1000} s per capacity side, ${HOP_ROUNDS} of ${LATENCY_MS / 1000} s per latency side, sides rotating; ratios paired per round`),
     ...runLines({ seconds: (performance.now() - t0) / 1000, load0, load1: os.loadavg()[0]!, idleAtStart, noise: noiseLine }),
-    `- **Every round:** ${perRep('calls/s with 1 worker node', capacity.one)}; ${perRep('with 2', capacity.two)}; ${perRep('p50 ms through the cluster', hop.cluster.map((x) => x * 1000)).replace('p50 ms', 'p50 µs')}; ${perRep('busy-polling, µs', hop.spin.map((x) => x * 1000))}; ${perRep('all-in-one, µs', hop.single.map((x) => x * 1000))}.`,
+    `- **Every round:** ${perRep('calls/s with 1 worker node', capacity.one)}; ${perRep('with 2', capacity.two)}; ${perRep('p50 ms through the cluster', hop.cluster.map((x) => x * 1000)).replace('p50 ms', 'p50 µs')}; ${perRep('all-in-one, µs', hop.single.map((x) => x * 1000))}.`,
     end,
   ].join('\n');
   process.stdout.write(block + '\n');

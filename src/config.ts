@@ -80,12 +80,6 @@ export interface Config {
    * nodes (`algohost worker`); unset for the all-in-one server (docs/cluster.md).
    */
   natsUrl: string | undefined;
-  /**
-   * ALGOHOST_NATS_SPIN_US: how long an API node keeps its event loop turning (busy-polling, a
-   * core's worth of CPU) while it waits for a worker's answer, instead of sleeping until the
-   * answer wakes it: lower latency per call for CPU (docs/cluster.md, "Latency"). 0 (the default) turns it off.
-   */
-  natsSpinUs: number;
   /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
   asyncResultTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
@@ -148,7 +142,6 @@ export const DEFAULTS = {
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
   asyncAttempts: 3,
-  natsSpinUs: 0,
   demo: true,
   sandbox: 'auto',
   bwrapPath: '/usr/bin/bwrap',
@@ -232,7 +225,6 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
     natsUrl: env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined,
     asyncResultTtlS: int('ALGOHOST_ASYNC_RESULT_TTL_S', env.ALGOHOST_ASYNC_RESULT_TTL_S, DEFAULTS.asyncResultTtlS, 1, 365 * 86_400),
     asyncAttempts: int('ALGOHOST_ASYNC_ATTEMPTS', env.ALGOHOST_ASYNC_ATTEMPTS, DEFAULTS.asyncAttempts, 1, 100),
-    natsSpinUs: int('ALGOHOST_NATS_SPIN_US', env.ALGOHOST_NATS_SPIN_US, DEFAULTS.natsSpinUs, 0, 10_000),
   };
 }
 

@@ -167,7 +167,7 @@ async function openNode(config: Config, nc: NatsConnection | undefined, options:
  * API nodes with it too (test/helpers/cluster.ts).
  */
 export async function apiNodeParts(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<ServiceOptions> {
-  return { executor: new NatsExecutor(nc, logger, config.natsSpinUs), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
+  return { executor: new NatsExecutor(nc, logger), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
 }
 
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */

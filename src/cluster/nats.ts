@@ -18,7 +18,8 @@ export function requireCluster(config: Config, what: string): string {
 export async function connectNats(url: string, name: string): Promise<NatsConnection> {
   const servers = url.split(',').map((s) => s.trim());
   try {
-    return await connect({ servers, name, timeout: 5_000, maxReconnectAttempts: -1, reconnectTimeWait: 250, waitOnFirstConnect: false });
+    // noAsyncTraces: no Error (with its stack) made ahead of each request, in case it fails.
+    return await connect({ servers, name, timeout: 5_000, maxReconnectAttempts: -1, reconnectTimeWait: 250, waitOnFirstConnect: false, noAsyncTraces: true });
   } catch (err) {
     throw new ConfigError(`ALGOHOST_NATS_URL (${servers.map(redactUrl).join(', ')}): no NATS server answers: ${(err as Error).message}`);
   }

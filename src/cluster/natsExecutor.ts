@@ -32,7 +32,6 @@ import {
   type RunReply,
 } from './messages.ts';
 import { Wire } from './wire.ts';
-import { Spinner } from './spin.ts';
 import { MAX_SDK_BODY } from '../algorithms/hostRequests.ts';
 import type { ClusterLog } from './log.ts';
 
@@ -51,6 +50,13 @@ interface Pending {
   /** The worker node that took it (from its `taken` notice, or the one it was routed to). */
   worker: string | undefined;
   lost: (err: WorkerLostError) => void;
+  /** The attempt waiting for its answer on this node's reply subject (ask). */
+  answer?: { resolve: (msg: Msg) => void; reject: (err: Error) => void } | undefined;
+}
+
+/** The NATS server's answer to a request nobody is subscribed to (a status message, code 503). */
+class NoRespondersError extends Error {
+  override name = 'NoRespondersError';
 }
 
 /** What an API node knows of a worker node, from its beats and from its own calls since. */
@@ -79,24 +85,24 @@ export class NatsExecutor implements Executor {
   /** This node's name on the bus. */
   readonly node = crypto.randomBytes(8).toString('hex');
   private readonly apiSubject = `${HOST_PREFIX}.${this.node}`;
+  /** Where workers' answers come: `${replies}.<call>`, one subscription for all (see ask). */
+  private readonly replies = `${HOST_PREFIX}.${this.node}.reply`;
+  private readonly ids = new RandomIds();
   private readonly calls = new Map<string, Pending>();
   private readonly workers = new Map<string, WorkerView>();
   private readonly subscriptions: Subscription[];
   private readonly wire: Wire;
   private readonly timer: NodeJS.Timeout;
-  private readonly spinner: Spinner;
 
-  /** `spinUs`: how long to busy-poll for a worker's answer (ALGOHOST_NATS_SPIN_US; 0: never). */
   constructor(
     private readonly nc: NatsConnection,
     private readonly log: ClusterLog,
-    spinUs = 0,
   ) {
-    this.spinner = new Spinner(spinUs / 1000);
     this.wire = new Wire(nc, this.node, log);
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
       nc.subscribe(BEAT_SUBJECT, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
+      nc.subscribe(`${this.replies}.*`, { callback: (err, msg) => (err ? log.warn({ err }, 'reply subscription failed') : this.onReply(msg)) }),
     ];
     this.timer = setInterval(() => this.tick(), BEAT_MS / 2);
     this.timer.unref();
@@ -126,7 +132,7 @@ export class NatsExecutor implements Executor {
   async run(job: Job, host?: HostHandler): Promise<Outcome> {
     if (!this.connected) throw new AppError('server_busy', 'this node is reconnecting to the message bus (NATS); retry shortly');
     // Unguessable: an SDK request naming it acts as the call's caller.
-    const call = crypto.randomBytes(16).toString('hex');
+    const call = this.ids.next();
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job }), job.timeoutMs + REPLY_GRACE_MS);
     const routed = this.route(job.target.key);
@@ -140,8 +146,7 @@ export class NatsExecutor implements Executor {
         const subject = pending.worker ? `${WORKER_PREFIX}.${pending.worker}.run` : RUN_SUBJECT;
         let msg: Msg;
         try {
-          this.spinner.expect();
-          msg = await Promise.race([this.request(subject, data, deadline), lost]);
+          msg = await Promise.race([this.ask(subject, data, call, pending), lost]);
         } catch (err) {
           if (!pending.worker || !isNoResponders(err) || attempt > 0) throw err;
           // The worker it was routed to is gone: any other may take it.
@@ -168,7 +173,6 @@ export class NatsExecutor implements Executor {
       throw new AppError('server_busy', `no answer from a worker node (${(err as Error).message}); retry shortly`, undefined, err);
     } finally {
       this.calls.delete(call);
-      if (this.calls.size === 0) this.spinner.rest();
       this.wire.withdraw(ref);
     }
     if (routed !== undefined && routed === pending.worker) this.giveBack(routed, job.target.key);
@@ -189,8 +193,32 @@ export class NatsExecutor implements Executor {
     }
   }
 
-  private request(subject: string, data: Uint8Array, deadline: number): Promise<Msg> {
-    return this.nc.request(subject, data, { timeout: Math.max(1, deadline - Date.now()) });
+  /**
+   * Sends a job and resolves with its answer. Request-reply by hand rather than nc.request: one
+   * subscription for every call's answers, no timer per call (tick fails a call past its
+   * deadline) and no Error objects made per call for traces (the client's request made three,
+   * half of this node's CPU per warm call; docs/performance.md).
+   */
+  private ask(subject: string, data: Uint8Array, call: string, pending: Pending): Promise<Msg> {
+    return new Promise<Msg>((resolve, reject) => {
+      pending.answer = { resolve, reject };
+      try {
+        this.nc.publish(subject, data, { reply: `${this.replies}.${call}` });
+      } catch (err) {
+        pending.answer = undefined;
+        reject(err as Error);
+      }
+    });
+  }
+
+  private onReply(msg: Msg): void {
+    const call = msg.subject.slice(this.replies.length + 1);
+    const answer = this.calls.get(call)?.answer;
+    // The call ended already (it timed out, its worker was lost): nothing waits for this.
+    if (!answer) return;
+    this.calls.get(call)!.answer = undefined;
+    if (msg.data.length === 0 && msg.headers?.code === 503) answer.reject(new NoRespondersError(`no subscriber for the job`));
+    else answer.resolve(msg);
   }
 
   /**
@@ -235,8 +263,13 @@ export class NatsExecutor implements Executor {
   /** Beats, and fails the calls whose worker went silent. */
   private tick(): void {
     this.beat();
+    const now = Date.now();
     for (const p of this.calls.values()) {
       if (p.worker && this.silent(p.worker)) p.lost(new WorkerLostError(`worker node ${p.worker} has not been heard from for ${LOST_AFTER_MS / 1000} s`));
+      else if (p.answer && now > p.deadline) {
+        p.answer.reject(new Error('timed out waiting for its answer'));
+        p.answer = undefined;
+      }
     }
     const cutoff = Date.now() - 10 * LOST_AFTER_MS;
     for (const [id, w] of this.workers) if (w.seen < cutoff) this.workers.delete(id);
@@ -313,6 +346,21 @@ export class NatsExecutor implements Executor {
     clearInterval(this.timer);
     for (const s of this.subscriptions) s.unsubscribe();
     this.wire.close();
+  }
+}
+
+/** Call ids: 16 random bytes each, hex, drawn from a pool filled 256 at a time (one system call, not one per call). */
+class RandomIds {
+  private pool = Buffer.alloc(0);
+  private at = 0;
+  next(): string {
+    if (this.at + 16 > this.pool.length) {
+      this.pool = crypto.randomBytes(16 * 256);
+      this.at = 0;
+    }
+    const id = this.pool.toString('hex', this.at, this.at + 16);
+    this.at += 16;
+    return id;
   }
 }
 
