@@ -15,7 +15,7 @@ import { environmentRoutes } from './http/environmentRoutes.ts';
 import { gitRoutes } from './http/gitRoutes.ts';
 import { callRoutes, webPreflight } from './http/callRoutes.ts';
 import { DirectCalls } from './http/directCalls.ts';
-import { lingerOnClose } from './http/linger.ts';
+import { Lingering } from './http/linger.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
@@ -162,7 +162,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     log: app.log,
   });
   app.decorate('directCalls', direct);
-  app.server.on('connection', lingerOnClose);
+  const lingering = new Lingering();
+  app.server.on('connection', lingering.onConnection);
+  app.addHook('preClose', async () => lingering.closeAll());
   app.server.removeListener('request', fastify);
   app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);
