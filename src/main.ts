@@ -250,7 +250,11 @@ function startSweeper(services: Services, logger: pino.Logger, role: 'server' | 
     try {
       const pruned = await services.pruneAlgorithms(Math.min(services.config.sweepIntervalMs, 60_000));
       if (pruned > 0) logger.info({ pruned }, 'removed the local files of algorithms deleted through other servers');
-      if (role === 'worker') return;
+    } catch (err) {
+      logger.warn({ err }, 'pruning the local files of deleted algorithms failed; trying again later');
+    }
+    if (role === 'worker') return;
+    try {
       const { removed } = await services.hosted.sweep();
       if (removed > 0) logger.info({ removed }, 'removed file contents a stopped server left pending');
       await services.builds.failInterrupted();

@@ -32,7 +32,9 @@ test('a call whose timeout runs out while it waits for a worker is a TimeoutErro
 
 test('deleting a user removes the files of their algorithms', async () => {
   const bobKey = await s.user('bob');
-  const bob = api(s.url, bobKey);
+  // This process's own server, whose home is counted (under test:cluster, another API node keeps
+  // its own files, pruned at its sweep: cluster.test.ts).
+  const bob = api(s.node, bobKey);
   await release(bob, 'bob', 'Gone', { 'src/index.js': 'export const apply = (x) => x;\n' }, { settings: { language: 'javascript' } });
   const root = path.join(s.home, 'algorithms');
   const dirsBefore = fs.readdirSync(root).filter((d) => d !== '.tmp');

@@ -17,6 +17,7 @@ import path from 'node:path';
 import { startPostgres } from './helpers/postgres.ts';
 import { startS3 } from './helpers/s3.ts';
 import { TEST_BUCKET } from './helpers/backends.ts';
+import { natsUnavailable } from './helpers/nats.ts';
 
 const root = path.resolve(import.meta.dirname, '..');
 const cluster = process.argv[2] === '--cluster';
@@ -30,6 +31,10 @@ const tests =
         .sort()
         .map((f) => path.join('test', f));
 
+if (cluster && natsUnavailable()) {
+  process.stderr.write(`test:cluster: ${natsUnavailable()}\n`);
+  process.exit(1);
+}
 const pg = await startPostgres();
 let s3: Awaited<ReturnType<typeof startS3>> | undefined;
 let code = 1;

@@ -344,6 +344,8 @@ export class NatsExecutor implements Executor {
 
   async close(): Promise<void> {
     clearInterval(this.timer);
+    // Nothing will fail these at their deadline any more (the watchdog is stopped): now, then.
+    for (const p of this.calls.values()) p.answer?.reject(new Error('this API node is stopping'));
     for (const s of this.subscriptions) s.unsubscribe();
     this.wire.close();
   }

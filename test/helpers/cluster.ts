@@ -36,8 +36,8 @@ export interface WorkerProcess {
 
 /**
  * Every process started here: killed when the test process exits or is stopped, whatever
- * happens to it; and none of them keeps the test process alive (a test that forgot to close its
- * server must not hang its file).
+ * happens to it. The workers and the second API node do not keep the test process alive; the
+ * NATS server, its connection and the balancer do, until the test server is closed.
  */
 const children = new Set<ChildProcess>();
 const natsPids = new Set<NatsServer>();

@@ -51,21 +51,32 @@ export async function startServer(
     await cluster?.close();
     throw err;
   }
-  await services.hosted.recover();
-  const app = buildApp(services, cluster ? { role: 'api' } : {});
-  const local = await app.listen({ port: 0, host: '127.0.0.1' });
+  let app: FastifyInstance | undefined;
+  let url: string;
+  let local: string;
+  try {
+    await services.hosted.recover();
+    app = buildApp(services, cluster ? { role: 'api' } : {});
+    local = await app.listen({ port: 0, host: '127.0.0.1' });
+    url = cluster ? await cluster.front(local) : local;
+  } catch (err) {
+    await app?.close();
+    await services.close();
+    await cluster?.close();
+    throw err;
+  }
   return {
-    url: cluster ? await cluster.front(local) : local,
+    url,
     node: local,
     home,
     services,
-    app,
+    app: app!,
     cluster,
     async user(name) {
       return (await services.users.create(name)).apiKey;
     },
     async close() {
-      await app.close();
+      await app!.close();
       await services.close();
       await cluster?.close();
       fs.rmSync(home, { recursive: true, force: true });
