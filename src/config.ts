@@ -3,8 +3,9 @@ import path from 'node:path';
 
 /**
  * The only module that reads `process.env`. Everything else receives a `Config` (or the part
- * of it it needs). Each setting: its environment variable, its default, and why it exists.
- * docs/configuration.md lists the same settings for operators.
+ * of it it needs). SETTINGS, at the end, is the one table of them: how each is read and checked,
+ * its default, and what it means for operators; docs/configuration.md's table is generated from
+ * it (`npm run docs:config`).
  */
 export interface Config {
   /** ALGOHOST_HOME: where metadata (SQLite), file contents and the server secret live. */
@@ -188,44 +189,50 @@ export interface ConfigOverrides {
 }
 
 export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
-  const logLevel = env.ALGOHOST_LOG_LEVEL || DEFAULTS.logLevel;
-  if (!LOG_LEVELS.has(logLevel)) {
-    throw new ConfigError(`ALGOHOST_LOG_LEVEL must be one of ${[...LOG_LEVELS].join(', ')}, got "${logLevel}"`);
-  }
-  return {
-    home: path.resolve(overrides.home ?? (env.ALGOHOST_HOME || DEFAULTS.home)),
-    homeFrom: overrides.home !== undefined ? 'flag' : env.ALGOHOST_HOME ? 'env' : 'default',
-    host: overrides.host ?? (env.ALGOHOST_HOST || DEFAULTS.host),
-    port: int(overrides.port !== undefined ? '--port' : 'ALGOHOST_PORT', overrides.port ?? env.ALGOHOST_PORT, DEFAULTS.port, 0, 65535),
-    logLevel,
-    maxUploadBytes: int('ALGOHOST_MAX_UPLOAD_BYTES', env.ALGOHOST_MAX_UPLOAD_BYTES, DEFAULTS.maxUploadBytes, 1, Number.MAX_SAFE_INTEGER),
-    shutdownTimeoutMs: int('ALGOHOST_SHUTDOWN_TIMEOUT_MS', env.ALGOHOST_SHUTDOWN_TIMEOUT_MS, DEFAULTS.shutdownTimeoutMs, 0, 3_600_000),
-    publicUrl: env.ALGOHOST_PUBLIC_URL || undefined,
-    demo: overrides.demo ?? bool('ALGOHOST_DEMO', env.ALGOHOST_DEMO, DEFAULTS.demo),
-    sandbox: sandboxMode(env.ALGOHOST_SANDBOX),
-    bwrapPath: env.ALGOHOST_BWRAP || DEFAULTS.bwrapPath,
-    maxWorkers: int('ALGOHOST_WORKERS', env.ALGOHOST_WORKERS, DEFAULTS.maxWorkers, 1, 10_000),
-    workersPerVersion: int('ALGOHOST_WORKERS_PER_VERSION', env.ALGOHOST_WORKERS_PER_VERSION, DEFAULTS.workersPerVersion, 1, 10_000),
-    workerIdleMs: int('ALGOHOST_WORKER_IDLE_MS', env.ALGOHOST_WORKER_IDLE_MS, DEFAULTS.workerIdleMs, 100, 86_400_000),
-    workerMemoryMb: int('ALGOHOST_WORKER_MEMORY_MB', env.ALGOHOST_WORKER_MEMORY_MB, DEFAULTS.workerMemoryMb, 64, 1_048_576),
-    maxSourceBytes: int('ALGOHOST_MAX_SOURCE_BYTES', env.ALGOHOST_MAX_SOURCE_BYTES, DEFAULTS.maxSourceBytes, 1024, 4 * GiB),
-    buildTimeoutMs: int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
-    algorithmNetwork: networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
-    credentialsKey: credentialsKey(env.ALGOHOST_CREDENTIALS_KEY),
-    connectorTimeoutMs: int('ALGOHOST_CONNECTOR_TIMEOUT_MS', env.ALGOHOST_CONNECTOR_TIMEOUT_MS, DEFAULTS.connectorTimeoutMs, 100, 3_600_000),
-    connectorNetwork: connectorNetwork(env.ALGOHOST_CONNECTOR_NETWORK),
-    dropboxApiUrl: httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
-    dropboxContentUrl: httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
-    build: buildNetwork(env),
-    database: env.ALGOHOST_DATABASE_URL
-      ? { url: databaseUrl(env.ALGOHOST_DATABASE_URL), poolSize: int('ALGOHOST_DATABASE_POOL', env.ALGOHOST_DATABASE_POOL, DEFAULTS.databasePoolSize, 1, 1000) }
-      : undefined,
-    blobs: env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined,
-    sweepIntervalMs: int('ALGOHOST_SWEEP_INTERVAL_MS', env.ALGOHOST_SWEEP_INTERVAL_MS, DEFAULTS.sweepIntervalMs, 100, 86_400_000),
-    natsUrl: env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined,
-    asyncResultTtlS: int('ALGOHOST_ASYNC_RESULT_TTL_S', env.ALGOHOST_ASYNC_RESULT_TTL_S, DEFAULTS.asyncResultTtlS, 1, 365 * 86_400),
-    asyncAttempts: int('ALGOHOST_ASYNC_ATTEMPTS', env.ALGOHOST_ASYNC_ATTEMPTS, DEFAULTS.asyncAttempts, 1, 100),
-  };
+  const config: Partial<Record<keyof Config, unknown>> = {};
+  for (const [key, setting] of Object.entries(SETTINGS) as [keyof Config, Setting<unknown>][]) config[key] = setting.read(env, overrides);
+  return config as Config;
+}
+
+/** One row of the table of settings in docs/configuration.md. */
+export interface SettingDoc {
+  /** Its variables (two for a pair documented together). */
+  vars: string[];
+  /** The command-line flag that overrides it, if any. */
+  flag?: string;
+  /** The default, as the table shows it (Markdown). */
+  shown: string;
+  /** What it does, for operators (Markdown). */
+  meaning: string;
+}
+
+/** A setting: how it is read, and the rows that document its variables (none for a derived one). */
+interface Setting<T> {
+  read(env: NodeJS.ProcessEnv, overrides: ConfigOverrides): T;
+  docs: SettingDoc[];
+}
+
+/** A default shown as code in the table. */
+const code = (value: string | number | boolean) => `\`${value}\``;
+
+/** Where docs/configuration.md's table of settings begins and ends (scripts/docs-config.ts writes it). */
+export const SETTINGS_BEGIN = '<!-- settings:begin (generated from src/config.ts by `npm run docs:config`; edit there) -->';
+export const SETTINGS_END = '<!-- settings:end -->';
+
+/** docs/configuration.md's table of settings, in Markdown, as SETTINGS documents them. */
+export function settingsTable(): string {
+  const rows = Object.values(SETTINGS).flatMap((s: Setting<unknown>) => s.docs);
+  return [
+    '| variable | flag | default | meaning |',
+    '|---|---|---|---|',
+    ...rows.map((r) => `| ${r.vars.map((v) => `\`${v}\``).join(', ')} |${r.flag ? ` \`${r.flag}\` ` : ' '}| ${r.shown} | ${r.meaning} |`),
+  ].join('\n');
+}
+
+function logLevel(raw: string | undefined): string {
+  const level = raw || DEFAULTS.logLevel;
+  if (!LOG_LEVELS.has(level)) throw new ConfigError(`ALGOHOST_LOG_LEVEL must be one of ${[...LOG_LEVELS].join(', ')}, got "${level}"`);
+  return level;
 }
 
 /** nats://host:port (or tls://), with optional user:password; more than one separated by commas. */
@@ -398,3 +405,200 @@ function sandboxMode(raw: string | undefined): 'auto' | 'required' {
   if (raw === 'required') return 'required';
   throw new ConfigError(`ALGOHOST_SANDBOX must be auto or required, got "${raw}"`);
 }
+
+/**
+ * Every setting: how it is read (flags win over the environment, which wins over DEFAULTS) and,
+ * for each variable, the row of docs/configuration.md's table that documents it. That table is
+ * generated from this one (`npm run docs:config`; test/docs.test.ts fails when it is stale), so
+ * the code and the operators' page cannot drift apart. Read in this order.
+ */
+const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
+  home: {
+    read: (env, o) => path.resolve(o.home ?? (env.ALGOHOST_HOME || DEFAULTS.home)),
+    docs: [
+      { vars: ["ALGOHOST_HOME"], flag: "--home DIR", shown: code(DEFAULTS.home), meaning: "Where everything the server keeps lives: `metadata.sqlite` (users, keys, data and algorithm metadata), `data/` (file contents), `algorithms/` (sources and builds), `secret` (the server secret, mode 0600), `demo-key`. Back up the whole directory. The admin commands find it as described under \"The home directory\" below." },
+    ],
+  },
+  homeFrom: {
+    read: (env, o) => (o.home !== undefined ? 'flag' : env.ALGOHOST_HOME ? 'env' : 'default'),
+    docs: [],
+  },
+  port: {
+    read: (env, o) => int(o.port !== undefined ? '--port' : 'ALGOHOST_PORT', o.port ?? env.ALGOHOST_PORT, DEFAULTS.port, 0, 65535),
+    docs: [
+      { vars: ["ALGOHOST_PORT"], flag: "--port N", shown: code(DEFAULTS.port), meaning: "TCP port. `0` picks a free port (the ready line says which)." },
+    ],
+  },
+  host: {
+    read: (env, o) => o.host ?? (env.ALGOHOST_HOST || DEFAULTS.host),
+    docs: [
+      { vars: ["ALGOHOST_HOST"], flag: "--host H", shown: code(DEFAULTS.host), meaning: "Interface to listen on. Loopback by default, so a first start exposes nothing; set `0.0.0.0` to serve other machines (behind TLS)." },
+    ],
+  },
+  logLevel: {
+    read: (env) => logLevel(env.ALGOHOST_LOG_LEVEL),
+    docs: [
+      { vars: ["ALGOHOST_LOG_LEVEL"], shown: code(DEFAULTS.logLevel), meaning: "`fatal`, `error`, `warn`, `info`, `debug`, `trace` or `silent`. Logs are JSON lines (pino) on stdout; at `info` there are two lines per request. No log line ever contains an API key." },
+    ],
+  },
+  maxUploadBytes: {
+    read: (env) => int('ALGOHOST_MAX_UPLOAD_BYTES', env.ALGOHOST_MAX_UPLOAD_BYTES, DEFAULTS.maxUploadBytes, 1, Number.MAX_SAFE_INTEGER),
+    docs: [
+      { vars: ["ALGOHOST_MAX_UPLOAD_BYTES"], shown: code(DEFAULTS.maxUploadBytes) + ' (5 GiB)', meaning: "Largest file one PUT may store. Checked against Content-Length up front and counted while streaming (chunked uploads)." },
+    ],
+  },
+  shutdownTimeoutMs: {
+    read: (env) => int('ALGOHOST_SHUTDOWN_TIMEOUT_MS', env.ALGOHOST_SHUTDOWN_TIMEOUT_MS, DEFAULTS.shutdownTimeoutMs, 0, 3_600_000),
+    docs: [
+      { vars: ["ALGOHOST_SHUTDOWN_TIMEOUT_MS"], shown: code(DEFAULTS.shutdownTimeoutMs), meaning: "On SIGTERM/SIGINT the server stops accepting, finishes requests in flight and exits 0; if they are still running after this long it exits 1." },
+    ],
+  },
+  publicUrl: {
+    read: (env) => env.ALGOHOST_PUBLIC_URL || undefined,
+    docs: [
+      { vars: ["ALGOHOST_PUBLIC_URL"], shown: "the listening address", meaning: "The address users reach the server at, used in the examples printed at start." },
+    ],
+  },
+  sandbox: {
+    read: (env) => sandboxMode(env.ALGOHOST_SANDBOX),
+    docs: [
+      { vars: ["ALGOHOST_SANDBOX"], shown: code(DEFAULTS.sandbox), meaning: "Algorithms run in bubblewrap sandboxes. At start the server checks that bwrap works; without it, `auto` starts anyway and says loudly, at start and in `GET /health` (`\"sandbox\": {\"enabled\": false, \"warning\": ...}`), that algorithms are not sandboxed; `required` refuses to start." },
+    ],
+  },
+  bwrapPath: {
+    read: (env) => env.ALGOHOST_BWRAP || DEFAULTS.bwrapPath,
+    docs: [
+      { vars: ["ALGOHOST_BWRAP"], shown: code(DEFAULTS.bwrapPath), meaning: "The bubblewrap binary." },
+    ],
+  },
+  demo: {
+    read: (env, o) => o.demo ?? bool('ALGOHOST_DEMO', env.ALGOHOST_DEMO, DEFAULTS.demo),
+    docs: [
+      { vars: ["ALGOHOST_DEMO"], flag: "--no-demo", shown: code(DEFAULTS.demo), meaning: "On the first start of an empty home, create the user `demo`, write its key to `$ALGOHOST_HOME/demo-key` (mode 0600), and publish the demo algorithms `demo/Hello`, `demo/Stats`, `demo/Reverse` and `demo/WordCount`." },
+    ],
+  },
+  maxWorkers: {
+    read: (env) => int('ALGOHOST_WORKERS', env.ALGOHOST_WORKERS, DEFAULTS.maxWorkers, 1, 10_000),
+    docs: [
+      { vars: ["ALGOHOST_WORKERS"], shown: code(DEFAULTS.maxWorkers), meaning: "Warm algorithm workers alive at once, all algorithms together. Each is a sandboxed process holding its algorithm in memory; at the limit, an idle worker of another version is stopped to make room, else calls wait." },
+    ],
+  },
+  workersPerVersion: {
+    read: (env) => int('ALGOHOST_WORKERS_PER_VERSION', env.ALGOHOST_WORKERS_PER_VERSION, DEFAULTS.workersPerVersion, 1, 10_000),
+    docs: [
+      { vars: ["ALGOHOST_WORKERS_PER_VERSION"], shown: code(DEFAULTS.workersPerVersion), meaning: "Workers of one algorithm version at once: how many of its calls run in parallel." },
+    ],
+  },
+  workerIdleMs: {
+    read: (env) => int('ALGOHOST_WORKER_IDLE_MS', env.ALGOHOST_WORKER_IDLE_MS, DEFAULTS.workerIdleMs, 100, 86_400_000),
+    docs: [
+      { vars: ["ALGOHOST_WORKER_IDLE_MS"], shown: code(DEFAULTS.workerIdleMs), meaning: "An idle worker is stopped after this long (the next call starts a new one: a cold start)." },
+    ],
+  },
+  workerMemoryMb: {
+    read: (env) => int('ALGOHOST_WORKER_MEMORY_MB', env.ALGOHOST_WORKER_MEMORY_MB, DEFAULTS.workerMemoryMb, 64, 1_048_576),
+    docs: [
+      { vars: ["ALGOHOST_WORKER_MEMORY_MB"], shown: code(DEFAULTS.workerMemoryMb), meaning: "Memory an algorithm may use: the V8 heap of a Node worker, the address space of a Python worker (plus 256 MiB for the interpreter)." },
+    ],
+  },
+  maxSourceBytes: {
+    read: (env) => int('ALGOHOST_MAX_SOURCE_BYTES', env.ALGOHOST_MAX_SOURCE_BYTES, DEFAULTS.maxSourceBytes, 1024, 4 * GiB),
+    docs: [
+      { vars: ["ALGOHOST_MAX_SOURCE_BYTES"], shown: code(DEFAULTS.maxSourceBytes) + ' (50 MiB)', meaning: "Largest source archive an upload may send (compressed). Unpacked, an archive may hold at most 256 MiB, 20,000 entries and 100 MiB per file." },
+    ],
+  },
+  algorithmNetwork: {
+    read: (env) => networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
+    docs: [
+      { vars: ["ALGOHOST_ALGORITHM_NETWORK"], shown: code(DEFAULTS.algorithmNetwork), meaning: "`host` lets algorithms whose settings say `network_access: \"full\"` use the network: they share the **host's** network namespace, loopback included, so they can reach every service listening on the host (and cloud metadata addresses). Turn it on only where that is acceptable. `none` refuses that setting (400 `network_not_allowed`), and versions published with it run without network. Build steps (npm, pip) always have the host's network: they fetch packages." },
+    ],
+  },
+  credentialsKey: {
+    read: (env) => credentialsKey(env.ALGOHOST_CREDENTIALS_KEY),
+    docs: [
+      { vars: ["ALGOHOST_CREDENTIALS_KEY"], shown: "derived from `$ALGOHOST_HOME/secret`", meaning: "32 bytes in base64 (`openssl rand -base64 32`) that encrypt connected accounts' credentials (AES-256-GCM). Unset, a key is derived from the home's secret file (with `ALGOHOST_DATABASE_URL`, from the secret in the database), so a backup of the home restores them; set it to keep that key out of the home, and **do set it on PostgreSQL**, or a copy of the database alone can decrypt the credentials it holds. Every server of a deployment needs the same value. Changing it makes stored credentials unreadable: accounts must be connected again." },
+    ],
+  },
+  buildTimeoutMs: {
+    read: (env) => int('ALGOHOST_BUILD_TIMEOUT_MS', env.ALGOHOST_BUILD_TIMEOUT_MS, DEFAULTS.buildTimeoutMs, 1000, 86_400_000),
+    docs: [
+      { vars: ["ALGOHOST_BUILD_TIMEOUT_MS"], shown: code(DEFAULTS.buildTimeoutMs), meaning: "Longest a dependency install (npm, pip) of a build may take." },
+    ],
+  },
+  build: {
+    read: (env) => buildNetwork(env),
+    docs: [
+      { vars: ["ALGOHOST_BUILD_CA_FILE"], shown: "`NODE_EXTRA_CA_CERTS`, if the host sets it", meaning: "A PEM file of CA certificates that builds trust **in addition to** the host's bundle (`/etc/ssl/certs/ca-certificates.crt` or the distribution's equivalent, always included): the CA of a TLS-intercepting proxy, or of a private registry. npm gets the combined bundle as `cafile`, pip as `cert`. A file without a certificate stops the server at start." },
+      { vars: ["ALGOHOST_BUILD_NPM_REGISTRY"], shown: "the npmrc's `registry`, else `https://registry.npmjs.org/`", meaning: "The npm registry builds install from (a mirror, Verdaccio, Artifactory...)." },
+      { vars: ["ALGOHOST_BUILD_NPMRC"], shown: "the host's npmrc, credentials left out", meaning: "An npmrc file builds use **whole** (registries, scopes, tokens). Its tokens are readable by the install scripts of every build: give it a read-only token. Unset, the server user's own npmrc (`NPM_CONFIG_USERCONFIG`, else `~/.npmrc`) is used without its credential lines (`_auth`, `_authToken`, `_password`, `username`, `email`, `certfile`, `keyfile`), so the operator's personal token never reaches users' builds." },
+      { vars: ["ALGOHOST_BUILD_PIP_INDEX_URL"], shown: "the pip.conf's `index-url`, else `https://pypi.org/simple/`", meaning: "The Python package index builds install from. A `--index-url` (or `--no-index`) in an algorithm's own `requirements.txt` still wins." },
+      { vars: ["ALGOHOST_BUILD_PIP_CONF"], shown: "the host's pip.conf, credentials left out", meaning: "A pip.conf builds use whole. Unset, the host's own (`PIP_CONFIG_FILE`, else `~/.config/pip/pip.conf`, `~/.pip/pip.conf`, `/etc/pip.conf`: the first that exists) is used with user names and passwords taken out of its URLs." },
+      { vars: ["ALGOHOST_BUILD_HTTP_PROXY", "ALGOHOST_BUILD_HTTPS_PROXY"], shown: "the host's `HTTP_PROXY`, `HTTPS_PROXY` (either case)", meaning: "The proxy builds reach registries through (`http://proxy:3128`). Set for npm (`proxy`, `https-proxy`), pip and install scripts (`http_proxy`, `https_proxy`)." },
+      { vars: ["ALGOHOST_BUILD_NO_PROXY"], shown: "the host's `NO_PROXY` (either case)", meaning: "Hosts reached without the proxy (`localhost,.internal`)." },
+    ],
+  },
+  connectorTimeoutMs: {
+    read: (env) => int('ALGOHOST_CONNECTOR_TIMEOUT_MS', env.ALGOHOST_CONNECTOR_TIMEOUT_MS, DEFAULTS.connectorTimeoutMs, 100, 3_600_000),
+    docs: [
+      { vars: ["ALGOHOST_CONNECTOR_TIMEOUT_MS"], shown: code(DEFAULTS.connectorTimeoutMs), meaning: "How long a connected account's provider (S3, WebDAV, Dropbox) may take to answer one request, or stay silent in the middle of a transfer, before the request fails with `connector_timeout` (504). A long transfer that keeps moving is never cut." },
+    ],
+  },
+  connectorNetwork: {
+    read: (env) => connectorNetwork(env.ALGOHOST_CONNECTOR_NETWORK),
+    docs: [
+      { vars: ["ALGOHOST_CONNECTOR_NETWORK"], shown: code(DEFAULTS.connectorNetwork), meaning: "`public` refuses connected accounts whose endpoint is, or resolves to, a loopback, private (RFC 1918, unique-local), CGNAT or link-local address (cloud metadata services live there): users cannot make the server fetch from its own network. `any` allows them: set it when accounts point at a MinIO or Nextcloud on your LAN, and only if every user may reach that network. The endpoint is checked when an account's client is made, and every new connection's resolved address again (DNS rebinding is refused too)." },
+    ],
+  },
+  database: {
+    read: (env) =>
+      env.ALGOHOST_DATABASE_URL
+        ? { url: databaseUrl(env.ALGOHOST_DATABASE_URL), poolSize: int('ALGOHOST_DATABASE_POOL', env.ALGOHOST_DATABASE_POOL, DEFAULTS.databasePoolSize, 1, 1000) }
+        : undefined,
+    docs: [
+      { vars: ["ALGOHOST_DATABASE_URL"], shown: "unset: SQLite in the home", meaning: "`postgres://user:password@host:5432/database`: keep the metadata (users, keys, data's directory tree and ACLs, algorithms, builds, versions, connected accounts) in PostgreSQL, shared by every server that names it (docs/deployment.md). The database must exist; the server creates its tables at start (migrations run once, under an advisory lock, however many servers start together; `algohost migrate` runs them alone). A database that refuses the connection, the password or the name stops the server at start with one line naming this setting. The server secret then lives in the database (`meta.server_secret`) so that all servers share it." },
+      { vars: ["ALGOHOST_DATABASE_POOL"], shown: code(DEFAULTS.databasePoolSize), meaning: "Connections each server keeps to that database (plus one that listens for other servers' changes)." },
+    ],
+  },
+  sweepIntervalMs: {
+    read: (env) => int('ALGOHOST_SWEEP_INTERVAL_MS', env.ALGOHOST_SWEEP_INTERVAL_MS, DEFAULTS.sweepIntervalMs, 100, 86_400_000),
+    docs: [
+      { vars: ["ALGOHOST_SWEEP_INTERVAL_MS"], shown: code(DEFAULTS.sweepIntervalMs), meaning: "With `ALGOHOST_DATABASE_URL`: how often each server removes what a server of the deployment that died (and was not restarted) left in flight: file contents it was writing or releasing, and builds it was running (they fail, saying to compile again). A live server's work is never touched. A restarted server sweeps at start anyway. The same sweep removes this node's local files of algorithms deleted through another server; worker nodes sweep for that too." },
+    ],
+  },
+  blobs: {
+    read: (env) => (env.ALGOHOST_BLOBS ? s3Blobs(env.ALGOHOST_BLOBS, env) : undefined),
+    docs: [
+      { vars: ["ALGOHOST_BLOBS"], shown: "unset: `$ALGOHOST_HOME/data`", meaning: "`s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1&force_path_style=true`: keep hosted file contents in an S3-compatible bucket (AWS S3, MinIO, Ceph, R2...) under `prefix/blobs/`. `endpoint` is left out for AWS itself; `force_path_style` defaults to true when an endpoint is given. Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`), or from `access_key_id`/`secret_access_key` in the URL; the region from `region`, else `AWS_REGION`. The bucket must exist: a missing bucket, refused credentials or an unreachable endpoint stop the server at start with one line naming this setting. Give the bucket an `AbortIncompleteMultipartUpload` lifecycle rule (a day is plenty): it removes the invisible parts of a large upload whose server was killed mid-way." },
+    ],
+  },
+  natsUrl: {
+    read: (env) => (env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined),
+    docs: [
+      { vars: ["ALGOHOST_NATS_URL"], shown: "unset: no cluster", meaning: "`nats://host:4222` (or `tls://`, with `user:password@` if the server wants them; several servers separated by commas): the NATS server (with JetStream) that joins the nodes of a cluster (docs/cluster.md). Needed by `algohost serve --role api` and `algohost worker`, which also need `ALGOHOST_DATABASE_URL` and `ALGOHOST_BLOBS`; ignored by a plain `algohost serve`, which runs everything itself. A URL that is not nats:// or tls://, or a server that does not answer at start, stops the node with one line naming this setting; once connected, a node reconnects by itself for as long as the server is away." },
+    ],
+  },
+  asyncResultTtlS: {
+    read: (env) => int('ALGOHOST_ASYNC_RESULT_TTL_S', env.ALGOHOST_ASYNC_RESULT_TTL_S, DEFAULTS.asyncResultTtlS, 1, 365 * 86_400),
+    docs: [
+      { vars: ["ALGOHOST_ASYNC_RESULT_TTL_S"], shown: code(DEFAULTS.asyncResultTtlS), meaning: "How long the answer of an async call (`output=void`) is kept for `GET /v1/requests/:id` after the call ends, in seconds (1 to 365 days)." },
+    ],
+  },
+  asyncAttempts: {
+    read: (env) => int('ALGOHOST_ASYNC_ATTEMPTS', env.ALGOHOST_ASYNC_ATTEMPTS, DEFAULTS.asyncAttempts, 1, 100),
+    docs: [
+      { vars: ["ALGOHOST_ASYNC_ATTEMPTS"], shown: code(DEFAULTS.asyncAttempts), meaning: "How many times an async call is started at most when the node running it is lost (a cluster's worker node, or a server killed mid-call); after that its answer is a `WorkerLostError` envelope." },
+    ],
+  },
+  dropboxApiUrl: {
+    read: (env) => httpUrl('ALGOHOST_DROPBOX_API_URL', env.ALGOHOST_DROPBOX_API_URL, DEFAULTS.dropboxApiUrl),
+    docs: [
+      { vars: ["ALGOHOST_DROPBOX_API_URL"], shown: code(DEFAULTS.dropboxApiUrl), meaning: "Where Dropbox's RPC endpoints are. Only changed to point at a stand-in (tests)." },
+    ],
+  },
+  dropboxContentUrl: {
+    read: (env) => httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
+    docs: [
+      { vars: ["ALGOHOST_DROPBOX_CONTENT_URL"], shown: code(DEFAULTS.dropboxContentUrl), meaning: "Where Dropbox's content (upload, download) endpoints are. Only changed to point at a stand-in (tests)." },
+    ],
+  },
+};

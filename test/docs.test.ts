@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { ERROR_CODES } from '../src/errors.ts';
+import { SETTINGS_BEGIN as BEGIN, SETTINGS_END as END, settingsTable } from '../src/config.ts';
 
 const read = (p: string) => fs.readFileSync(new URL(`../${p}`, import.meta.url), 'utf8');
 
@@ -14,12 +15,18 @@ test('every error code is in docs/errors.md with its status', () => {
   }
 });
 
-test('every setting the config module reads is in docs/configuration.md', () => {
+test('every setting the config module reads has its row in the settings table, and the table in docs/configuration.md is the one it makes', () => {
   const source = read('src/config.ts');
-  const doc = read('docs/configuration.md');
+  const table = settingsTable();
   const vars = new Set(source.match(/ALGOHOST_[A-Z_]+/g));
-  assert.ok(vars.size >= 6);
-  for (const v of vars) assert.ok(doc.includes(`\`${v}\``), `docs/configuration.md documents ${v}`);
+  assert.ok(vars.size >= 30);
+  const rows = table.split('\n').slice(2);
+  for (const v of vars) assert.ok(rows.some((r) => r.split(' | ')[0]!.includes(`\`${v}\``)), `the settings table has a row for ${v}`);
+  for (const r of rows) assert.match(r, /^\| `ALGOHOST_[A-Z_]+`.* \|$/, 'a well-formed row');
+  const page = read('docs/configuration.md');
+  const generated = page.split(BEGIN)[1]?.split(END)[0];
+  assert.ok(generated !== undefined, 'docs/configuration.md has the settings markers');
+  assert.equal(generated.trim(), table, 'docs/configuration.md is stale: run npm run docs:config');
 });
 
 test('the docs only name files that are in the repository, and no feature as still to come', () => {
