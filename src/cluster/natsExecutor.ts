@@ -148,7 +148,7 @@ export class NatsExecutor implements Executor {
         try {
           msg = await Promise.race([this.ask(subject, data, call, pending), lost]);
         } catch (err) {
-          if (!pending.worker || !isNoResponders(err) || attempt > 0) throw err;
+          if (!pending.worker || !(err instanceof NoRespondersError) || attempt > 0) throw err;
           // The worker it was routed to is gone: any other may take it.
           this.workers.delete(pending.worker);
           pending.worker = undefined;
@@ -167,7 +167,7 @@ export class NatsExecutor implements Executor {
       }
     } catch (err) {
       if (err instanceof WorkerLostError) throw err;
-      if (isNoResponders(err)) throw new ExecutorBusyError('no_workers');
+      if (err instanceof NoRespondersError) throw new ExecutorBusyError('no_workers');
       if (err instanceof MessageError) throw new AppError('internal_error', 'a worker node answered with a message this node cannot read', undefined, err);
       if (pending.worker && this.silent(pending.worker)) throw new WorkerLostError(`worker node ${pending.worker} went silent`);
       throw new AppError('server_busy', `no answer from a worker node (${(err as Error).message}); retry shortly`, undefined, err);
@@ -212,11 +212,11 @@ export class NatsExecutor implements Executor {
   }
 
   private onReply(msg: Msg): void {
-    const call = msg.subject.slice(this.replies.length + 1);
-    const answer = this.calls.get(call)?.answer;
+    const pending = this.calls.get(msg.subject.slice(this.replies.length + 1));
+    const answer = pending?.answer;
     // The call ended already (it timed out, its worker was lost): nothing waits for this.
     if (!answer) return;
-    this.calls.get(call)!.answer = undefined;
+    pending.answer = undefined;
     if (msg.data.length === 0 && msg.headers?.code === 503) answer.reject(new NoRespondersError(`no subscriber for the job`));
     else answer.resolve(msg);
   }
@@ -364,11 +364,6 @@ class RandomIds {
     this.at += 16;
     return id;
   }
-}
-
-export function isNoResponders(err: unknown): boolean {
-  const e = err as { isNoResponders?: () => boolean; cause?: unknown; name?: string };
-  return (typeof e?.isNoResponders === 'function' && e.isNoResponders()) || (e?.cause as { name?: string } | undefined)?.name === 'NoRespondersError' || e?.name === 'NoRespondersError';
 }
 
 function refusal(status: number, code: ErrorCode, message: string): HostAnswer {
