@@ -350,6 +350,78 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX async_requests_open ON async_requests(holder) WHERE status <> 'done';
   `,
   },
+  // The web console's sign-in (auth/sessions.ts): a password hash per user (scrypt, NULL for
+  // a user without a password, who signs in nowhere but holds API keys), and the sessions,
+  // found by the SHA-256 of their cookie. Sessions are read on each console request, never
+  // cached (no change trigger): a sign-out takes effect on every node at once.
+  {
+    sqlite: `
+  ALTER TABLE users ADD COLUMN password_hash TEXT;
+  CREATE TABLE sessions (
+    id_hash TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    csrf_token TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+  );
+  CREATE INDEX sessions_user ON sessions(user_id);
+  CREATE INDEX sessions_expiry ON sessions(expires_at);
+  `,
+    postgres: `
+  ALTER TABLE users ADD COLUMN password_hash TEXT;
+  CREATE TABLE sessions (
+    id_hash TEXT COLLATE "C" PRIMARY KEY,
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    csrf_token TEXT COLLATE "C" NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+  );
+  CREATE INDEX sessions_user ON sessions(user_id);
+  CREATE INDEX sessions_expiry ON sessions(expires_at);
+  `,
+  },
+  // Usage (algorithms/usage.ts): calls summed per UTC day, caller, algorithm version and
+  // outcome. A node adds its calls up in memory and upserts the sums every second or so, so a
+  // call costs no write of its own. Durations are integer milliseconds, as elsewhere; the
+  // API reports seconds. Not read by any hot-path cache (no change trigger).
+  {
+    sqlite: `
+  CREATE TABLE usage (
+    day TEXT NOT NULL,
+    caller_id INTEGER NOT NULL,
+    owner_id INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    calls INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    PRIMARY KEY (day, caller_id, owner_id, name, version, outcome)
+  );
+  CREATE INDEX usage_caller ON usage(caller_id, day);
+  CREATE INDEX usage_owner ON usage(owner_id, day);
+  `,
+    postgres: `
+  CREATE TABLE usage (
+    day TEXT COLLATE "C" NOT NULL,
+    caller_id BIGINT NOT NULL,
+    owner_id BIGINT NOT NULL,
+    owner TEXT COLLATE "C" NOT NULL,
+    name TEXT COLLATE "C" NOT NULL,
+    version TEXT COLLATE "C" NOT NULL,
+    outcome TEXT COLLATE "C" NOT NULL,
+    calls BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    bytes_in BIGINT NOT NULL,
+    bytes_out BIGINT NOT NULL,
+    PRIMARY KEY (day, caller_id, owner_id, name, version, outcome)
+  );
+  CREATE INDEX usage_caller ON usage(caller_id, day);
+  CREATE INDEX usage_owner ON usage(owner_id, day);
+  `,
+  },
 ];
 
 /**

@@ -10,6 +10,8 @@ export interface UsersTable {
   /** Lower-cased username: names are unique without regard to case. */
   username_lc: string;
   created_at: number;
+  /** `scrypt$...` (auth/passwords.ts); null: the user has no password and cannot sign in to the console. */
+  password_hash: string | null;
 }
 
 export interface ApiKeysTable {
@@ -174,7 +176,36 @@ export interface AsyncRequestsTable {
   finished_at: number | null;
 }
 
+export interface SessionsTable {
+  /** SHA-256 of the session cookie's value, hex. The value itself is never stored. */
+  id_hash: string;
+  user_id: number;
+  /** Sent back by the console in X-CSRF-Token with each request the cookie authenticates. */
+  csrf_token: string;
+  created_at: number;
+  expires_at: number;
+}
+
+export interface UsageTable {
+  /** UTC day, `YYYY-MM-DD`. */
+  day: string;
+  caller_id: number;
+  owner_id: number;
+  owner: string;
+  name: string;
+  /** The version that ran (`1.2.3`), or the build id of an owner's unpublished build. */
+  version: string;
+  /** `ok`, `error` (the algorithm failed or could not start), `timeout`. */
+  outcome: string;
+  calls: number;
+  duration_ms: number;
+  bytes_in: number;
+  bytes_out: number;
+}
+
 export interface Schema {
+  sessions: SessionsTable;
+  usage: UsageTable;
   async_requests: AsyncRequestsTable;
   artifacts: ArtifactsTable;
   connectors: ConnectorsTable;
