@@ -17,6 +17,9 @@ import { callRoutes, webPreflight } from './http/callRoutes.ts';
 import { DirectCalls } from './http/directCalls.ts';
 import { Lingering } from './http/linger.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
+import { usageRoutes } from './http/usageRoutes.ts';
+import { passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
+import { CSRF_HEADER, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
@@ -119,6 +122,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   deprecated('/data', '/v1/data');
 
   app.register(webPreflight);
+  // Console sign-in: user name and password for a session cookie (no key needed to ask).
+  app.register(sessionRoutes, { sessions: services.sessions });
   // Algorithm sources over git: HTTP Basic (user name, API key), as git sends it.
   app.register(gitRoutes, { repos: services.git, keys: services.keys });
 
@@ -139,13 +144,27 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         req.callContext = ctx;
         return;
       }
-      req.principal = await services.keys.authenticate(req.headers.authorization);
+      const authorization = req.headers.authorization;
+      if (authorization === undefined) {
+        // The web console: its session cookie, with the session's CSRF token (sessionRoutes.ts).
+        const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+        if (cookie !== undefined) {
+          refuseCrossSite(req);
+          const csrf = req.headers[CSRF_HEADER];
+          req.principal = await services.sessions.authenticate(cookie, typeof csrf === 'string' ? csrf : undefined);
+          req.sessionCookie = cookie;
+          return;
+        }
+      }
+      req.principal = await services.keys.authenticate(authorization);
     });
+    await authed.register(passwordRoutes, { sessions: services.sessions });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
     await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
     await authed.register(environmentRoutes, { environments: services.environments });
     await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
+    await authed.register(usageRoutes, { usage: services.usage, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the

@@ -83,6 +83,8 @@ export interface Config {
   natsUrl: string | undefined;
   /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
   asyncResultTtlS: number;
+  /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
+  sessionTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
   asyncAttempts: number;
   /**
@@ -142,6 +144,7 @@ export const DEFAULTS = {
   shutdownTimeoutMs: 30_000,
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
+  sessionTtlS: 43_200,
   asyncAttempts: 3,
   demo: true,
   sandbox: 'auto',
@@ -581,6 +584,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_ASYNC_RESULT_TTL_S', env.ALGOHOST_ASYNC_RESULT_TTL_S, DEFAULTS.asyncResultTtlS, 1, 365 * 86_400),
     docs: [
       { vars: ["ALGOHOST_ASYNC_RESULT_TTL_S"], shown: code(DEFAULTS.asyncResultTtlS), meaning: "How long the answer of an async call (`output=void`) is kept for `GET /v1/requests/:id` after the call ends, in seconds (1 to 365 days)." },
+    ],
+  },
+  sessionTtlS: {
+    read: (env) => int('ALGOHOST_SESSION_TTL_S', env.ALGOHOST_SESSION_TTL_S, DEFAULTS.sessionTtlS, 60, 30 * 86_400),
+    docs: [
+      { vars: ["ALGOHOST_SESSION_TTL_S"], shown: code(DEFAULTS.sessionTtlS), meaning: "How long a web console sign-in lasts, in seconds (1 minute to 30 days; 12 hours by default). After it the console asks for the password again. Signing out, or changing the password, ends sessions at once on every node." },
     ],
   },
   asyncAttempts: {

@@ -6,6 +6,7 @@ import { AlgorithmArtifacts } from './algorithms/artifacts.ts';
 import { ServerSecret } from './secret.ts';
 import { KeyService } from './auth/keyService.ts';
 import { UserService } from './auth/users.ts';
+import { SessionService } from './auth/sessions.ts';
 import type { BlobStore } from './data/blobStore.ts';
 import { HostedConnector, type HostedOptions } from './data/connectors/hosted.ts';
 import { DataService } from './data/dataService.ts';
@@ -23,6 +24,7 @@ import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
 import { CallService } from './algorithms/calls.ts';
+import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
 import { ConnectedAccounts } from './data/accounts/accounts.ts';
 import { CredentialBox } from './data/accounts/credentials.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
@@ -35,6 +37,8 @@ export interface Services {
   blobs: BlobStore;
   keys: KeyService;
   users: UserService;
+  /** Console sign-in: passwords and sessions. */
+  sessions: SessionService;
   hosted: HostedConnector;
   data: DataService;
   algorithms: AlgorithmRegistry;
@@ -47,6 +51,8 @@ export interface Services {
   releases: ReleaseService;
   runtime: AlgorithmRuntime;
   calls: CallService;
+  /** Calls counted per day, caller and version (algorithms/usage.ts); written on close too. */
+  usage: UsageRecorder;
   asyncCalls: AsyncCalls;
   /**
    * Removes this home's files of algorithms deleted since (through another server, when servers
@@ -80,6 +86,8 @@ export interface ServiceOptions {
   bus?: Bus;
   /** Where calls with output=void wait (an API node's JetStream queue); the process's own by default. */
   asyncQueue?: AsyncQueue;
+  /** Usage recording for tests and benchmarks (flush interval, off); every second otherwise. */
+  usage?: UsageOptions;
 }
 
 /**
@@ -153,7 +161,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     ...options.runtime,
   });
-  const calls = new CallService(releases, options.executor ?? runtime, config.algorithmNetwork === 'host');
+  const usage = new UsageRecorder(store, options.usage);
+  const calls = new CallService(releases, options.executor ?? runtime, config.algorithmNetwork === 'host', usage);
   const keys = new KeyService(store);
   const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
     resultTtlMs: config.asyncResultTtlS * 1000,
@@ -165,6 +174,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     blobs,
     keys,
     users,
+    sessions: new SessionService(store, config.sessionTtlS * 1000),
     hosted,
     data,
     algorithms,
@@ -175,6 +185,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     releases,
     runtime,
     calls,
+    usage,
     asyncCalls,
     async pruneAlgorithms(minAgeMs) {
       const local = await files.localIds(minAgeMs);
@@ -196,6 +207,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
       await asyncCalls.close();
       await options.executor?.close();
       await runtime.close();
+      // After the calls in flight have ended (and been counted), before the store closes.
+      await usage.close();
       connected.close();
       blobs.close();
       await store.close();

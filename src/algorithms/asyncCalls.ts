@@ -155,7 +155,7 @@ export class AsyncCalls {
     let status: number;
     let body: string;
     try {
-      const principal = await this.keys.principalById(row.key_id);
+      const principal = await this.keys.principalById(row.key_id, row.user_id);
       const req: CallRequest = {
         owner: row.owner,
         name: row.name,

@@ -4,6 +4,7 @@ import { AppError } from '../errors.ts';
 import type { Principal } from './principal.ts';
 import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
 import { API_KEY_PATTERN, generateApiKey, hashApiKey, keyFromAuthorization, newKeyId } from './apiKeys.ts';
+import { SESSION_KEY_PREFIX } from './sessions.ts';
 
 /** A key as shown to its owner: never the secret, except once in the creation answer. */
 export interface KeyRecord {
@@ -108,7 +109,13 @@ export class KeyService {
    * The principal of key `keyId` as it stands now (not cached): how a call accepted earlier
    * (output=void) acts when it runs, so that a key revoked or narrowed since is honoured.
    */
-  async principalById(keyId: string): Promise<Principal> {
+  async principalById(keyId: string, userId?: number): Promise<Principal> {
+    // A call a console session queued acts as the user, as the session did (it held all permissions).
+    if (keyId.startsWith(SESSION_KEY_PREFIX) && userId !== undefined) {
+      const user = await this.db.selectFrom('users').select(['id', 'username']).where('id', '=', userId).executeTakeFirst();
+      if (!user) throw new AppError('unknown_user', 'the user who made this call no longer exists');
+      return { userId: user.id, username: user.username, keyId, permissions: { ...FULL_PERMISSIONS } };
+    }
     const row = await this.db
       .selectFrom('api_keys')
       .innerJoin('users', 'users.id', 'api_keys.user_id')

@@ -1,5 +1,7 @@
 import type { Config } from '../config.ts';
 import { createServices, type Services } from '../services.ts';
+import { AppError } from '../errors.ts';
+import { validatePassword } from '../auth/passwords.ts';
 
 /** Admin commands open the same home as the server; SQLite's locking makes that safe. */
 async function withServices<T>(config: Config, fn: (s: Services) => Promise<T>): Promise<T> {
@@ -17,12 +19,68 @@ function print(value: unknown): void {
 
 type Usage = (message: string) => never;
 
-export async function userCommand(config: Config, sub: string | undefined, args: string[], usage: Usage): Promise<number> {
+/**
+ * A password from standard input: its first line when piped (`--password-stdin`, as `docker
+ * login` takes it), or typed twice without echo in a terminal.
+ */
+export async function readPassword(input: NodeJS.ReadStream = process.stdin, prompt: NodeJS.WriteStream = process.stderr): Promise<string> {
+  if (!input.isTTY) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of input) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks).toString('utf8').split(/\r?\n/)[0]!;
+  }
+  const ask = (question: string) =>
+    new Promise<string>((resolve, reject) => {
+      prompt.write(question);
+      input.setRawMode(true);
+      input.resume();
+      let typed = '';
+      const onData = (chunk: Buffer) => {
+        for (const ch of chunk.toString('utf8')) {
+          if (ch === '\r' || ch === '\n') return done(undefined);
+          if (ch === '\u0003') return done(new Error('interrupted'));
+          if (ch === '\u007f' || ch === '\b') typed = typed.slice(0, -1);
+          else typed += ch;
+        }
+      };
+      const done = (err: Error | undefined) => {
+        input.off('data', onData);
+        input.setRawMode(false);
+        input.pause();
+        prompt.write('\n');
+        if (err) reject(err);
+        else resolve(typed);
+      };
+      input.on('data', onData);
+    });
+  const first = await ask('new password: ');
+  const again = await ask('the same again: ');
+  if (first !== again) throw new AppError('invalid_password', 'the two passwords differ; nothing was changed');
+  return first;
+}
+
+export async function userCommand(config: Config, sub: string | undefined, args: string[], flags: { passwordStdin: boolean }, usage: Usage): Promise<number> {
   switch (sub) {
     case 'create': {
       if (args.length !== 1) usage('user create takes one NAME');
-      const { user, apiKey } = await withServices(config, (s) => s.users.create(args[0]!));
-      print({ username: user.username, api_key: apiKey });
+      // Read and checked before the user exists: a bad password leaves nothing half-made.
+      const password = flags.passwordStdin ? validatePassword(await readPassword()) : undefined;
+      const { user, apiKey } = await withServices(config, async (s) => {
+        const made = await s.users.create(args[0]!);
+        if (password !== undefined) await s.sessions.setPassword(made.user.username, password);
+        return made;
+      });
+      print({ username: user.username, api_key: apiKey, ...(password !== undefined ? { password_set: true } : {}) });
+      return 0;
+    }
+    case 'password': {
+      if (args.length !== 1) usage('user password takes one NAME');
+      const name = args[0]!;
+      await withServices(config, async (s) => {
+        await s.users.require(name);
+        await s.sessions.setPassword(name, validatePassword(await readPassword()));
+      });
+      print({ username: name, password_set: true });
       return 0;
     }
     case 'list': {
@@ -38,7 +96,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
       return 0;
     }
     default:
-      return usage(`unknown user command "${sub ?? ''}"; use create, list or delete`);
+      return usage(`unknown user command "${sub ?? ''}"; use create, password, list or delete`);
   }
 }
 

@@ -9,7 +9,8 @@ const USAGE = `usage:
   algohost serve [--port N] [--host H] [--home DIR] [--no-demo] [--role all|api]
   algohost worker [--home DIR] [--port N] [--host H]
   algohost cluster status [--json]
-  algohost user create NAME [--home DIR] [--init]
+  algohost user create NAME [--password-stdin] [--home DIR] [--init]
+  algohost user password NAME [--home DIR]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
   algohost key create USER [--name NAME] [--permissions JSON] [--home DIR]
@@ -21,6 +22,10 @@ const USAGE = `usage:
 The admin commands (user, key) work on the home named by --home or ALGOHOST_HOME, else on
 ./.algohost of this directory or its nearest parent that has one; they make a new home only
 with --init. They may run beside a server on the same home.
+
+A user signs in to the web console with a password: --password-stdin reads it from standard
+input (its first line), and user password sets a new one the same way, or asks for it twice
+without echo in a terminal. A user without a password uses API keys only.
 
 move carries a stopped single-machine home (users, keys, data, ACLs, algorithms, builds,
 versions, connected accounts, its secret) into an empty shared deployment's PostgreSQL and
@@ -50,6 +55,7 @@ async function main(argv: string[]): Promise<number> {
       blobs: { type: 'string' },
       role: { type: 'string' },
       json: { type: 'boolean' },
+      'password-stdin': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -82,6 +88,7 @@ async function main(argv: string[]): Promise<number> {
     throw new UsageError('--init is for the admin commands; serve creates its home when it is new');
   }
   if (values.role !== undefined && command !== 'serve') throw new UsageError('--role is for serve');
+  if (values['password-stdin'] && !(command === 'user' && sub === 'create')) throw new UsageError('--password-stdin is for user create (user password reads standard input anyway)');
   switch (command) {
     case 'serve': {
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
@@ -107,7 +114,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'user':
-      return userCommand(config, sub, rest, usage);
+      return userCommand(config, sub, rest, { passwordStdin: values['password-stdin'] === true }, usage);
     case 'key':
       return keyCommand(config, sub, rest, { name: values.name, permissions: values.permissions }, usage);
     default:

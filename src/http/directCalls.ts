@@ -55,7 +55,8 @@ export class DirectCalls {
 
   /** Whether this path may take the request (the app has already excluded internal ones). */
   static takes(req: IncomingMessage): boolean {
-    return req.method === 'POST' && req.headers['content-length'] !== undefined && req.headers['transfer-encoding'] === undefined && PLAIN_CALL.test(req.url ?? '');
+    // Without a key (a console session's cookie) the call goes the framework's way, which reads cookies.
+    return req.method === 'POST' && req.headers.authorization !== undefined && req.headers['content-length'] !== undefined && req.headers['transfer-encoding'] === undefined && PLAIN_CALL.test(req.url ?? '');
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {

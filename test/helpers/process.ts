@@ -159,12 +159,14 @@ export interface CliResult {
 }
 
 /** Runs `algohost ARGS --home HOME` to completion (killed after `timeoutMs`); `env` adds to the test's backends. */
-export async function runCli(args: string[], home: string, timeoutMs = WAIT_MS, env: Record<string, string> = {}): Promise<CliResult> {
-  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv({ ...(await backendEnv(home)), ...env }), stdio: ['ignore', 'pipe', 'pipe'] });
+/** Runs the admin CLI on `home`; `stdin`, when given, is piped to it (then closed). */
+export async function runCli(args: string[], home: string, timeoutMs = WAIT_MS, env: Record<string, string> = {}, stdin?: string): Promise<CliResult> {
+  const child = spawn(NODE, [BIN, ...args, '--home', home], { env: childEnv({ ...(await backendEnv(home)), ...env }), stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+  if (stdin !== undefined) child.stdin!.end(stdin);
   let stdout = '';
   let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
+  child.stdout!.setEncoding('utf8').on('data', (s: string) => (stdout += s));
+  child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr += s));
   const closed = new Promise<Exit>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
   try {
     const { code, signal } = await within(closed, timeoutMs, `algohost ${args.join(' ')} did not finish`);

@@ -1,0 +1,65 @@
+/**
+ * Console passwords, hashed with scrypt (RFC 7914), the memory-hard KDF in Node's own crypto:
+ * N = 2^15, r = 8, p = 1 takes 32 MiB and some 50-100 ms per hash here, which is what makes a
+ * stolen database slow to guess through. The stored form carries its parameters, so that
+ * they can be raised later without invalidating the passwords already set:
+ *
+ *   scrypt$<log2 N>$<r>$<p>$<salt, base64url>$<hash, base64url>
+ */
+import crypto from 'node:crypto';
+import { promisify } from 'node:util';
+import { AppError } from '../errors.ts';
+
+const scrypt = promisify(crypto.scrypt) as (password: string, salt: Buffer, keylen: number, options: crypto.ScryptOptions) => Promise<Buffer>;
+
+const LOG_N = 15;
+const R = 8;
+const P = 1;
+const KEY_BYTES = 32;
+const SALT_BYTES = 16;
+
+export const MIN_PASSWORD_LENGTH = 8;
+/** Long enough for any passphrase; bounded so that a hash request cannot be made arbitrarily costly. */
+export const MAX_PASSWORD_LENGTH = 1024;
+
+/** scrypt needs 128·N·r bytes; Node refuses above `maxmem` (32 MiB by default, just too little). */
+function maxmem(logN: number, r: number): number {
+  return 128 * 2 ** logN * r + 1024 * 1024;
+}
+
+export function validatePassword(password: unknown): string {
+  if (typeof password !== 'string') throw new AppError('invalid_password', 'the password must be a string');
+  if ([...password].length < MIN_PASSWORD_LENGTH) throw new AppError('invalid_password', `the password is too short: use at least ${MIN_PASSWORD_LENGTH} characters`);
+  if (password.length > MAX_PASSWORD_LENGTH) throw new AppError('invalid_password', `the password is too long: at most ${MAX_PASSWORD_LENGTH} characters`);
+  return password;
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const salt = crypto.randomBytes(SALT_BYTES);
+  const hash = await scrypt(password.normalize('NFC'), salt, KEY_BYTES, { N: 2 ** LOG_N, r: R, p: P, maxmem: maxmem(LOG_N, R) });
+  return ['scrypt', LOG_N, R, P, salt.toString('base64url'), hash.toString('base64url')].join('$');
+}
+
+/** Whether `password` matches `stored` (a hash from hashPassword); compares in constant time. */
+export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+  const parts = stored.split('$');
+  if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
+  const [logN, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])];
+  // Bounds on what a stored value may ask for: a corrupt row must not cost gigabytes.
+  if (!(logN >= 10 && logN <= 20 && r >= 1 && r <= 32 && p >= 1 && p <= 16)) return false;
+  const salt = Buffer.from(parts[4]!, 'base64url');
+  const expected = Buffer.from(parts[5]!, 'base64url');
+  if (expected.length < 16) return false;
+  const actual = await scrypt(password.normalize('NFC'), salt, expected.length, { N: 2 ** logN, r, p, maxmem: maxmem(logN, r) });
+  return crypto.timingSafeEqual(actual, expected);
+}
+
+/**
+ * A hash of no one's password, verified against when a sign-in names an unknown user (or
+ * one without a password), so that the answer takes as long as for a wrong password.
+ */
+let decoy: Promise<string> | undefined;
+export function decoyHash(): Promise<string> {
+  decoy ??= hashPassword(crypto.randomBytes(18).toString('base64url'));
+  return decoy;
+}

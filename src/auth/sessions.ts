@@ -1,0 +1,167 @@
+/**
+ * Console sessions (docs/console.md). A user signs in with name and password and gets a
+ * random session id in an HttpOnly cookie; the store keeps only its SHA-256. A request the
+ * cookie authenticates must also carry the session's CSRF token in `X-CSRF-Token`, which only
+ * a page of our own origin can read (from the sign-in answer or `GET /v1/session`, which send
+ * no CORS headers): a cookie alone, as a cross-site page can make the browser send it, opens
+ * nothing. Sessions are read from the store on every request, never cached, so a sign-out or
+ * an expiry holds on every node at once.
+ */
+import crypto from 'node:crypto';
+import type { MetadataStore } from '../store/db.ts';
+import { AppError } from '../errors.ts';
+import { FULL_PERMISSIONS } from './permissions.ts';
+import type { Principal } from './principal.ts';
+import { decoyHash, hashPassword, validatePassword, verifyPassword } from './passwords.ts';
+
+/** `__Host-`: the browser keeps it only if Secure, for Path=/ and this exact host (no Domain). */
+export const SESSION_COOKIE = '__Host-algohost_session';
+export const CSRF_HEADER = 'x-csrf-token';
+/** The key id a session's principal carries (keys it made, calls it queued, say where they came from). */
+export const SESSION_KEY_PREFIX = 'session:';
+
+/** Sign-in failures a user name may have per window before further tries are refused. */
+const MAX_FAILURES = 10;
+const FAILURE_WINDOW_MS = 15 * 60_000;
+
+export interface SessionInfo {
+  username: string;
+  csrf_token: string;
+  expires_at: string;
+}
+
+const sha256 = (value: string) => crypto.createHash('sha256').update(value).digest('hex');
+
+export class SessionService {
+  /** Recent failures per lower-cased user name, on this node: a brake on guessing, not a lock. */
+  private readonly failures = new Map<string, { count: number; since: number }>();
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly ttlMs: number,
+  ) {}
+
+  /** Sets (or replaces) a user's console password; their other sessions end. */
+  async setPassword(username: string, password: unknown): Promise<void> {
+    const hash = await hashPassword(validatePassword(password));
+    await this.store.write(async (trx) => {
+      const user = await trx.selectFrom('users').select('id').where('username_lc', '=', username.toLowerCase()).executeTakeFirst();
+      if (!user) throw new AppError('unknown_user', `no user named "${username}"`);
+      await trx.updateTable('users').set({ password_hash: hash }).where('id', '=', user.id).execute();
+      await trx.deleteFrom('sessions').where('user_id', '=', user.id).execute();
+    });
+  }
+
+  /**
+   * Changes a password from the console or the API: the current one is asked for again, so
+   * that a session or key left open cannot lock its owner out. The session that asked stays.
+   */
+  async changePassword(principal: Principal, current: unknown, next: unknown, keepSession?: string): Promise<void> {
+    if (typeof current !== 'string') throw new AppError('invalid_body', 'send {"current_password": "...", "password": "..."}');
+    const hash = await hashPassword(validatePassword(next));
+    const row = await this.store.db.selectFrom('users').select(['id', 'password_hash']).where('id', '=', principal.userId).executeTakeFirst();
+    if (!row) throw new AppError('unknown_user', `no user named "${principal.username}"`);
+    await this.checkPassword(principal.username, current, row.password_hash);
+    await this.store.write(async (trx) => {
+      await trx.updateTable('users').set({ password_hash: hash }).where('id', '=', row.id).execute();
+      let others = trx.deleteFrom('sessions').where('user_id', '=', row.id);
+      if (keepSession !== undefined) others = others.where('id_hash', '<>', sha256(keepSession));
+      await others.execute();
+    });
+  }
+
+  /** Signs in: the new session's cookie value (secret) and what the page may know of it. */
+  async signIn(username: unknown, password: unknown): Promise<{ cookie: string; info: SessionInfo; maxAgeS: number }> {
+    if (typeof username !== 'string' || typeof password !== 'string' || username.length > 100 || password.length > 4096) {
+      throw new AppError('invalid_body', 'send {"username": "...", "password": "..."} as JSON');
+    }
+    const row = await this.store.db
+      .selectFrom('users')
+      .select(['id', 'username', 'password_hash'])
+      .where('username_lc', '=', username.toLowerCase())
+      .executeTakeFirst();
+    await this.checkPassword(username, password, row?.password_hash ?? null);
+    const user = row!;
+    const cookie = crypto.randomBytes(32).toString('base64url');
+    const csrf = crypto.randomBytes(24).toString('base64url');
+    const now = Date.now();
+    const expires = now + this.ttlMs;
+    await this.store.write(async (trx) => {
+      // Expired sessions go as new ones come (an index range): no sweeper of its own needed.
+      await trx.deleteFrom('sessions').where('expires_at', '<=', now).execute();
+      await trx.insertInto('sessions').values({ id_hash: sha256(cookie), user_id: user.id, csrf_token: csrf, created_at: now, expires_at: expires }).execute();
+    });
+    return { cookie, info: { username: user.username, csrf_token: csrf, expires_at: new Date(expires).toISOString() }, maxAgeS: Math.floor(this.ttlMs / 1000) };
+  }
+
+  /** Throws invalid_credentials (same message, about the same time, whatever was wrong). */
+  private async checkPassword(username: string, password: string, stored: string | null): Promise<void> {
+    const key = username.toLowerCase();
+    const now = Date.now();
+    let f = this.failures.get(key);
+    if (f && now - f.since > FAILURE_WINDOW_MS) {
+      this.failures.delete(key);
+      f = undefined;
+    }
+    if (f && f.count >= MAX_FAILURES) {
+      const waitMin = Math.ceil((f.since + FAILURE_WINDOW_MS - now) / 60_000);
+      throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
+    }
+    // A user without a password (or none at all) costs the same hash as a wrong password.
+    const ok = await verifyPassword(password, stored ?? (await decoyHash()));
+    if (ok && stored !== null) {
+      this.failures.delete(key);
+      return;
+    }
+    if (f) f.count++;
+    else this.failures.set(key, { count: 1, since: now });
+    if (this.failures.size > 100_000) this.failures.clear(); // bounded memory under a spray of names
+    throw new AppError('invalid_credentials', 'wrong user name or password');
+  }
+
+  /** The session a cookie value names, if it is live. */
+  async lookup(cookie: string): Promise<{ principal: Principal; info: SessionInfo } | undefined> {
+    if (cookie.length !== 43) return undefined;
+    const row = await this.store.db
+      .selectFrom('sessions')
+      .innerJoin('users', 'users.id', 'sessions.user_id')
+      .select(['sessions.id_hash', 'sessions.csrf_token', 'sessions.expires_at', 'users.id as userId', 'users.username'])
+      .where('sessions.id_hash', '=', sha256(cookie))
+      .executeTakeFirst();
+    if (!row || row.expires_at <= Date.now()) return undefined;
+    return {
+      principal: { userId: row.userId, username: row.username, keyId: SESSION_KEY_PREFIX + row.id_hash.slice(0, 16), permissions: { ...FULL_PERMISSIONS } },
+      info: { username: row.username, csrf_token: row.csrf_token, expires_at: new Date(row.expires_at).toISOString() },
+    };
+  }
+
+  /**
+   * The principal of a request the cookie authenticates. `csrf` is the X-CSRF-Token header;
+   * it must equal the session's token (compared in constant time).
+   */
+  async authenticate(cookie: string, csrf: string | undefined): Promise<Principal> {
+    const found = await this.lookup(cookie);
+    if (!found) throw new AppError('no_session', 'your console session has expired or ended; sign in again');
+    const expected = Buffer.from(found.info.csrf_token);
+    const given = Buffer.from(csrf ?? '');
+    if (given.length !== expected.length || !crypto.timingSafeEqual(given, expected)) {
+      throw new AppError('csrf_token_invalid', `a request the session cookie authenticates must carry the session's token in X-CSRF-Token`);
+    }
+    return found.principal;
+  }
+
+  async signOut(cookie: string): Promise<void> {
+    await this.store.write((trx) => trx.deleteFrom('sessions').where('id_hash', '=', sha256(cookie)).execute());
+  }
+}
+
+/** The value of one cookie in a Cookie header (undefined when absent). */
+export function readCookie(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq < 0) continue;
+    if (part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}

@@ -1,0 +1,79 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.ts';
+import { CSRF_HEADER, SESSION_COOKIE, readCookie, type SessionService } from '../auth/sessions.ts';
+import { isOwner } from '../data/acl.ts';
+import { checkObject } from './body.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The session cookie's value, when the session (not an API key) authenticated the request. */
+    sessionCookie?: string;
+  }
+}
+
+/**
+ * `Sec-Fetch-Site`, which browsers set on every request and pages cannot forge: a request a
+ * page of another site made is refused before its cookie is even looked at. (The CSRF token
+ * refuses it anyway; this is the second lock, and it costs nothing.)
+ */
+export function refuseCrossSite(req: FastifyRequest): void {
+  const site = req.headers['sec-fetch-site'];
+  if (site === 'cross-site' || site === 'same-site') {
+    throw new AppError('cross_site_request', 'a console session can only be used by pages of this server; other sites must call the API with a key');
+  }
+}
+
+function setCookie(reply: FastifyReply, value: string, maxAgeS: number): void {
+  // Secure: browsers keep it over HTTPS, and on http://localhost or 127.0.0.1 (docs/console.md).
+  reply.header('set-cookie', `${SESSION_COOKIE}=${value}; Path=/; Max-Age=${maxAgeS}; HttpOnly; Secure; SameSite=Strict`);
+}
+
+/**
+ * Sign-in for the web console, as part of the public API (docs/console.md). None of these
+ * answers carries CORS headers: only pages of this origin can read the CSRF token.
+ */
+export async function sessionRoutes(app: FastifyInstance, opts: { sessions: SessionService }): Promise<void> {
+  const { sessions } = opts;
+
+  app.post('/v1/session', async (req, reply) => {
+    refuseCrossSite(req);
+    const body = checkObject(req.body, ['username', 'password']);
+    const { cookie, info, maxAgeS } = await sessions.signIn(body.username, body.password);
+    setCookie(reply, cookie, maxAgeS);
+    reply.header('cache-control', 'no-store');
+    return info;
+  });
+
+  app.get('/v1/session', async (req, reply) => {
+    refuseCrossSite(req);
+    const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+    const found = cookie === undefined ? undefined : await sessions.lookup(cookie);
+    if (!found) throw new AppError('no_session', 'not signed in: sign in with your user name and password');
+    reply.header('cache-control', 'no-store');
+    return found.info;
+  });
+
+  app.delete('/v1/session', async (req, reply) => {
+    refuseCrossSite(req);
+    const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+    // Signing out takes the token too: a page of another site cannot end someone's session.
+    if (cookie !== undefined) {
+      const header = req.headers[CSRF_HEADER];
+      await sessions.authenticate(cookie, typeof header === 'string' ? header : undefined);
+      await sessions.signOut(cookie);
+    }
+    setCookie(reply, '', 0);
+    return reply.code(204).send();
+  });
+}
+
+/** Changing a password (authenticated: by the session, or by a key), the current one asked again. */
+export async function passwordRoutes(app: FastifyInstance, opts: { sessions: SessionService }): Promise<void> {
+  app.put<{ Params: { username: string } }>('/v1/users/:username/password', async (req, reply) => {
+    const principal = req.principal!;
+    if (!isOwner(principal, req.params.username)) throw new AppError('forbidden', `you can only change your own password (you are ${principal.username})`);
+    const body = checkObject(req.body, ['current_password', 'password']);
+    await opts.sessions.changePassword(principal, body.current_password, body.password, req.sessionCookie);
+    return reply.code(204).send();
+  });
+}

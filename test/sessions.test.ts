@@ -1,0 +1,249 @@
+/**
+ * Console sign-in (docs/console.md): passwords (scrypt), the session cookie and its CSRF
+ * token, sign-out, expiry, password changes, the admin CLI's --password-stdin, and what a
+ * cookie without the token (as another site's page can make a browser send it) can do: nothing.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { hashPassword, verifyPassword } from '../src/auth/passwords.ts';
+import { SESSION_COOKIE } from '../src/auth/sessions.ts';
+import { json, startServer, tempHome, type TestServer } from './helpers/server.ts';
+import { release } from './helpers/algorithms.ts';
+import { runCli } from './helpers/process.ts';
+
+test('passwords: scrypt with its parameters and a salt, checked in constant time', async () => {
+  const a = await hashPassword('correct horse battery');
+  const b = await hashPassword('correct horse battery');
+  assert.match(a, /^scrypt\$15\$8\$1\$[A-Za-z0-9_-]{22}\$[A-Za-z0-9_-]{43}$/);
+  assert.notEqual(a, b, 'each hash has its own salt');
+  assert.equal(await verifyPassword('correct horse battery', a), true);
+  assert.equal(await verifyPassword('correct horse batterY', a), false);
+  assert.equal(await verifyPassword('correct horse battery', a.replace(/\$15\$/, '$30$')), false, 'a stored cost out of bounds is refused, not run');
+  assert.equal(await verifyPassword('x', 'plain'), false);
+});
+
+interface Session {
+  cookie: string;
+  csrf: string;
+  setCookie: string;
+}
+
+describe('console sessions over HTTP', () => {
+  let s: TestServer;
+  let aliceKey: string;
+
+  before(async () => {
+    s = await startServer();
+    aliceKey = await s.user('alice');
+    await s.services.sessions.setPassword('alice', 'alice password 1');
+    await s.user('bob');
+    await s.services.sessions.setPassword('bob', 'bob password 12');
+  });
+  after(() => s.close());
+
+  async function signIn(username: string, password: string): Promise<Session> {
+    const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, password }) });
+    const body = await json(r);
+    assert.equal(r.status, 200, JSON.stringify(body));
+    const setCookie = r.headers.get('set-cookie')!;
+    const cookie = new RegExp(`^${SESSION_COOKIE}=([A-Za-z0-9_-]{43});`).exec(setCookie)![1]!;
+    return { cookie, csrf: body.csrf_token as string, setCookie };
+  }
+
+  /** The cookie, and the token unless `csrf` is null (another value: that one instead). */
+  const withSession = (x: Session, init: RequestInit = {}, csrf: string | null = x.csrf): RequestInit => {
+    const headers = new Headers(init.headers);
+    headers.set('cookie', `other=1; ${SESSION_COOKIE}=${x.cookie}`);
+    if (csrf !== null) headers.set('x-csrf-token', csrf);
+    return { ...init, headers };
+  };
+
+  test('signing in sets a __Host- cookie that is HttpOnly, Secure and SameSite=Strict, and answers the CSRF token', async () => {
+    const x = await signIn('Alice', 'alice password 1');
+    assert.match(x.setCookie, /; Path=\/;/);
+    assert.match(x.setCookie, /; HttpOnly/);
+    assert.match(x.setCookie, /; Secure/);
+    assert.match(x.setCookie, /; SameSite=Strict/);
+    assert.doesNotMatch(x.setCookie, /Domain=/i);
+    assert.match(x.csrf, /^[A-Za-z0-9_-]{32}$/);
+    const who = await fetch(`${s.url}/v1/session`, withSession(x, {}, null));
+    const info = await json(who);
+    assert.equal(who.status, 200);
+    assert.equal(info.username, 'alice');
+    assert.equal(info.csrf_token, x.csrf);
+    assert.equal(who.headers.get('access-control-allow-origin'), null, 'no page of another origin may read the token');
+    assert.equal(who.headers.get('cache-control'), 'no-store');
+  });
+
+  test('a wrong password and an unknown user get the same 401, and the store keeps no session', async () => {
+    const before = await s.services.store.db.selectFrom('sessions').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+    for (const [username, password] of [['alice', 'alice password 2'], ['nobody', 'alice password 1'], ['bob', '']] as const) {
+      const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, password }) });
+      const body = await json(r);
+      assert.equal(r.status, 401);
+      assert.equal(body.error.code, 'invalid_credentials');
+      assert.equal(body.error.message, 'wrong user name or password');
+      assert.equal(r.headers.get('set-cookie'), null);
+    }
+    const afterCount = await s.services.store.db.selectFrom('sessions').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+    assert.equal(Number(afterCount.n), Number(before.n));
+    const bad = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'alice', password: 'x', remember: true }) });
+    assert.equal(bad.status, 400);
+    assert.equal((await json(bad)).error.code, 'invalid_body');
+  });
+
+  test('the cookie with its token works the API as the user; without the token, or with another session\'s, it opens nothing', async () => {
+    const x = await signIn('alice', 'alice password 1');
+    const y = await signIn('bob', 'bob password 12');
+    const ok = await fetch(`${s.url}/v1/users/alice/keys`, withSession(x));
+    assert.equal(ok.status, 200);
+    assert.ok(((await json(ok)).results as unknown[]).length >= 1);
+    for (const csrf of [null, '', y.csrf, x.csrf.slice(0, -1) + (x.csrf.endsWith('A') ? 'B' : 'A')]) {
+      const r = await fetch(`${s.url}/v1/users/alice/keys`, withSession(x, {}, csrf));
+      assert.equal(r.status, 403, `token ${String(csrf)}`);
+      assert.equal((await json(r)).error.code, 'csrf_token_invalid');
+    }
+    // A write without the token changes nothing.
+    const put = await fetch(`${s.url}/v1/data/.my/secret`, withSession(x, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'made' }) }, null));
+    assert.equal(put.status, 403);
+    const list = await fetch(`${s.url}/v1/data/.my`, { headers: { authorization: `Simple ${aliceKey}` } });
+    assert.doesNotMatch(await list.text(), /made/);
+    // A page of another site: refused whatever it sends (browsers set Sec-Fetch-Site themselves).
+    const cross = await fetch(`${s.url}/v1/users/alice/keys`, withSession(x, { headers: { 'sec-fetch-site': 'cross-site' } }));
+    assert.equal(cross.status, 403);
+    assert.equal((await json(cross)).error.code, 'cross_site_request');
+    const crossSignIn = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'sec-fetch-site': 'cross-site' }, body: JSON.stringify({ username: 'alice', password: 'alice password 1' }) });
+    assert.equal(crossSignIn.status, 403);
+    // Bob's session is Bob: Alice's keys stay hers.
+    const other = await fetch(`${s.url}/v1/users/alice/keys`, withSession(y));
+    assert.equal(other.status, 403);
+    assert.equal((await json(other)).error.code, 'forbidden');
+  });
+
+  test('a session calls algorithms (sync and output=void) and creates keys that act as the user', async () => {
+    const key = await s.user('carol');
+    await s.services.sessions.setPassword('carol', 'carol password');
+    const call = (p: string, init: RequestInit = {}) => {
+      const headers = new Headers(init.headers);
+      headers.set('authorization', `Simple ${key}`);
+      return fetch(s.url + p, { ...init, headers });
+    };
+    await release(call, 'carol', 'Echo', { 'src/index.js': "export const input_types = ['text'];\nexport function apply(input) { return `echo ${input}`; }\n", 'package.json': '{"name":"echo","version":"1.0.0"}' }, { settings: { language: 'javascript' } });
+    const x = await signIn('carol', 'carol password');
+    const r = await fetch(`${s.url}/v1/algo/carol/Echo`, withSession(x, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'hi' }));
+    const body = await json(r);
+    assert.equal(r.status, 200, JSON.stringify(body));
+    assert.equal(body.result, 'echo hi');
+    const denied = await fetch(`${s.url}/v1/algo/carol/Echo`, withSession(x, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'hi' }, null));
+    assert.equal(denied.status, 403);
+
+    const queued = await fetch(`${s.url}/v1/algo/carol/Echo?output=void`, withSession(x, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'later' }));
+    const q = await json(queued);
+    assert.equal(queued.status, 200, JSON.stringify(q));
+    const id = q.request_id as string;
+    let done: { status?: string; response?: { result?: unknown } } | undefined;
+    for (let i = 0; i < 200 && done?.status !== 'done'; i++) {
+      const g = await fetch(`${s.url}/v1/requests/${id}`, withSession(x));
+      assert.equal(g.status, 200);
+      done = await json(g);
+      if (done?.status !== 'done') await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(done?.response?.result, 'echo later', JSON.stringify(done));
+
+    const made = await fetch(`${s.url}/v1/users/carol/keys`, withSession(x, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'from-console' }) }));
+    const rec = await json(made);
+    assert.equal(made.status, 201, JSON.stringify(rec));
+    const me = await fetch(`${s.url}/v1/user`, { headers: { authorization: `Simple ${rec.api_key as string}` } });
+    assert.equal((await json(me)).username, 'carol');
+  });
+
+  test('signing out ends the session everywhere; it takes the token, so another site cannot sign anyone out', async () => {
+    const x = await signIn('alice', 'alice password 1');
+    const noToken = await fetch(`${s.url}/v1/session`, withSession(x, { method: 'DELETE' }, null));
+    assert.equal(noToken.status, 403);
+    assert.equal((await fetch(`${s.url}/v1/users/alice/keys`, withSession(x))).status, 200, 'still signed in');
+    const out = await fetch(`${s.url}/v1/session`, withSession(x, { method: 'DELETE' }));
+    assert.equal(out.status, 204);
+    assert.match(out.headers.get('set-cookie')!, new RegExp(`^${SESSION_COOKIE}=; Path=/; Max-Age=0;`));
+    const after = await fetch(`${s.url}/v1/users/alice/keys`, withSession(x));
+    assert.equal(after.status, 401);
+    assert.equal((await json(after)).error.code, 'no_session');
+    assert.equal((await fetch(`${s.url}/v1/session`, withSession(x))).status, 401);
+  });
+
+  test('an expired session opens nothing, and is removed when others sign in', async () => {
+    const x = await signIn('alice', 'alice password 1');
+    await s.services.store.write((trx) => trx.updateTable('sessions').set({ expires_at: Date.now() - 1 }).where('csrf_token', '=', x.csrf).execute());
+    const r = await fetch(`${s.url}/v1/users/alice/keys`, withSession(x));
+    assert.equal(r.status, 401);
+    assert.equal((await json(r)).error.code, 'no_session');
+    await signIn('bob', 'bob password 12');
+    const left = await s.services.store.db.selectFrom('sessions').select('csrf_token').where('csrf_token', '=', x.csrf).execute();
+    assert.equal(left.length, 0);
+  });
+
+  test('changing a password takes the current one, ends the other sessions and keeps this one', async () => {
+    await s.user('dave');
+    await s.services.sessions.setPassword('dave', 'dave password 1');
+    const x = await signIn('dave', 'dave password 1');
+    const other = await signIn('dave', 'dave password 1');
+    const put = (body: unknown, session = x) =>
+      fetch(`${s.url}/v1/users/dave/password`, withSession(session, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }));
+    const wrong = await put({ current_password: 'nope nope', password: 'dave password 2' });
+    assert.equal(wrong.status, 401);
+    assert.equal((await json(wrong)).error.code, 'invalid_credentials');
+    const short = await put({ current_password: 'dave password 1', password: 'short' });
+    assert.equal(short.status, 400);
+    assert.equal((await json(short)).error.code, 'invalid_password');
+    assert.equal((await put({ current_password: 'dave password 1', password: 'dave password 2' })).status, 204);
+    assert.equal((await fetch(`${s.url}/v1/users/dave/keys`, withSession(x))).status, 200, 'the session that changed it stays');
+    assert.equal((await fetch(`${s.url}/v1/users/dave/keys`, withSession(other))).status, 401, 'the others end');
+    const old = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'dave', password: 'dave password 1' }) });
+    assert.equal(old.status, 401);
+    await signIn('dave', 'dave password 2');
+    // Someone else's password: refused, whoever asks.
+    const bobs = await fetch(`${s.url}/v1/users/bob/password`, withSession(x, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ current_password: 'bob password 12', password: 'taken over!' }) }));
+    assert.equal(bobs.status, 403);
+  });
+
+  test('after ten failed sign-ins a name is refused for a while, with a 429 saying so', async () => {
+    await s.user('erin');
+    await s.services.sessions.setPassword('erin', 'erin password');
+    for (let i = 0; i < 10; i++) {
+      const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: `guess ${i}` }) });
+      assert.equal(r.status, 401);
+    }
+    const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
+    assert.equal(r.status, 429);
+    const body = await json(r);
+    assert.equal(body.error.code, 'too_many_attempts');
+    assert.match(body.error.message, /try again in \d+ minutes?/);
+  });
+});
+
+test('the admin CLI: user create --password-stdin and user password set what the console signs in with', async () => {
+  const home = tempHome('algohost-cli-pw-');
+  const made = await runCli(['user', 'create', 'frank', '--password-stdin', '--init'], home, undefined, {}, 'frank password 1\n');
+  assert.equal(made.code, 0, made.stderr);
+  assert.equal(JSON.parse(made.stdout).password_set, true);
+  const short = await runCli(['user', 'create', 'gina', '--password-stdin'], home, undefined, {}, 'short\n');
+  assert.notEqual(short.code, 0);
+  assert.match(short.stderr, /too short/);
+  const changed = await runCli(['user', 'password', 'frank'], home, undefined, {}, 'frank password 2\n');
+  assert.equal(changed.code, 0, changed.stderr);
+  const unknown = await runCli(['user', 'password', 'nobody'], home, undefined, {}, 'whatever password\n');
+  assert.notEqual(unknown.code, 0);
+  assert.match(unknown.stderr, /no user named "nobody"/);
+
+  const s = await startServer({ home });
+  try {
+    const list = await s.services.users.list();
+    assert.deepEqual(list.map((u) => u.username), ['frank'], 'a refused password leaves no user behind');
+    const signIn = (password: string) =>
+      fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'frank', password }) });
+    assert.equal((await signIn('frank password 1')).status, 401);
+    assert.equal((await signIn('frank password 2')).status, 200);
+  } finally {
+    await s.close();
+  }
+});
