@@ -4,6 +4,7 @@ import { isOwner } from '../data/acl.ts';
 import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
+import type { UsageRecorder } from './usage.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -102,6 +103,8 @@ export class CallService {
     private readonly executor: Executor,
     /** ALGOHOST_ALGORITHM_NETWORK=host; otherwise even a version published with network runs without. */
     private readonly allowNetwork = false,
+    /** Counts every call that ran (run() below, the one place every call goes through). */
+    private readonly usage?: UsageRecorder,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -191,44 +194,51 @@ export class CallService {
 
   private readonly runTargets = new WeakMap<CallTarget, RunTarget>();
 
+  /** A call's result, counted in usage (a method, not a closure: no allocation per call). */
+  private done(principal: Principal, req: CallRequest, target: CallTarget, mine: boolean, outcome: Outcome): CallResult {
+    this.usage?.record(principal.userId, target, outcome, req.input.length);
+    return result(outcome, target, mine, req);
+  }
+
+  /**
+   * Runs a resolved call: every call that reaches its version comes through here (sync, direct,
+   * output=void, nested), and each is counted in usage as the user it runs as (whatever its
+   * outcome, a timeout waiting for a worker included). A call refused before (its key, not
+   * found, a busy server: thrown) is not counted.
+   */
   private async run(principal: Principal, req: CallRequest, target: CallTarget, log?: CallLog): Promise<CallResult> {
     const parent = req.parent;
     const mine = isOwner(principal, target.algorithm.owner);
     // A nested call gets at most what is left of its parent's time.
     const timeoutMs = Math.min(req.timeoutS * 1000, parent ? parent.deadline - Date.now() : Infinity);
-    if (timeoutMs <= 0) return result(TIMED_OUT, target, mine, req);
+    if (timeoutMs <= 0) return this.done(principal, req, target, mine, TIMED_OUT);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
     try {
       const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1 };
       const outcome = await this.executor.run(job, this.internal.handler(context));
-      return result(outcome, target, mine, req);
+      return this.done(principal, req, target, mine, outcome);
     } catch (err) {
       if (err instanceof BuildMissingError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
-        return result(failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'), target, mine, req);
+        return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'));
       }
       if (err instanceof ExecutorBusyError) {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
-        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
+        if (performance.now() - started >= timeoutMs) return this.done(principal, req, target, mine, TIMED_OUT);
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerLostError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, err: err.message }, 'the worker node running a call was lost');
         return {
-          ...result(
-            failure('WorkerLostError', `the worker node running this call stopped answering (${err.message}); it may or may not have run to its end: call again if that is safe`),
-            target,
-            mine,
-            req,
-          ),
+          ...this.done(principal, req, target, mine, failure('WorkerLostError', `the worker node running this call stopped answering (${err.message}); it may or may not have run to its end: call again if that is safe`)),
           workerLost: true,
         };
       }
       if (err instanceof WorkerStartError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash, err: err.message }, 'worker failed to start');
-        if (performance.now() - started >= timeoutMs) return result(TIMED_OUT, target, mine, req);
-        return result(failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'), target, mine, req);
+        if (performance.now() - started >= timeoutMs) return this.done(principal, req, target, mine, TIMED_OUT);
+        return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
       }
       throw err;
     }
