@@ -14,6 +14,7 @@ import { writeTemplate } from './templates.ts';
 import type { Builder } from './builder.ts';
 import { KeyedLock } from './keyedLock.ts';
 import type { AlgorithmArtifacts } from './artifacts.ts';
+import type { Language } from './manifest.ts';
 
 export interface Build {
   id: number;
@@ -21,7 +22,7 @@ export interface Build {
   /** 40 hex, `version_info.git_hash`. */
   hash: string;
   status: BuildStatus;
-  language: string;
+  language: Language;
   runner: RunnerKind | null;
   entry: string | null;
   logs: string;
@@ -30,6 +31,40 @@ export interface Build {
 }
 
 const HASH = /^[0-9a-f]{40}$/;
+
+/** What of a README is kept with its build (the rest is cut, with a line saying so). */
+export const MAX_README_BYTES = 256 * 1024;
+
+/**
+ * The README of a source tree, if it has one at its top: `README.md` in any case (then
+ * `README.markdown`, `README`), a regular file read as UTF-8, cut to MAX_README_BYTES.
+ */
+export async function readReadme(dir: string): Promise<string | null> {
+  let names: string[];
+  try {
+    names = await fs.promises.readdir(dir);
+  } catch {
+    return null;
+  }
+  for (const wanted of ['readme.md', 'readme.markdown', 'readme']) {
+    const name = names.find((n) => n.toLowerCase() === wanted);
+    if (name === undefined) continue;
+    const file = path.join(dir, name);
+    const stat = await fs.promises.lstat(file);
+    if (!stat.isFile()) continue; // never follow a link out of the tree
+    const handle = await fs.promises.open(file, 'r');
+    try {
+      const buf = Buffer.alloc(Math.min(stat.size, MAX_README_BYTES));
+      const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
+      let text = buf.subarray(0, bytesRead).toString('utf8');
+      if (stat.size > MAX_README_BYTES) text = text.replace(/\uFFFD?$/, '') + `\n\n*(The README is cut here: it is longer than ${MAX_README_BYTES / 1024} KiB.)*\n`;
+      return text;
+    } finally {
+      await handle.close();
+    }
+  }
+  return null;
+}
 
 /**
  * Where an algorithm's files live under the home: `algorithms/<id>/source-<hash>/` (the
@@ -89,13 +124,14 @@ function buildHash(algo: Algorithm, sourceHash: string): string {
 }
 
 /** A build as the API shows it (which process runs it is the store's business, not the owner's). */
-function toBuild(row: Omit<Selectable<BuildsTable>, 'holder'>): Build {
+function toBuild(row: Omit<Selectable<BuildsTable>, 'holder' | 'readme'>): Build {
   return {
     id: row.id,
     algorithmId: row.algorithm_id,
     hash: row.hash,
     status: row.status,
-    language: row.language,
+    // Written from the algorithm's settings.language when the build started.
+    language: row.language as Language,
     runner: row.runner as RunnerKind | null,
     entry: row.entry,
     logs: row.logs,
@@ -249,6 +285,7 @@ export class BuildService {
         );
     };
     let result;
+    const readme = await readReadme(sourceDir).catch(() => null);
     try {
       result = await this.builder.build({ name: algo.name, language: algo.settings.language, sourceDir, outDir: out, onLog: recordLog });
       if (result.ok) {
@@ -274,6 +311,7 @@ export class BuildService {
         entry: result.ok ? result.entry : null,
         finished_at: Date.now(),
         holder: null,
+        readme,
       })
       .where('algorithm_id', '=', algo.id)
       .where('hash', '=', hash)
@@ -292,6 +330,12 @@ export class BuildService {
     const build = HASH.test(hash) ? await this.find(algo.id, hash) : undefined;
     if (!build) throw new AppError('build_not_found', `algorithm algo://${algo.owner}/${algo.name} has no build ${hash.slice(0, 60)}`);
     return build;
+  }
+
+  /** The README kept with a build (readReadme), or null. */
+  async readme(algorithmId: number, hash: string): Promise<string | null> {
+    const row = await this.db.selectFrom('builds').select('readme').where('algorithm_id', '=', algorithmId).where('hash', '=', hash).executeTakeFirst();
+    return row?.readme ?? null;
   }
 
   /** A successful build by hash, for calls by build hash and for publishing. */

@@ -164,6 +164,12 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
     return presentVersion(req, algorithm, version);
   });
 
+  // A version's README (Markdown, as its author wrote it: rendering and sanitising are the reader's).
+  app.get<{ Params: AlgoParams & { ref: string } }>('/v1/algorithms/:owner/:name/versions/:ref/readme', async (req) => {
+    const { algorithm, version } = await releases.get(req.principal!, req.params.owner, req.params.name, req.params.ref);
+    return { version: formatSemVer(version), readme: await builds.readme(algorithm.id, version.buildHash) };
+  });
+
   app.get<{ Querystring: { q?: string; marker?: string } }>('/v1/algorithms', async (req) => {
     const q = typeof req.query.q === 'string' ? req.query.q : '';
     const page = await registry.searchPublic(q, req.query.marker || undefined);

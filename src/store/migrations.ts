@@ -422,6 +422,12 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX usage_owner ON usage(owner_id, day);
   `,
   },
+  // The README.md of a build's source (at most 256 KiB), kept with the build so that any node
+  // can show a version's documentation without its files (the console's algorithm page).
+  {
+    sqlite: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
+    postgres: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
+  },
 ];
 
 /**

@@ -97,6 +97,8 @@ export interface BuildsTable {
   finished_at: number | null;
   /** The process running the build (MetadataStore.instance), while it runs. */
   holder: string | null;
+  /** README.md of the source built (256 KiB at most); null when it had none. Set when the build ends. */
+  readme?: string | null;
 }
 
 export interface VersionsTable {

@@ -1,0 +1,59 @@
+/**
+ * A version's README (GET /v1/algorithms/:owner/:name/versions/:ref/readme): kept with the
+ * build when it is made, shown to whoever may see the version, cut at 256 KiB.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { json, startServer, type TestServer } from './helpers/server.ts';
+import { release } from './helpers/algorithms.ts';
+
+const JS = { 'src/index.js': "export const input_types = ['text'];\nexport function apply(input) { return input; }\n", 'package.json': '{"name":"a","version":"1.0.0"}' };
+
+let s: TestServer;
+let as: (key: string) => (p: string, init?: RequestInit) => Promise<Response>;
+let alice: ReturnType<typeof as>;
+let bob: ReturnType<typeof as>;
+
+before(async () => {
+  s = await startServer();
+  as = (key) => (p, init = {}) => {
+    const headers = new Headers(init.headers);
+    headers.set('authorization', `Simple ${key}`);
+    return fetch(s.url + p, { ...init, headers });
+  };
+  alice = as(await s.user('alice'));
+  bob = as(await s.user('bob'));
+});
+after(() => s.close());
+
+test('the README of the published source, for anyone who may see the version', async () => {
+  const readme = '# Doc\n\nIt <b>echoes</b>.\n';
+  const { version } = await release(alice, 'alice', 'Doc', { ...JS, 'ReadMe.md': readme }, { settings: { language: 'javascript' } });
+  for (const who of [alice, bob]) {
+    const r = await who(`/v1/algorithms/alice/Doc/versions/${version}/readme`);
+    assert.equal(r.status, 200);
+    assert.deepEqual(await json(r), { version, readme });
+  }
+  // Another source, another README; the first version keeps its own.
+  const again = await release(alice, 'alice', 'Doc', { ...JS, 'README.md': 'second', 'src/index.js': JS['src/index.js'] + '//2\n' }, { create: false });
+  assert.equal((await json(await bob(`/v1/algorithms/alice/Doc/versions/${again.version}/readme`))).readme, 'second');
+  assert.equal((await json(await bob(`/v1/algorithms/alice/Doc/versions/${version}/readme`))).readme, readme);
+});
+
+test('no README is null; a private version is not found for others; a long one is cut', async () => {
+  const { version } = await release(alice, 'alice', 'Bare', JS, { settings: { language: 'javascript' } });
+  assert.equal((await json(await bob(`/v1/algorithms/alice/Bare/versions/${version}/readme`))).readme, null);
+
+  const priv = await release(alice, 'alice', 'Hidden', { ...JS, 'README.md': 'secret plans' }, { settings: { language: 'javascript' }, publishSettings: { algorithm_callability: 'private' } });
+  const refused = await bob(`/v1/algorithms/alice/Hidden/versions/${priv.version}/readme`);
+  assert.equal(refused.status, 404);
+  assert.doesNotMatch(await refused.text(), /secret plans/);
+  assert.equal((await json(await alice(`/v1/algorithms/alice/Hidden/versions/${priv.version}/readme`))).readme, 'secret plans');
+
+  const long = 'x'.repeat(300 * 1024);
+  const big = await release(alice, 'alice', 'Long', { ...JS, 'README.md': long }, { settings: { language: 'javascript' } });
+  const text = (await json(await alice(`/v1/algorithms/alice/Long/versions/${big.version}/readme`))).readme as string;
+  assert.ok(text.startsWith('x'.repeat(256 * 1024)));
+  assert.match(text, /cut here: it is longer than 256 KiB/);
+  assert.ok(text.length < 256 * 1024 + 200);
+});
