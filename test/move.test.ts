@@ -2,7 +2,7 @@
  * `algohost move`: a single-machine home (SQLite + disk) carried into PostgreSQL + S3, cut
  * short by kill -9 and resumed, then served by two servers of the new deployment that have
  * never seen the home: users, keys (restricted and revoked ones too), files by SHA-256, ACLs,
- * an algorithm's build, a connected account's sealed credentials, new ids after the carried
+ * an algorithm's build, a connected account's sealed credentials, usage, new ids after the carried
  * ones, and nothing orphaned or pending in the store.
  */
 import { after, before, describe, test } from 'node:test';
@@ -26,6 +26,8 @@ const BUCKET = 'moved';
 const MiB = 1024 * 1024;
 const FILES = 60;
 const MANY = 2500;
+/** Usage rows made by hand: more than a page of the move's. */
+const USAGE_ROWS = 1500;
 const skip = SHARED ? 'moves a single-machine home; runs with the default backends' : postgresAvailable();
 
 let cluster: PostgresCluster | undefined;
@@ -149,10 +151,14 @@ describe('algohost move', { skip }, () => {
     const sqlite = new Database(path.join(home, 'metadata.sqlite'));
     try {
       const owner = (sqlite.prepare("SELECT id FROM users WHERE username = 'alice'").get() as { id: number }).id;
+      const bobId = (sqlite.prepare("SELECT id FROM users WHERE username = 'bob'").get() as { id: number }).id;
       const insert = sqlite.prepare("INSERT INTO nodes (owner_id, dir, name, kind, size, created_at, modified_at) VALUES (?, ?, ?, 'dir', 0, 1, 1)");
+      // Bob's calls of 2020 to algorithms of alice's, one row each (usage has no id to page by).
+      const usage = sqlite.prepare("INSERT INTO usage VALUES ('2020-01-01', ?, ?, 'alice', ?, '1.0.0', 'ok', 1, 250, 10, 20)");
       sqlite.transaction(() => {
         insert.run(owner, '', 'many');
         for (let i = 0; i < MANY; i++) insert.run(owner, 'many', `d${String(i).padStart(4, '0')}`);
+        for (let i = 0; i < USAGE_ROWS; i++) usage.run(bobId, owner, `Old${String(i).padStart(4, '0')}`);
       })();
     } finally {
       sqlite.close();
@@ -198,6 +204,8 @@ describe('algohost move', { skip }, () => {
     assert.equal(report.rows.users, 2);
     assert.equal(report.rows.api_keys, 4);
     assert.equal(report.rows.connectors, 1);
+    // The rows of the hand-made usage, and alice's call of alice/Reverse, written when the server stopped.
+    assert.equal(report.rows.usage, USAGE_ROWS + 1);
     assert.ok((report.rows.nodes ?? 0) > MANY + FILES, `nodes: ${report.rows.nodes}`);
     assert.ok(report.trees.count >= 2, 'the source and the build');
     assert.match(second.stderr, /verified: /);
@@ -255,6 +263,14 @@ describe('algohost move', { skip }, () => {
     // The build reaches a server that has never built it; the sealed credentials still open.
     const called = await json(await callAlgo(api(a.url, aliceKey), 'alice/Reverse', 'moved'));
     assert.equal(called.result, 'devom', JSON.stringify(called));
+    // Usage came along: the call made in the home and the one just made (server a, which
+    // writes its own before it reads), and bob's of 2020.
+    const usage = await json(await api(a.url, aliceKey)('/v1/users/alice/usage'));
+    assert.equal(usage.as_caller.total.calls, 2, JSON.stringify(usage));
+    assert.deepEqual([...new Set(usage.as_caller.days.map((d: { algorithm: string }) => d.algorithm))], ['alice/Reverse']);
+    const old = await json(await aliceB('/v1/users/alice/usage?from=2020-01-01&to=2020-01-01'));
+    assert.deepEqual(old.as_owner.total, { calls: USAGE_ROWS, seconds: USAGE_ROWS / 4, bytes_in: USAGE_ROWS * 10, bytes_out: USAGE_ROWS * 20, errors: 0, timeouts: 0 });
+    assert.equal(old.as_owner.days.length, USAGE_ROWS);
     const outside = await api(a.url, aliceKey)('/v1/connector/objstore+ext/external/hello.txt');
     assert.equal(outside.status, 200, await outside.clone().text());
     assert.equal(await outside.text(), 'outside');

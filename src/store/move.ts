@@ -11,7 +11,11 @@ import { eachLimit } from '../concurrency.ts';
 export const MOVING_KEY = 'moving_from';
 export const MOVED_KEY = 'moved_from';
 
-/** The tables a move carries, in the order their foreign keys allow, and their identity columns. */
+/**
+ * The tables a move carries, in the order their foreign keys allow, and their identity columns.
+ * Each is read in pages by `id`, or by SQLite's rowid for a table without one (usage: the
+ * source is always SQLite).
+ */
 const TABLES = [
   { name: 'users', identity: true },
   { name: 'api_keys', identity: false },
@@ -20,6 +24,7 @@ const TABLES = [
   { name: 'builds', identity: true },
   { name: 'versions', identity: true },
   { name: 'connectors', identity: true },
+  { name: 'usage', identity: false, rowid: true },
 ] as const;
 
 type TableName = (typeof TABLES)[number]['name'];
@@ -139,13 +144,28 @@ export async function moveHome(home: string, source: Services, target: Services,
       for (const t of TABLES) {
         // In pages by id, so that a home of millions of files is never held in memory whole.
         for (let after: string | number | undefined; ; ) {
-          let q = src.selectFrom(t.name).selectAll().orderBy('id').limit(ROWS_PER_PAGE);
-          if (after !== undefined) q = q.where('id', '>', after as never);
-          const rows = (await q.execute()) as Record<string, unknown>[];
-          if (rows.length === 0) break;
+          let rows: Record<string, unknown>[];
+          if ('rowid' in t) {
+            const page = await src
+              .selectFrom(t.name)
+              .select(sql<number>`rowid`.as('move_rowid'))
+              .selectAll()
+              .where(sql`rowid`, '>', after ?? 0)
+              .orderBy(sql`rowid`)
+              .limit(ROWS_PER_PAGE)
+              .execute();
+            if (page.length === 0) break;
+            after = page[page.length - 1]!.move_rowid;
+            rows = page.map(({ move_rowid: _, ...row }) => row);
+          } else {
+            let q = src.selectFrom(t.name).selectAll().orderBy('id').limit(ROWS_PER_PAGE);
+            if (after !== undefined) q = q.where('id', '>', after as never);
+            rows = (await q.execute()) as Record<string, unknown>[];
+            if (rows.length === 0) break;
+            after = rows[rows.length - 1]!.id as string | number;
+          }
           if (t.name === 'builds') for (const r of rows) r.holder = null;
           await insertAll(trx, t.name, rows);
-          after = rows[rows.length - 1]!.id as string | number;
         }
         if (t.identity && target.store.dialect === 'postgres') {
           // The ids were carried as they were: new rows must be numbered after them.
