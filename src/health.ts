@@ -1,6 +1,7 @@
 import { AppError } from './errors.ts';
 import { blobDriver } from './store/backends.ts';
 import type { Services } from './services.ts';
+import type { BackendHealth, Health } from '../client/src/types.ts';
 
 const HEALTH_TIMEOUT_MS = 2_000;
 
@@ -10,14 +11,6 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
     timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-interface BackendHealth {
-  driver: string;
-  location: string;
-  ok: boolean;
-  ms?: number;
-  error?: string;
 }
 
 /** Each backend answers a trivial request within a bound, or the report says which does not. */
@@ -36,15 +29,15 @@ async function backend(driver: string, location: string, ping: () => Promise<voi
  * answers (the metadata store, the file store, and in a cluster the NATS server). 200 when all
  * do, 503 when one does not: a load balancer or process manager takes the node out of rotation.
  */
-export async function healthReport(services: Services, extra: Record<string, unknown> = {}): Promise<{ status: number; body: Record<string, unknown> }> {
+export async function healthReport(services: Services, extra: Pick<Health, 'role' | 'running' | 'free'> = {}): Promise<{ status: number; body: Health }> {
   const checks = [
     backend(services.store.dialect, services.store.location, () => services.store.ping()),
     backend(blobDriver(services.config), services.blobs.location, () => services.blobs.ping()),
   ];
   const bus = services.bus;
   if (bus) checks.push(backend('nats', bus.location(), () => bus.ping()));
-  const [metadata, blobs, nats] = await Promise.all(checks);
-  const ok = metadata!.ok && blobs!.ok && (nats?.ok ?? true);
+  const [metadata, blobs, nats] = (await Promise.all(checks)) as [BackendHealth, BackendHealth, BackendHealth?];
+  const ok = metadata.ok && blobs.ok && (nats?.ok ?? true);
   // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
   const sandbox = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
   return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, metadata, blobs, ...(nats ? { nats } : {}) } };

@@ -1,9 +1,18 @@
 /**
- * Records the server sends and the request bodies it takes, with the server's field names
- * (snake_case, as on the wire and in the original service's API): what is documented in
- * docs/algorithms.md, docs/auth.md and docs/connectors.md is what a caller gets here.
+ * The wire contract: every JSON record the server sends and every request body it takes,
+ * with the server's field names (snake_case, as on the wire and in the original service's
+ * API). This file is the one definition of them: the client reads answers with these types,
+ * and the server (src/) imports them (`import type`, so nothing of the client runs there) to
+ * type what its routes answer. A field changed here makes tsc fail wherever either side
+ * disagrees. docs/algorithms.md, docs/auth.md, docs/connectors.md and docs/data.md describe
+ * them.
+ *
+ * Types only: no code, no imports, nothing of Node or the browser.
  */
 
+// ---- Algorithms ----
+
+/** Human-facing description of an algorithm (compat.md: the original's `details`). */
 export interface AlgorithmDetails {
   label: string;
   summary: string;
@@ -12,6 +21,7 @@ export interface AlgorithmDetails {
 
 export type Language = 'python3' | 'javascript' | 'typescript';
 
+/** How an algorithm is built and run (compat.md: the original's `settings`). */
 export interface AlgorithmSettings {
   language: Language;
   source_visibility: 'open' | 'closed';
@@ -21,6 +31,7 @@ export interface AlgorithmSettings {
   pipeline_enabled: boolean;
   algorithm_callability: 'public' | 'private';
   royalty_microcredits: number;
+  /** Informational: the original service's environment name, kept as sent. */
   algorithm_environment: string | null;
 }
 
@@ -50,6 +61,11 @@ export interface SourceInfo {
   bytes: number;
 }
 
+/** The answer of `PUT /v1/algorithms/<owner>/<name>/source`. */
+export interface SourceUpload {
+  source: SourceInfo;
+}
+
 export interface Build {
   /** 40 hex digits: also a version selector for the owner (`owner/name/<build_id>`). */
   build_id: string;
@@ -61,6 +77,11 @@ export interface Build {
   finished_at: string | null;
   resource_type: 'algorithm_build';
   version_info: { git_hash: string };
+}
+
+/** The answer of `GET .../builds/<id>/logs`. */
+export interface BuildLogs {
+  logs: string;
 }
 
 /** A compile's answer: the algorithm, the build, and whether it built (the log either way). */
@@ -90,6 +111,13 @@ export interface AlgorithmVersion extends Algorithm {
   published_at: string | null;
 }
 
+/** `GET .../versions/<version>/readme`: the README.md of the version's source, as written (Markdown), or null. */
+export interface VersionReadme {
+  /** The version's number. */
+  version: string;
+  readme: string | null;
+}
+
 /** A page of a list answer (compat.md): `marker` and `next_link` are null on the last. */
 export interface Page<T> {
   marker: string | null;
@@ -97,15 +125,23 @@ export interface Page<T> {
   results: T[];
 }
 
-/** What an API key may do (docs/auth.md). */
+// ---- Users and API keys ----
+
+/** What an API key may do (docs/auth.md; field names from the original service's key records). */
 export interface KeyPermissions {
+  /** May call algorithms at all. */
   allow_algo: boolean;
-  /** `algo://*`, `algo://owner/*`, `algo://owner/name/*`. */
+  /** Which algorithms: `algo://*`, `algo://owner/*` or `algo://owner/name/*`. */
   algo_acl: string[];
+  /** May call algorithms from a browser (`/v1/web/algo`). */
   allow_web_algo: boolean;
+  /** Browser calls only from this host (`example.com` or `*.example.com`); null: any. */
   referer_host: string | null;
+  /** May read data (hosted and connected). */
   allow_data: boolean;
+  /** May create, change and delete data. */
   allow_data_write: boolean;
+  /** May manage algorithms, this user's keys and connected accounts. */
   allow_algo_management: boolean;
 }
 
@@ -123,11 +159,26 @@ export interface CreatedKey extends KeyRecord {
   api_key: string;
 }
 
+/** Body of a key's creation; without `permissions` it gets the acting key's. */
+export interface NewKey {
+  name: string;
+  permissions?: Partial<KeyPermissions>;
+}
+
 export interface KeyChanges {
   name?: string;
   /** Merged over the current permissions; a key cannot grant what it lacks. */
   permissions?: Partial<KeyPermissions>;
 }
+
+/** `GET /v1/user`: whose key this is, and what it may do. */
+export interface WhoAmI {
+  username: string;
+  key_id: string;
+  permissions: KeyPermissions;
+}
+
+// ---- Connected accounts ----
 
 export type ConnectorProtocol = 'objstore' | 'filehost';
 export type ConnectorProvider = 's3' | 'webdav' | 'dropbox';
@@ -141,6 +192,7 @@ export interface ConnectedAccount {
   /** `*`, or a prefix ending in `/*`. */
   path: string;
   writeable: boolean;
+  /** The credentials' non-secret fields only (endpoint, region, url, username...). */
   cred_data: Record<string, string | boolean>;
   created_at: string;
   updated_at: string;
@@ -163,4 +215,152 @@ export interface ConnectedAccountChanges {
   path?: string;
   writeable?: boolean;
   cred_data?: Record<string, string | boolean>;
+}
+
+// ---- Data (docs/data.md) ----
+
+/** Who may read a collection (spec 2.5); the server accepts three forms only (dir.ts's ACLS). */
+export interface DataAcl {
+  read: string[];
+}
+
+/** One page of a directory listing (spec 2.4): empty arrays are left out. */
+export interface ListingPage {
+  folders?: { name: string }[];
+  files?: { filename: string; last_modified: string; size: number }[];
+  /** Present while more entries remain: send it back as `?marker=` for the next page. */
+  marker?: string;
+  /** With `?acl=true`, on a collection. */
+  acl?: DataAcl;
+}
+
+/** Body of `POST` to a directory: the new directory inside it (`acl`: collections only). */
+export interface NewDirectory {
+  name: string;
+  acl?: DataAcl;
+}
+
+/** Body of `PATCH` on a collection. */
+export interface DirectoryChanges {
+  acl: DataAcl;
+}
+
+/** The answer of a file's `PUT`, a directory's `POST` and `PATCH`: the entry's Data URI (`.my` resolved). */
+export interface DataUriResult {
+  result: string;
+}
+
+/** The answer of a `DELETE` in data: how many files it deleted. */
+export interface DeleteResult {
+  result: { deleted: number };
+}
+
+// ---- Calls (docs/algorithms.md: the envelope, spec 2.2) ----
+
+/** What a result is: `void` (null), `text`, `json`, or `binary` (base64 in the envelope). */
+export type ContentType = 'void' | 'text' | 'json' | 'binary';
+
+/** Metadata of a failed call: the envelope's `metadata` (duration, and stdout when asked). */
+export interface FailureMetadata {
+  /** The algorithm's own compute time, in seconds. */
+  duration?: number;
+  /** The owner, with `stdout=true`: what the algorithm printed (at most 1 MiB). */
+  stdout?: string;
+  stdout_truncated?: boolean;
+}
+
+export interface CallMetadata extends FailureMetadata {
+  content_type: ContentType;
+  /** The algorithm's own compute time, in seconds. */
+  duration: number;
+}
+
+/** Why a call failed: `error_type` says what kind of failure (AlgorithmErrorType in errors.ts). */
+export interface CallError {
+  message: string;
+  error_type: string;
+  /** Only when the caller may see the source (its owner, or open source). */
+  stacktrace?: string;
+  /** The same, under the name the Python client reads. */
+  stack_trace?: string;
+}
+
+/** A call's answer: its result, or its error (both with HTTP 200). */
+export type CallEnvelope = CallSuccess | CallFailure;
+
+export interface CallSuccess {
+  /** A string (text), base64 text (binary), null (void) or the JSON value. */
+  result: unknown;
+  metadata: CallMetadata;
+}
+
+export interface CallFailure {
+  error: CallError;
+  metadata: FailureMetadata;
+}
+
+/** The immediate answer of a call with `output=void`. */
+export interface AsyncCallAccepted {
+  async: true;
+  request_id: string;
+}
+
+/** `GET /v1/requests/:id`: an async call's state and, once done, its answer. */
+export interface AsyncRequest {
+  request_id: string;
+  status: 'queued' | 'running' | 'done';
+  /** `owner/name[/version]` as called. */
+  algorithm: string;
+  /** How many times the call was started (a node lost mid-call starts it again). */
+  attempts: number;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  /** The status a sync call would have answered with (200 for every envelope); null until done. */
+  http_status: number | null;
+  /** The body a sync call would have answered with; null until done. */
+  response: CallEnvelope | ErrorEnvelope | null;
+}
+
+// ---- Errors (docs/errors.md) ----
+
+/** Every error answer's body (HEAD answers have none: their message is in X-Error-Message). */
+export interface ErrorEnvelope {
+  error: {
+    /** A stable code (docs/errors.md; API_ERROR_CODES in errors.ts). */
+    code: string;
+    message: string;
+    /** The request id the server logged this under. */
+    id?: string;
+    /** A recursive delete that failed part-way: how many files it deleted before. */
+    deleted?: number;
+  };
+}
+
+// ---- The server ----
+
+/** One backend's answer to `/health`'s check. */
+export interface BackendHealth {
+  /** `sqlite`, `postgres`, `local`, `s3`, `nats`... */
+  driver: string;
+  location: string;
+  ok: boolean;
+  /** How long it took to answer, in milliseconds. */
+  ms?: number;
+  error?: string;
+}
+
+/** `GET /health` (docs/deployment.md): 200 when every backend answers, 503 otherwise. */
+export interface Health {
+  status: 'ok' | 'unavailable';
+  sandbox: { enabled: boolean; warning?: string };
+  metadata: BackendHealth;
+  blobs: BackendHealth;
+  /** In a cluster. */
+  nats?: BackendHealth;
+  /** A node of a cluster: `api` or `worker`. */
+  role?: 'api' | 'worker';
+  /** A worker node: calls running, and room for more. */
+  running?: number;
+  free?: number;
 }

@@ -1,4 +1,5 @@
 import type { CallResult } from './calls.ts';
+import type { CallError, CallFailure, CallMetadata, FailureMetadata } from '../../client/src/types.ts';
 
 /**
  * A call's answer as JSON (spec 2.2): the envelope a sync call answers with, and that an async
@@ -8,7 +9,7 @@ import type { CallResult } from './calls.ts';
 
 const seconds = (ms: number) => Math.round(ms * 1000) / 1_000_000;
 
-export function describeFailure(r: CallResult, timeoutS: number): { message: string; error_type: string; stacktrace: string } {
+export function describeFailure(r: CallResult, timeoutS: number): CallError & { stacktrace: string } {
   const o = r.outcome;
   const ref = r.target ? `algo://${r.target.algorithm.owner}/${r.target.algorithm.name}` : 'the algorithm';
   switch (o.kind) {
@@ -50,34 +51,36 @@ export function resultJson(contentType: string, body: Buffer): string | undefine
   }
 }
 
-/** Spec 2.2: `{result, metadata}` or `{error, metadata}`, as JSON text. */
+/**
+ * Spec 2.2: `{result, metadata}` or `{error, metadata}` (the wire's CallSuccess and
+ * CallFailure), as JSON text.
+ */
 export function envelope(r: CallResult, timeoutS: number): string {
   const o = r.outcome;
-  const metadata: Record<string, unknown> = {};
   if (o.kind === 'result') {
     const json = resultJson(o.contentType, o.body);
     if (json !== undefined) {
+      const contentType: CallMetadata['content_type'] = o.contentType;
       // The usual answer, written as it stands: the same text JSON.stringify makes of it.
-      if (!r.showStdout) return `{"result":${json},"metadata":{"content_type":"${o.contentType}","duration":${JSON.stringify(seconds(o.durationMs))}}}`;
-      metadata.content_type = o.contentType;
-      metadata.duration = seconds(o.durationMs);
+      if (!r.showStdout) return `{"result":${json},"metadata":{"content_type":"${contentType}","duration":${JSON.stringify(seconds(o.durationMs))}}}`;
+      const metadata: CallMetadata = { content_type: contentType, duration: seconds(o.durationMs) };
       addStdout(metadata, r);
       return `{"result":${json},"metadata":${JSON.stringify(metadata)}}`;
     }
     r = { ...r, outcome: { ...o, kind: 'algorithm_error', error: { message: 'the algorithm returned a json result that is not JSON', error_type: 'AlgorithmError', stacktrace: '' } } };
   }
   const f = describeFailure(r, timeoutS);
-  const error: Record<string, unknown> = { message: f.message, error_type: f.error_type };
+  const error: CallError = { message: f.message, error_type: f.error_type };
   if (r.showTrace && f.stacktrace) {
     error.stacktrace = f.stacktrace;
     error.stack_trace = f.stacktrace; // the Python client reads this spelling
   }
-  metadata.duration = seconds(r.outcome.durationMs);
+  const metadata: FailureMetadata = { duration: seconds(r.outcome.durationMs) };
   addStdout(metadata, r);
-  return JSON.stringify({ error, metadata });
+  return JSON.stringify({ error, metadata } satisfies CallFailure);
 }
 
-function addStdout(metadata: Record<string, unknown>, r: CallResult): void {
+function addStdout(metadata: FailureMetadata, r: CallResult): void {
   if (!r.showStdout) return;
   metadata.stdout = r.outcome.stdout;
   if (r.outcome.stdoutTruncated) metadata.stdout_truncated = true;

@@ -1,26 +1,8 @@
 import { AppError } from '../errors.ts';
+import type { AlgorithmDetails, AlgorithmSettings, Language } from '../../client/src/types.ts';
 
-/** Human-facing description of an algorithm (compat.md: the original's `details`). */
-export interface AlgorithmDetails {
-  label: string;
-  summary: string;
-  tagline: string;
-}
-
-export type Language = 'python3' | 'javascript' | 'typescript';
-
-/** How an algorithm is built and run (compat.md: the original's `settings`). */
-export interface AlgorithmSettings {
-  language: Language;
-  source_visibility: 'open' | 'closed';
-  license: string;
-  network_access: 'isolated' | 'full';
-  pipeline_enabled: boolean;
-  algorithm_callability: 'public' | 'private';
-  royalty_microcredits: number;
-  /** Informational: the original service's environment name, kept as sent. */
-  algorithm_environment: string | null;
-}
+// The wire records (the client's types are the one definition): re-exported for the server.
+export type { AlgorithmDetails, AlgorithmSettings, Language };
 
 export const ALGORITHM_NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
 

@@ -1,4 +1,7 @@
 import { AppError } from '../errors.ts';
+import type { VersionType } from '../../client/src/types.ts';
+
+export type { VersionType };
 
 /** A published version of an algorithm. */
 export interface SemVer {
@@ -84,8 +87,6 @@ export function resolveVersion<V extends PublishedVersion>(versions: readonly V[
       return undefined;
   }
 }
-
-export type VersionType = 'major' | 'minor' | 'revision';
 
 /** The version a publish of `type` gets after `latest` (none yet: 1.0.0, 0.1.0 or 0.0.1). */
 export function nextVersion(latest: SemVer | undefined, type: VersionType): SemVer {

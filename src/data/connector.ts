@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { Principal } from '../auth/principal.ts';
 import type { ByteRange } from './blobStore.ts';
+import type { ListingPage } from '../../client/src/types.ts';
 
 export interface FileInfo {
   kind: 'file';
@@ -17,12 +18,7 @@ export interface DirInfo {
 export type EntryInfo = FileInfo | DirInfo;
 
 /** A page of a directory listing, in the contract's shape (spec 2.4): empty arrays left out. */
-export interface ListPage {
-  folders?: { name: string }[];
-  files?: { filename: string; last_modified: string; size: number }[];
-  marker?: string;
-  acl?: { read: string[] };
-}
+export type ListPage = ListingPage;
 
 export interface ReadOptions {
   /** Chooses a byte range once the file's size is known (throws to refuse the request). */

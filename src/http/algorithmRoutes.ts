@@ -5,6 +5,9 @@ import type { Build, BuildService } from '../algorithms/builds.ts';
 import type { ReleaseService, Version } from '../algorithms/releases.ts';
 import { formatSemVer } from '../algorithms/versions.ts';
 import { AppError } from '../errors.ts';
+import type {
+  Algorithm as AlgorithmRecord, AlgorithmVersion, Build as BuildRecord, BuildLogs, CompileResult, Page, SourceUpload, VersionReadme,
+} from '../../client/src/types.ts';
 
 interface OwnerParams {
   owner: string;
@@ -18,7 +21,7 @@ function baseUrl(req: FastifyRequest): string {
 }
 
 /** The algorithm object of the original management API (compat.md). */
-function present(req: FastifyRequest, a: Algorithm) {
+function present(req: FastifyRequest, a: Algorithm): AlgorithmRecord {
   return {
     id: String(a.id),
     name: a.name,
@@ -37,7 +40,7 @@ const body = (req: FastifyRequest, allowed: readonly string[]) => checkObject(re
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** A build as the original API's build records look (compat.md), plus our status and entry. */
-function presentBuild(b: Build) {
+function presentBuild(b: Build): BuildRecord {
   return {
     build_id: b.hash,
     commit_sha: b.hash,
@@ -52,7 +55,7 @@ function presentBuild(b: Build) {
 }
 
 /** An algorithm as published in a version: its settings then, and the version's facts. */
-function presentVersion(req: FastifyRequest, a: Algorithm, v: Version) {
+function presentVersion(req: FastifyRequest, a: Algorithm, v: Version): AlgorithmVersion {
   return {
     ...present(req, { ...a, settings: { ...v.settings, algorithm_callability: v.callability } }),
     version_info: {
@@ -117,7 +120,7 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
       throw new AppError('unsupported_media_type', 'send the source as a tar.gz archive with Content-Type: application/gzip');
     }
     const source = await builds.uploadSource(req.principal!, req.params.owner, req.params.name, req.raw);
-    return { source: { hash: source.hash, files: source.files, bytes: source.bytes } };
+    return { source: { hash: source.hash, files: source.files, bytes: source.bytes } } satisfies SourceUpload;
   });
 
   app.post<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name/compile', async (req) => {
@@ -127,12 +130,12 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
       version_info: { git_hash: build.hash },
       compilation: { successful: build.status === 'succeeded', output: build.logs },
       build: presentBuild(build),
-    };
+    } satisfies CompileResult;
   });
 
   app.get<{ Params: AlgoParams }>('/v1/algorithms/:owner/:name/builds', async (req) => {
     const list = await builds.list(req.principal!, req.params.owner, req.params.name);
-    return { marker: null, next_link: null, results: list.map(presentBuild) };
+    return { marker: null, next_link: null, results: list.map(presentBuild) } satisfies Page<BuildRecord>;
   });
 
   app.get<{ Params: AlgoParams & { id: string } }>('/v1/algorithms/:owner/:name/builds/:id', async (req) =>
@@ -141,7 +144,7 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
 
   app.get<{ Params: AlgoParams & { id: string } }>('/v1/algorithms/:owner/:name/builds/:id/logs', async (req) => {
     const build = await builds.get(req.principal!, req.params.owner, req.params.name, req.params.id);
-    return { logs: build.logs };
+    return { logs: build.logs } satisfies BuildLogs;
   });
 
   // The TypeScript client posts to .../version (singular).
@@ -156,7 +159,7 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   app.get<{ Params: AlgoParams; Querystring: { marker?: string } }>('/v1/algorithms/:owner/:name/versions', async (req) => {
     const page = await releases.list(req.principal!, req.params.owner, req.params.name, req.query.marker || undefined);
     const next = page.marker ? `${baseUrl(req)}/v1/algorithms/${page.algorithm.owner}/${page.algorithm.name}/versions?marker=${encodeURIComponent(page.marker)}` : null;
-    return { marker: page.marker, next_link: next, results: page.results.map((v) => presentVersion(req, page.algorithm, v)) };
+    return { marker: page.marker, next_link: next, results: page.results.map((v) => presentVersion(req, page.algorithm, v)) } satisfies Page<AlgorithmVersion>;
   });
 
   app.get<{ Params: AlgoParams & { ref: string } }>('/v1/algorithms/:owner/:name/versions/:ref', async (req) => {
@@ -167,19 +170,19 @@ export async function algorithmRoutes(app: FastifyInstance, opts: { registry: Al
   // A version's README (Markdown, as its author wrote it: rendering and sanitising are the reader's).
   app.get<{ Params: AlgoParams & { ref: string } }>('/v1/algorithms/:owner/:name/versions/:ref/readme', async (req) => {
     const { algorithm, version } = await releases.get(req.principal!, req.params.owner, req.params.name, req.params.ref);
-    return { version: formatSemVer(version), readme: await builds.readme(algorithm.id, version.buildHash) };
+    return { version: formatSemVer(version), readme: await builds.readme(algorithm.id, version.buildHash) } satisfies VersionReadme;
   });
 
   app.get<{ Querystring: { q?: string; marker?: string } }>('/v1/algorithms', async (req) => {
     const q = typeof req.query.q === 'string' ? req.query.q : '';
     const page = await registry.searchPublic(q, req.query.marker || undefined);
     const next = page.marker ? `${baseUrl(req)}/v1/algorithms?${new URLSearchParams({ ...(q ? { q } : {}), marker: page.marker }).toString()}` : null;
-    return { marker: page.marker, next_link: next, results: page.results.map((a) => present(req, a)) };
+    return { marker: page.marker, next_link: next, results: page.results.map((a) => present(req, a)) } satisfies Page<AlgorithmRecord>;
   });
 
   app.get<{ Params: OwnerParams; Querystring: { marker?: string } }>('/v1/users/:owner/algorithms', async (req) => {
     const page = await registry.listByOwner(req.principal!, req.params.owner, req.query.marker || undefined);
     const next = page.marker ? `${baseUrl(req)}/v1/users/${req.params.owner}/algorithms?marker=${encodeURIComponent(page.marker)}` : null;
-    return { marker: page.marker, next_link: next, results: page.results.map((a) => present(req, a)) };
+    return { marker: page.marker, next_link: next, results: page.results.map((a) => present(req, a)) } satisfies Page<AlgorithmRecord>;
   });
 }

@@ -1,5 +1,6 @@
 import type { FastifyError } from 'fastify';
 import { AppError, type ErrorCode } from '../errors.ts';
+import type { ErrorEnvelope } from '../../client/src/types.ts';
 
 /**
  * The API's error answers, framework-free: the one place that turns an error into a status,
@@ -47,7 +48,7 @@ export function toAppError(err: unknown): AppError {
 
 /** The envelope's text: `{"error":{"code","message","id"?,...extra}}`. */
 export function errorDocument(code: ErrorCode, message: string, id?: string, extra?: Record<string, unknown>): string {
-  return JSON.stringify({ error: { code, message, ...(id === undefined ? {} : { id }), ...extra } });
+  return JSON.stringify({ error: { code, message, ...(id === undefined ? {} : { id }), ...extra } } satisfies ErrorEnvelope);
 }
 
 export interface ErrorAnswer {

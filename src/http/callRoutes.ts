@@ -9,6 +9,7 @@ import type { ContentType } from '../runtime/contract.ts';
 import { queryBool } from '../data/paths.ts';
 import { readLimited } from './body.ts';
 import { describeFailure, envelope, resultJson } from '../algorithms/envelope.ts';
+import type { AsyncCallAccepted } from '../../client/src/types.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -174,7 +175,7 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
       // GET /v1/requests/:id gives its answer once it has run (asyncCalls.ts).
       const accepted = await opts.asyncCalls.accept(principal, request, req.log);
       if ('early' in accepted) return reply.type('application/json').send(envelope(accepted.early, options.timeoutS));
-      return reply.type('application/json').send({ async: true, request_id: accepted.id });
+      return reply.type('application/json').send({ async: true, request_id: accepted.id } satisfies AsyncCallAccepted);
     }
     const a = callAnswer(await opts.calls.call(principal, request, req.log), options);
     return reply.code(a.status).type(a.type).send(a.body);

@@ -4,6 +4,7 @@ import type { UserService } from '../auth/users.ts';
 import type { ConnectedAccounts } from '../data/accounts/accounts.ts';
 import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
+import type { ConnectedAccount, Page } from '../../client/src/types.ts';
 
 interface UserParams {
   username: string;
@@ -37,16 +38,16 @@ export async function connectorRoutes(app: FastifyInstance, opts: { accounts: Co
     results: await accounts.list(await owner(req)),
     marker: null,
     next_link: null,
-  }));
+  }) satisfies Page<ConnectedAccount>);
 
   app.post<{ Params: UserParams }>('/v1/users/:username/connectors', async (req, reply) => {
     const userId = await owner(req);
-    return reply.code(201).send(await accounts.create(userId, checkObject(req.body, FIELDS)));
+    return reply.code(201).send((await accounts.create(userId, checkObject(req.body, FIELDS))) satisfies ConnectedAccount);
   });
 
-  app.get<{ Params: LabelParams }>('/v1/users/:username/connectors/:label', async (req) => accounts.get(await owner(req), req.params.label));
+  app.get<{ Params: LabelParams }>('/v1/users/:username/connectors/:label', async (req): Promise<ConnectedAccount> => accounts.get(await owner(req), req.params.label));
 
-  app.patch<{ Params: LabelParams }>('/v1/users/:username/connectors/:label', async (req) =>
+  app.patch<{ Params: LabelParams }>('/v1/users/:username/connectors/:label', async (req): Promise<ConnectedAccount> =>
     accounts.update(await owner(req), req.params.label, checkObject(req.body, FIELDS)),
   );
 

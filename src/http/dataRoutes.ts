@@ -6,6 +6,7 @@ import { negotiateContentType } from '../data/contentType.ts';
 import type { Connector, FileRead } from '../data/connector.ts';
 import { noneMatch, parseRange } from './range.ts';
 import { parseJsonObject, readSmallBody } from './body.ts';
+import type { DataUriResult, DeleteResult, ListingPage } from '../../client/src/types.ts';
 
 export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
@@ -52,7 +53,7 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
           throw new AppError('payload_too_large', `the file is larger than the limit of ${opts.maxUploadBytes} bytes`);
         }
         const result = await connector.write(principal, target.segments, req.raw, {});
-        return reply.type('application/json').send({ result });
+        return reply.type('application/json').send({ result } satisfies DataUriResult);
       }
       case 'POST': {
         data.requireWrite(principal);
@@ -71,18 +72,18 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
           throw new AppError('invalid_body', 'send the new directory\'s name: {"name": "...", "acl": {"read": [...]}} or the bare name as text/plain');
         }
         const result = await connector.mkdir(principal, target.segments, name, acl);
-        return reply.type('application/json').send({ result });
+        return reply.type('application/json').send({ result } satisfies DataUriResult);
       }
       case 'PATCH': {
         data.requireWrite(principal);
         const body = parseJsonObject(await readSmallBody(req.raw), ['acl']);
         const result = await connector.update(principal, target.segments, { acl: body.acl });
-        return reply.type('application/json').send({ result });
+        return reply.type('application/json').send({ result } satisfies DataUriResult);
       }
       case 'DELETE': {
         data.requireWrite(principal);
         const deleted = await connector.delete(principal, target.segments, queryBool('force', param(query, 'force')));
-        return reply.type('application/json').send({ result: { deleted } });
+        return reply.type('application/json').send({ result: { deleted } } satisfies DeleteResult);
       }
       default:
         throw methodNotAllowed(req.method);
@@ -115,7 +116,7 @@ async function get(req: FastifyRequest, reply: FastifyReply, connector: Connecto
     reply.header('x-data-type', 'directory');
     if (head) return reply.type('application/json').send();
     const marker = param(query, 'marker');
-    const page = await connector.list(req.principal!, segments, { marker: marker || undefined, acl: wantsAcl });
+    const page: ListingPage = await connector.list(req.principal!, segments, { marker: marker || undefined, acl: wantsAcl });
     return reply.type('application/json').send(page);
   }
   const { info, range, body } = found as FileRead;

@@ -5,6 +5,7 @@ import type { UserService } from '../auth/users.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
+import type { CreatedKey, KeyRecord, Page, WhoAmI } from '../../client/src/types.ts';
 
 interface UserParams {
   username: string;
@@ -38,26 +39,26 @@ export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; 
   // the /v1/users/<you>/... routes. Any valid key may ask; it learns nothing it did not hold.
   app.get('/v1/user', async (req) => {
     const principal = req.principal!;
-    return { username: principal.username, key_id: principal.keyId, permissions: principal.permissions };
+    return { username: principal.username, key_id: principal.keyId, permissions: principal.permissions } satisfies WhoAmI;
   });
 
   app.get<{ Params: UserParams }>('/v1/users/:username/keys', async (req) => {
     const { userId } = await owner(req);
-    return { results: await keys.list(userId), marker: null, next_link: null };
+    return { results: await keys.list(userId), marker: null, next_link: null } satisfies Page<KeyRecord>;
   });
 
   app.post<{ Params: UserParams }>('/v1/users/:username/keys', async (req, reply) => {
     const { userId, principal } = await owner(req);
     const { record, apiKey } = await keys.create(userId, body(req), principal.permissions);
-    return reply.code(201).send({ ...record, api_key: apiKey });
+    return reply.code(201).send({ ...record, api_key: apiKey } satisfies CreatedKey);
   });
 
-  app.get<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req) => {
+  app.get<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req): Promise<KeyRecord> => {
     const { userId } = await owner(req);
     return keys.get(userId, req.params.id);
   });
 
-  app.patch<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req) => {
+  app.patch<{ Params: KeyParams }>('/v1/users/:username/keys/:id', async (req): Promise<KeyRecord> => {
     const { userId, principal } = await owner(req);
     return keys.update(userId, req.params.id, body(req), principal.permissions);
   });

@@ -2,26 +2,13 @@ import { AppError } from '../../errors.ts';
 import { isUniqueViolation, type MetadataStore } from '../../store/db.ts';
 import type { ConnectorsTable } from '../../store/schema.ts';
 import type { CredentialBox } from './credentials.ts';
+import type { ConnectedAccount, ConnectorProtocol, ConnectorProvider } from '../../../client/src/types.ts';
 
-export type Protocol = 'objstore' | 'filehost';
-export type Provider = 's3' | 'webdav' | 'dropbox';
-
-/** A connected account as the API shows it: never its secrets. */
-export interface AccountView {
-  label: string;
-  protocol: Protocol;
-  provider: Provider;
-  is_default: boolean;
-  path: string;
-  writeable: boolean;
-  /** The credentials' non-secret fields only (endpoint, region, url, username). */
-  cred_data: Record<string, unknown>;
-  created_at: string;
-  updated_at: string;
-}
+export type Protocol = ConnectorProtocol;
+export type Provider = ConnectorProvider;
 
 /** A connected account with its credentials, for the connector that uses it (never for a response). */
-export interface Account extends Omit<AccountView, 'created_at' | 'updated_at'> {
+export interface Account extends Omit<ConnectedAccount, 'created_at' | 'updated_at'> {
   credentials: Record<string, unknown>;
 }
 
@@ -125,7 +112,7 @@ export class ConnectedAccounts {
     return `connector:${userId}:${labelLc}`;
   }
 
-  private view(r: Row): AccountView {
+  private view(r: Row): ConnectedAccount {
     return {
       label: r.label,
       protocol: r.protocol,
@@ -133,7 +120,8 @@ export class ConnectedAccounts {
       is_default: r.is_default === 1,
       path: r.path,
       writeable: r.writeable === 1,
-      cred_data: JSON.parse(r.public_cred) as Record<string, unknown>,
+      // publicPart() of checked credentials: strings and booleans.
+      cred_data: JSON.parse(r.public_cred) as ConnectedAccount['cred_data'],
       created_at: new Date(r.created_at).toISOString(),
       updated_at: new Date(r.updated_at).toISOString(),
     };
@@ -145,16 +133,16 @@ export class ConnectedAccounts {
     return r as Row;
   }
 
-  async list(userId: number): Promise<AccountView[]> {
+  async list(userId: number): Promise<ConnectedAccount[]> {
     const rows = await this.store.db.selectFrom('connectors').selectAll().where('user_id', '=', userId).orderBy('protocol').orderBy('label_lc').execute();
     return rows.map((r) => this.view(r as Row));
   }
 
-  async get(userId: number, label: string): Promise<AccountView> {
+  async get(userId: number, label: string): Promise<ConnectedAccount> {
     return this.view(await this.row(userId, label));
   }
 
-  async create(userId: number, input: Record<string, unknown>): Promise<AccountView> {
+  async create(userId: number, input: Record<string, unknown>): Promise<ConnectedAccount> {
     const label = input.label;
     if (typeof label !== 'string' || !LABEL.test(label)) throw invalid('label must be 1 to 32 letters, digits or dashes, starting with a letter or digit');
     const protocol = input.protocol;
@@ -198,7 +186,7 @@ export class ConnectedAccounts {
   }
 
   /** Changes `is_default`, `path`, `writeable` or `cred_data` (merged over what is stored). */
-  async update(userId: number, label: string, input: Record<string, unknown>): Promise<AccountView> {
+  async update(userId: number, label: string, input: Record<string, unknown>): Promise<ConnectedAccount> {
     const current = await this.row(userId, label);
     for (const fixed of ['label', 'protocol', 'provider'] as const) {
       if (input[fixed] !== undefined && String(input[fixed]).toLowerCase() !== String(current[fixed === 'label' ? 'label_lc' : fixed])) {
