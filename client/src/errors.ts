@@ -7,19 +7,23 @@
  *   `error`, HTTP 200 per the contract);
  * - NetworkError: no answer (connection refused, reset, the client's own timeout).
  */
+import type { FailureMetadata } from './types.ts';
+
+export type { FailureMetadata };
 
 /** The server's error codes (docs/errors.md); a test keeps this list in step with the server's. */
 export const API_ERROR_CODES = [
   'auth_required', 'algo_not_allowed', 'invalid_authorization', 'invalid_api_key', 'api_key_revoked',
+  'invalid_credentials', 'no_session', 'csrf_token_invalid', 'cross_site_request',
   'key_permission_denied', 'forbidden', 'permission_escalation', 'nested_call_refused', 'write_denied',
   'connector_denied', 'connector_address_refused', 'not_found', 'route_not_found', 'unknown_user',
   'unknown_connector', 'key_not_found', 'algorithm_not_found', 'build_not_found', 'version_not_found', 'request_not_found',
   'method_not_allowed', 'already_exists', 'type_conflict', 'directory_not_empty', 'no_build',
   'already_published', 'deprecated_route', 'payload_too_large', 'unsupported_media_type',
   'range_not_satisfiable', 'invalid_path', 'reserved_path', 'invalid_json', 'invalid_body', 'invalid_acl',
-  'invalid_marker', 'invalid_query', 'invalid_username', 'invalid_algorithm_name', 'invalid_key_name',
+  'invalid_marker', 'invalid_query', 'invalid_username', 'invalid_password', 'invalid_algorithm_name', 'invalid_key_name',
   'invalid_permissions', 'invalid_version', 'invalid_archive', 'network_not_allowed', 'invalid_connector',
-  'call_depth_exceeded', 'acl_not_supported', 'user_exists', 'delete_incomplete', 'internal_error',
+  'call_depth_exceeded', 'acl_not_supported', 'user_exists', 'too_many_attempts', 'delete_incomplete', 'internal_error',
   'connector_error', 'connector_unreachable', 'connector_timeout', 'shutting_down', 'server_busy', 'metadata_unavailable', 'storage_unavailable',
 ] as const;
 
@@ -62,13 +66,6 @@ export class ApiError extends AlgohostError {
     this.requestId = extra.requestId;
     this.deleted = extra.deleted;
   }
-}
-
-/** Metadata of a failed call: the envelope's `metadata` (duration, and stdout when asked). */
-export interface FailureMetadata {
-  duration?: number;
-  stdout?: string;
-  stdout_truncated?: boolean;
 }
 
 /** The algorithm failed: its exception, a timeout, running out of memory, no such version... */
