@@ -18,6 +18,11 @@ export default tseslint.config(
     },
   },
   {
+    // The web console runs in browsers.
+    files: ['console/**'],
+    languageOptions: { globals: { ...globals.browser } },
+  },
+  {
     // client/src/env.ts is the client package's one reader of the environment; the git hook is
     // a program of its own, run by git, whose one input besides stdin is the environment.
     files: ['src/config.ts', 'client/src/env.ts', 'src/algorithms/gitHook.mjs', 'test/**', 'bench/**', 'bin/**'],

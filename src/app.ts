@@ -20,6 +20,7 @@ import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
 import { passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
 import { CSRF_HEADER, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
+import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
 declare module 'fastify' {
@@ -124,6 +125,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   app.register(webPreflight);
   // Console sign-in: user name and password for a session cookie (no key needed to ask).
   app.register(sessionRoutes, { sessions: services.sessions });
+  // The web console's page and files (console/, docs/console.md).
+  app.register(consoleRoutes);
   // Algorithm sources over git: HTTP Basic (user name, API key), as git sends it.
   app.register(gitRoutes, { repos: services.git, keys: services.keys });
 

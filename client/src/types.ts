@@ -364,3 +364,35 @@ export interface Health {
   running?: number;
   free?: number;
 }
+
+/** `GET /v1/users/:user/usage` (docs/usage.md): compute seconds and calls, by UTC day and algorithm version. */
+export interface UsageFigures {
+  calls: number;
+  /** Compute seconds: the sum of the calls' durations. */
+  seconds: number;
+  bytes_in: number;
+  bytes_out: number;
+  /** Calls that failed (the algorithm threw, crashed, ran out of memory, or could not start). */
+  errors: number;
+  timeouts: number;
+}
+
+export interface UsageDay extends UsageFigures {
+  day: string;
+  /** `owner/name` */
+  algorithm: string;
+  version: string;
+}
+
+export interface UsageSection {
+  total: UsageFigures;
+  days: UsageDay[];
+}
+
+export interface UsageReport {
+  user: string;
+  from: string;
+  to: string;
+  as_caller: UsageSection;
+  as_owner: UsageSection;
+}

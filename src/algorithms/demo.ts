@@ -89,6 +89,27 @@ def apply(input):
   },
 ];
 
+/** What the console shows on a demo's page: what it does and how to call it. */
+function demoReadme(owner: string, demo: DemoAlgorithm): string {
+  const input = typeof demo.sample === 'string' ? demo.sample : JSON.stringify(demo.sample);
+  const flag = typeof demo.sample === 'string' ? '-t' : demo.sample === null ? '-B' : '-j';
+  return `# ${demo.name}
+
+${demo.summary}
+
+One of the algorithms every new algohost server starts with: a working example of
+${demo.language === 'python3' ? 'a Python' : 'a JavaScript'} algorithm, to try calls with.
+
+## Call it
+
+\`\`\`
+algo run ${owner}/${demo.name} ${flag} ${demo.sample === null ? 'FILE' : `'${input}'`}
+\`\`\`
+
+The source is open: it is the file under \`src/\`.
+`;
+}
+
 /**
  * Publishes the demo algorithms under `owner` (the demo user of a new home): each is created,
  * given its source, built and published as a public 0.1.0. Returns the names published.
@@ -106,7 +127,7 @@ export async function publishDemoAlgorithms(
       settings: { language: demo.language, source_visibility: 'open', license: 'apache2' },
     });
     const dir = path.join(scratch, demo.name);
-    await writeFiles(dir, demo.files);
+    await writeFiles(dir, { 'README.md': demoReadme(principal.username, demo), ...demo.files });
     await services.builds.useSourceTree(algo, dir);
     const { build } = await services.builds.compile(principal, algo.owner, algo.name);
     if (build.status !== 'succeeded') throw new Error(`demo algorithm ${demo.name} did not build:\n${build.logs}`);

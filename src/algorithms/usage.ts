@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import type { UsageDay, UsageFigures, UsageReport, UsageSection } from '../../client/src/types.ts';
 import type { Outcome } from '../runtime/contract.ts';
 import type { MetadataStore } from '../store/db.ts';
 import type { CallLog } from './calls.ts';
@@ -330,36 +331,9 @@ export class UsageRecorder {
   }
 }
 
-export interface UsageFigures {
-  calls: number;
-  /** Compute seconds: the sum of the calls' durations. */
-  seconds: number;
-  bytes_in: number;
-  bytes_out: number;
-  /** Calls that failed (the algorithm threw, crashed, ran out of memory, or could not start). */
-  errors: number;
-  timeouts: number;
-}
 
-export interface UsageDay extends UsageFigures {
-  day: string;
-  /** `owner/name` */
-  algorithm: string;
-  version: string;
-}
 
-export interface UsageSection {
-  total: UsageFigures;
-  days: UsageDay[];
-}
 
-export interface UsageReport {
-  user: string;
-  from: string;
-  to: string;
-  as_caller: UsageSection;
-  as_owner: UsageSection;
-}
 
 interface SumRow {
   day: string;

@@ -1,0 +1,339 @@
+import { useEffect, useState } from 'preact/hooks';
+import type { ConnectedAccount, DataAcl, ListingPage } from '../../../client/src/types.ts';
+import { bytes, encodePath, getJson, request, upload } from '../api.ts';
+import { href, navigate } from '../router.ts';
+import { ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
+
+/**
+ * Routes: `#/data` (hosted collections and connected accounts), `#/data/data/.my/photos`
+ * (hosted), `#/data/objstore+label/bucket/dir` (a connected account): the first segment
+ * after `data` says where, the rest is the path there.
+ */
+function apiPath(where: string, path: string[]): string {
+  const rest = encodePath(path.join('/'));
+  return where === 'data' ? `/v1/data/${rest}` : `/v1/connector/${encodeURIComponent(where)}/${rest}`;
+}
+
+function uriOf(where: string, path: string[]): string {
+  return `${where}://${path.join('/')}`;
+}
+
+const ACL_LEVELS: { value: string; label: string; read: string[] }[] = [
+  { value: 'private', label: 'Private: only you', read: [] },
+  { value: 'algorithms', label: 'My algorithms: you, and your algorithms when anyone calls them', read: ['algo://.my/*'] },
+  { value: 'public', label: 'Public: anyone with an API key', read: ['user://*'] },
+];
+
+function aclLevel(acl: DataAcl | undefined): string {
+  const read = acl?.read ?? [];
+  if (read.includes('user://*')) return 'public';
+  if (read.length > 0) return 'algorithms';
+  return 'private';
+}
+
+function AclEditor({ where, path, acl, onChanged }: { where: string; path: string[]; acl: DataAcl | undefined; onChanged: () => void }) {
+  const [level, setLevel] = useState(aclLevel(acl));
+  const [saved, setSaved] = useState(false);
+  useEffect(() => setLevel(aclLevel(acl)), [acl]);
+  const save = useAction(async (value: string) => {
+    setSaved(false);
+    const read = ACL_LEVELS.find((l) => l.value === value)!.read;
+    await getJson(apiPath(where, path), { method: 'PATCH', json: { acl: { read } } });
+    setSaved(true);
+    onChanged();
+  });
+  return (
+    <form class="acl" onSubmit={(e) => e.preventDefault()}>
+      <label>
+        Who may read this collection
+        <select
+          value={level}
+          disabled={save.busy}
+          onChange={(e) => {
+            setLevel(e.currentTarget.value);
+            void save.run(e.currentTarget.value);
+          }}
+        >
+          {ACL_LEVELS.map((l) => (
+            <option key={l.value} value={l.value}>
+              {l.label}
+            </option>
+          ))}
+        </select>
+      </label>
+      <ErrorBox error={save.error} />
+      {saved ? <span role="status">Saved.</span> : null}
+    </form>
+  );
+}
+
+interface Uploading {
+  name: string;
+  sent: number;
+  total: number;
+  error?: unknown;
+  done?: boolean;
+}
+
+function Uploads({ where, path, onUploaded }: { where: string; path: string[]; onUploaded: () => void }) {
+  const [items, setItems] = useState<Uploading[]>([]);
+  const [over, setOver] = useState(false);
+  const send = async (files: File[]) => {
+    for (const file of files) {
+      const item: Uploading = { name: file.name, sent: 0, total: file.size };
+      setItems((xs) => [...xs, item]);
+      const update = (change: Partial<Uploading>) => setItems((xs) => xs.map((x) => (x === item ? Object.assign(item, change) : x)).slice());
+      try {
+        await upload(apiPath(where, [...path, file.name]), file, file.type || 'application/octet-stream', (sent, total) => update({ sent, total }));
+        update({ done: true, sent: file.size });
+        onUploaded();
+      } catch (error) {
+        update({ error });
+      }
+    }
+  };
+  return (
+    <section aria-labelledby="upload-h">
+      <h2 id="upload-h" class="sr-only">
+        Upload
+      </h2>
+      <div
+        class={over ? 'drop over' : 'drop'}
+        onDragOver={(e) => {
+          e.preventDefault();
+          setOver(true);
+        }}
+        onDragLeave={() => setOver(false)}
+        onDrop={(e) => {
+          e.preventDefault();
+          setOver(false);
+          void send([...(e.dataTransfer?.files ?? [])]);
+        }}
+      >
+        <p>Drop files here to upload them into {uriOf(where, path)}, or</p>
+        <label class="button">
+          choose files
+          <input
+            type="file"
+            multiple
+            class="sr-only"
+            onChange={(e) => {
+              void send([...(e.currentTarget.files ?? [])]);
+              e.currentTarget.value = '';
+            }}
+          />
+        </label>
+      </div>
+      {items.length > 0 ? (
+        <ul class="plain uploads" aria-live="polite">
+          {items.map((x, i) => (
+            <li key={i}>
+              <span>{x.name}</span> <progress max={x.total || 1} value={x.sent} aria-label={`Uploading ${x.name}`} />{' '}
+              {x.error ? <ErrorBox error={x.error} /> : x.done ? <span>uploaded ({bytes(x.total)})</span> : <span>{bytes(x.sent)} of {bytes(x.total)}</span>}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+    </section>
+  );
+}
+
+async function download(where: string, path: string[]): Promise<void> {
+  const res = await request(apiPath(where, path));
+  const blob = await res.blob();
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = path[path.length - 1] ?? 'download';
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+}
+
+function Listing({ me, where, path }: { me: string; where: string; path: string[] }) {
+  const [pages, setPages] = useState<ListingPage[]>([]);
+  const [version, setVersion] = useState(0);
+  const isCollection = where === 'data' && path.length === 2 && path[0]!.toLowerCase() === '.my';
+  const canUpload = where !== 'data' ? path.length > 0 : path.length >= 2 && (path[0] === '.my' || path[0]!.toLowerCase() === me.toLowerCase());
+  const first = useLoad(async () => {
+    const page = await getJson<ListingPage>(apiPath(where, path), { query: { acl: isCollection ? 'true' : undefined } });
+    setPages([page]);
+    return page;
+  }, [where, path.join('/'), version]);
+  const more = useAction(async () => {
+    const marker = pages[pages.length - 1]?.marker;
+    const page = await getJson<ListingPage>(apiPath(where, path), { query: { marker } });
+    setPages((ps) => [...ps, page]);
+  });
+  const [folder, setFolder] = useState('');
+  const mkdir = useAction(async () => {
+    await getJson(apiPath(where, path), { method: 'POST', json: { name: folder } });
+    setFolder('');
+    setVersion((v) => v + 1);
+  });
+  const remove = useAction(async (name: string, dir: boolean) => {
+    const uri = uriOf(where, [...path, name]);
+    if (!confirm(dir ? `Delete the folder ${uri} and everything in it?` : `Delete ${uri}?`)) return;
+    await request(apiPath(where, [...path, name]), { method: 'DELETE', query: { force: dir ? 'true' : undefined } });
+    setVersion((v) => v + 1);
+  });
+  const get = useAction(async (name: string) => download(where, [...path, name]));
+  if (first.error) return <ErrorBox error={first.error} />;
+  if (!first.data) return <Loading what={uriOf(where, path)} />;
+  const folders = pages.flatMap((p) => p.folders ?? []);
+  const files = pages.flatMap((p) => p.files ?? []);
+  const marker = pages[pages.length - 1]?.marker;
+  return (
+    <>
+      {isCollection ? <AclEditor where={where} path={path} acl={first.data.acl} onChanged={() => undefined} /> : null}
+      <ErrorBox error={remove.error ?? get.error} />
+      {folders.length + files.length === 0 ? (
+        <p role="status">This folder is empty.</p>
+      ) : (
+        <table class="listing">
+          <caption class="sr-only">Contents of {uriOf(where, path)}</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Size</th>
+              <th scope="col">Modified</th>
+              <th scope="col">
+                <span class="sr-only">Actions</span>
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {folders.map((f) => (
+              <tr key={`d/${f.name}`}>
+                <th scope="row">
+                  <a href={href('data', where, ...path, f.name)}>{f.name}/</a>
+                </th>
+                <td>folder</td>
+                <td />
+                <td>
+                  <button type="button" class="small danger" onClick={() => void remove.run(f.name, true)} aria-label={`Delete folder ${f.name}`}>
+                    Delete
+                  </button>
+                </td>
+              </tr>
+            ))}
+            {files.map((f) => (
+              <tr key={`f/${f.filename}`}>
+                <th scope="row">{f.filename}</th>
+                <td>{bytes(f.size)}</td>
+                <td>{formatDate(f.last_modified)}</td>
+                <td>
+                  <button type="button" class="small" onClick={() => void get.run(f.filename)} aria-label={`Download ${f.filename}`}>
+                    Download
+                  </button>{' '}
+                  <button type="button" class="small danger" onClick={() => void remove.run(f.filename, false)} aria-label={`Delete ${f.filename}`}>
+                    Delete
+                  </button>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <p class="muted" role="status">
+        {folders.length} folder{folders.length === 1 ? '' : 's'}, {files.length} file{files.length === 1 ? '' : 's'}
+        {marker ? ' shown; more remain' : ''}
+      </p>
+      {marker ? (
+        <button type="button" onClick={() => void more.run()} disabled={more.busy}>
+          {more.busy ? 'Loading…' : 'Load more'}
+        </button>
+      ) : null}
+      <ErrorBox error={more.error} />
+      {path.length >= 1 ? (
+        <form
+          class="row"
+          onSubmit={(e) => {
+            e.preventDefault();
+            void mkdir.run();
+          }}
+        >
+          <label>
+            {path.length === 1 && where === 'data' ? 'New collection' : 'New folder'}
+            <input required value={folder} onInput={(e) => setFolder(e.currentTarget.value)} />
+          </label>
+          <button type="submit" disabled={mkdir.busy}>
+            Create
+          </button>
+          <ErrorBox error={mkdir.error} />
+        </form>
+      ) : null}
+      {canUpload ? <Uploads where={where} path={path} onUploaded={() => setVersion((v) => v + 1)} /> : null}
+    </>
+  );
+}
+
+function Roots({ me }: { me: string }) {
+  const accounts = useLoad(() => getJson<{ results: ConnectedAccount[] }>(`/v1/users/${encodePath(me)}/connectors`), [me]);
+  const [other, setOther] = useState('');
+  return (
+    <>
+      <Listing me={me} where="data" path={['.my']} />
+      <section aria-labelledby="connected-h">
+        <h2 id="connected-h">Connected storage</h2>
+        <ErrorBox error={accounts.error} />
+        {accounts.data ? (
+          accounts.data.results.length === 0 ? (
+            <p class="muted">No connected account. Connect S3 or WebDAV storage with the API or the algo CLI (docs/connectors.md).</p>
+          ) : (
+            <ul class="plain">
+              {accounts.data.results.map((a) => (
+                <li key={a.label}>
+                  <a href={href('data', `${a.protocol}+${a.label}`)}>
+                    {a.protocol}+{a.label}://
+                  </a>{' '}
+                  <span class="muted">
+                    {a.provider}
+                    {a.writeable ? '' : ', read-only'}
+                  </span>
+                </li>
+              ))}
+            </ul>
+          )
+        ) : null}
+      </section>
+      <form
+        class="row"
+        onSubmit={(e) => {
+          e.preventDefault();
+          const m = /^data:\/\/(.+)$/.exec(other.trim());
+          const rest = (m ? m[1]! : other.trim()).split('/').filter(Boolean);
+          if (rest.length) navigate('data', 'data', ...rest);
+        }}
+      >
+        <label>
+          Open another user's collection
+          <input value={other} placeholder="data://alice/photos" onInput={(e) => setOther(e.currentTarget.value)} />
+        </label>
+        <button type="submit">Open</button>
+      </form>
+    </>
+  );
+}
+
+export function DataBrowser({ me, segments }: { me: string; segments: string[] }) {
+  const [where = '', ...path] = segments;
+  const crumbs = path.map((p, i) => ({ name: p, link: href('data', where, ...path.slice(0, i + 1)) }));
+  return (
+    <>
+      <Title>{where ? uriOf(where, path) : 'Data'}</Title>
+      {where ? (
+        <nav aria-label="Path" class="crumbs">
+          <a href={href('data')}>Data</a>
+          {crumbs.map((c) => (
+            <span key={c.link}>
+              {' / '}
+              <a href={c.link}>{c.name}</a>
+            </span>
+          ))}
+        </nav>
+      ) : null}
+      {where ? <Listing key={segments.join('/')} me={me} where={where} path={path} /> : <Roots me={me} />}
+    </>
+  );
+}

@@ -1,0 +1,135 @@
+import { useState } from 'preact/hooks';
+import type { UsageDay, UsageReport, UsageSection } from '../../../client/src/types.ts';
+import { encodePath, getJson } from '../api.ts';
+import { ErrorBox, Loading, Title, useLoad } from '../ui.tsx';
+
+const isoDay = (d: Date) => d.toISOString().slice(0, 10);
+
+function daysBetween(from: string, to: string): string[] {
+  const out: string[] = [];
+  for (let t = Date.parse(`${from}T00:00:00Z`); t <= Date.parse(`${to}T00:00:00Z`); t += 86_400_000) out.push(isoDay(new Date(t)));
+  return out;
+}
+
+const secs = (s: number) => (s < 10 ? s.toFixed(3) : s < 1000 ? s.toFixed(1) : Math.round(s).toLocaleString());
+
+/** Compute seconds per day as bars; the table below says the same in words. */
+function Chart({ days, rows, label }: { days: string[]; rows: UsageDay[]; label: string }) {
+  const perDay = new Map<string, number>();
+  for (const r of rows) perDay.set(r.day, (perDay.get(r.day) ?? 0) + r.seconds);
+  const max = Math.max(0, ...perDay.values());
+  const w = 640;
+  const h = 160;
+  const bw = w / Math.max(days.length, 1);
+  return (
+    <figure class="chart">
+      <svg viewBox={`0 0 ${w} ${h + 20}`} role="img" aria-label={`${label}: compute seconds per day, at most ${secs(max)} s in a day`}>
+        {days.map((d, i) => {
+          const v = perDay.get(d) ?? 0;
+          const bh = max > 0 ? (v / max) * h : 0;
+          return (
+            <g key={d}>
+              <title>{`${d}: ${secs(v)} s`}</title>
+              <rect class="bar" x={i * bw + 1} y={h - bh} width={Math.max(bw - 2, 1)} height={bh} />
+            </g>
+          );
+        })}
+        <line class="axis" x1={0} y1={h} x2={w} y2={h} />
+        <text x={0} y={h + 16} class="tick">
+          {days[0]}
+        </text>
+        <text x={w} y={h + 16} class="tick" text-anchor="end">
+          {days[days.length - 1]}
+        </text>
+      </svg>
+      <figcaption>Compute seconds per day ({label.toLowerCase()})</figcaption>
+    </figure>
+  );
+}
+
+function Section({ title, section, days, owner }: { title: string; section: UsageSection; days: string[]; owner: boolean }) {
+  const byAlgo = new Map<string, { calls: number; seconds: number; bytes_in: number; bytes_out: number; errors: number }>();
+  for (const r of section.days) {
+    const k = `${r.algorithm}/${r.version}`;
+    const a = byAlgo.get(k) ?? { calls: 0, seconds: 0, bytes_in: 0, bytes_out: 0, errors: 0 };
+    a.calls += r.calls;
+    a.seconds += r.seconds;
+    a.bytes_in += r.bytes_in;
+    a.bytes_out += r.bytes_out;
+    a.errors += r.errors + (r.timeouts ?? 0);
+    byAlgo.set(k, a);
+  }
+  const id = owner ? 'owner-h' : 'caller-h';
+  return (
+    <section aria-labelledby={id}>
+      <h2 id={id}>{title}</h2>
+      <p>
+        {section.total.calls.toLocaleString()} call{section.total.calls === 1 ? '' : 's'}, {secs(section.total.seconds)} compute seconds
+        {section.total.errors ? `, ${section.total.errors} failed` : ''}.
+      </p>
+      {section.days.length > 0 ? (
+        <>
+          <Chart days={days} rows={section.days} label={title} />
+          <table>
+            <caption class="sr-only">{title}, by algorithm version</caption>
+            <thead>
+              <tr>
+                <th scope="col">Algorithm version</th>
+                <th scope="col">Calls</th>
+                <th scope="col">Compute seconds</th>
+                <th scope="col">Bytes in</th>
+                <th scope="col">Bytes out</th>
+                <th scope="col">Failed</th>
+              </tr>
+            </thead>
+            <tbody>
+              {[...byAlgo.entries()].map(([k, a]) => (
+                <tr key={k}>
+                  <th scope="row">{k}</th>
+                  <td>{a.calls.toLocaleString()}</td>
+                  <td>{secs(a.seconds)}</td>
+                  <td>{a.bytes_in.toLocaleString()}</td>
+                  <td>{a.bytes_out.toLocaleString()}</td>
+                  <td>{a.errors}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      ) : (
+        <p class="muted">No calls in this period.</p>
+      )}
+    </section>
+  );
+}
+
+export function Usage({ me }: { me: string }) {
+  const [span, setSpan] = useState(30);
+  const to = isoDay(new Date());
+  const from = isoDay(new Date(Date.now() - (span - 1) * 86_400_000));
+  const report = useLoad(() => getJson<UsageReport>(`/v1/users/${encodePath(me)}/usage`, { query: { from, to } }), [me, from, to]);
+  const days = daysBetween(from, to);
+  return (
+    <>
+      <Title>Usage</Title>
+      <p>Compute seconds (the time algorithms ran, what calls are billed by), per UTC day.</p>
+      <label>
+        Period
+        <select value={String(span)} onChange={(e) => setSpan(Number(e.currentTarget.value))}>
+          <option value="7">last 7 days</option>
+          <option value="30">last 30 days</option>
+          <option value="90">last 90 days</option>
+        </select>
+      </label>
+      <ErrorBox error={report.error} />
+      {report.data ? (
+        <>
+          <Section title="Your calls" section={report.data.as_caller} days={days} owner={false} />
+          <Section title="Calls to your algorithms" section={report.data.as_owner} days={days} owner={true} />
+        </>
+      ) : (
+        <Loading what="usage" />
+      )}
+    </>
+  );
+}

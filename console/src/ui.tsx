@@ -1,0 +1,99 @@
+/** Small pieces every page uses: loading and error states, titles that take focus, forms. */
+import type { ComponentChildren } from 'preact';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { ApiError } from './api.ts';
+
+/** The page's heading; it takes focus when the page opens, so screen readers announce it. */
+export function Title({ children }: { children: ComponentChildren }) {
+  const ref = useRef<HTMLHeadingElement>(null);
+  useEffect(() => ref.current?.focus(), []);
+  return (
+    <h1 tabIndex={-1} ref={ref}>
+      {children}
+    </h1>
+  );
+}
+
+export function ErrorBox({ error }: { error: unknown }) {
+  if (error === undefined || error === null) return null;
+  const message = error instanceof Error ? error.message : String(error);
+  const code = error instanceof ApiError ? error.code : undefined;
+  return (
+    <p class="error" role="alert">
+      {message}
+      {code ? <span class="code"> ({code})</span> : null}
+    </p>
+  );
+}
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <p class="muted" role="status">
+      Loading {what}…
+    </p>
+  );
+}
+
+/** Runs `load` when `deps` change; what it gave, its error, and a way to run it again. */
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T | undefined; error: unknown; reload: () => void; loading: boolean } {
+  const [state, setState] = useState<{ data: T | undefined; error: unknown; loading: boolean }>({ data: undefined, error: undefined, loading: true });
+  const [n, setN] = useState(0);
+  useEffect(() => {
+    let live = true;
+    setState((s) => ({ ...s, loading: true }));
+    load().then(
+      (data) => live && setState({ data, error: undefined, loading: false }),
+      (error: unknown) => live && setState({ data: undefined, error, loading: false }),
+    );
+    return () => {
+      live = false;
+    };
+  }, [...deps, n]);
+  return { ...state, reload: () => setN((x) => x + 1) };
+}
+
+/** A form's submit handler that shows its error and disables the button while it runs. */
+export function useAction<A extends unknown[]>(act: (...args: A) => Promise<void>): { run: (...args: A) => Promise<void>; busy: boolean; error: unknown; clear: () => void } {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(undefined);
+  return {
+    busy,
+    error,
+    clear: () => setError(undefined),
+    run: async (...args: A) => {
+      setBusy(true);
+      setError(undefined);
+      try {
+        await act(...args);
+      } catch (err) {
+        setError(err);
+      } finally {
+        setBusy(false);
+      }
+    },
+  };
+}
+
+export function formatDate(iso: string | number): string {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+}
+
+/** Copies text, saying so for screen readers too. */
+export function CopyButton({ text, label = 'Copy' }: { text: string; label?: string }) {
+  const [done, setDone] = useState(false);
+  return (
+    <button
+      type="button"
+      class="small"
+      onClick={() => {
+        void navigator.clipboard?.writeText(text).then(() => {
+          setDone(true);
+          setTimeout(() => setDone(false), 1500);
+        });
+      }}
+    >
+      {done ? 'Copied' : label}
+    </button>
+  );
+}

@@ -1,0 +1,117 @@
+/**
+ * The web console's files (docs/console.md), built from `console/src` by esbuild, in this
+ * process's memory, the first time they are asked for (or at start, when `serve` warms them):
+ * nothing to build by hand, nothing fetched at run time. Each file is kept as is and
+ * precompressed with brotli and gzip; the scripts and styles have a content hash in their name,
+ * so they are cached for a year, and only the small index page is revalidated.
+ */
+import crypto from 'node:crypto';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
+
+const brotli = promisify(zlib.brotliCompress);
+const gzip = promisify(zlib.gzip);
+
+export const CONSOLE_SOURCE = path.resolve(import.meta.dirname, '../../console/src');
+/** Where the built files are served from (index.html is `/`). */
+export const ASSET_PREFIX = '/console/';
+
+export interface Asset {
+  type: string;
+  body: Buffer;
+  br: Buffer;
+  gzip: Buffer;
+  etag: string;
+  /** Named by content: cacheable for good. */
+  immutable: boolean;
+}
+
+export interface ConsoleAssets {
+  index: Asset;
+  /** By file name under ASSET_PREFIX. */
+  files: Map<string, Asset>;
+}
+
+const TYPES: Record<string, string> = {
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.html': 'text/html; charset=utf-8',
+  '.svg': 'image/svg+xml',
+};
+
+async function asset(name: string, body: Buffer, immutable: boolean): Promise<Asset> {
+  const [br, gz] = await Promise.all([
+    brotli(body, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 11, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: body.length } }),
+    gzip(body, { level: 9 }),
+  ]);
+  const etag = `"${crypto.createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`;
+  return { type: TYPES[path.extname(name)] ?? 'application/octet-stream', body, br, gzip: gz, etag, immutable };
+}
+
+function indexHtml(script: string, style: string): string {
+  // No inline script or style: the page's Content-Security-Policy allows only this origin's files.
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
+<title>algohost</title>
+<link rel="icon" href="${ASSET_PREFIX}icon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="${ASSET_PREFIX}${style}">
+<script type="module" src="${ASSET_PREFIX}${script}"></script>
+</head>
+<body>
+<div id="app"><p class="boot">Loading the console…</p></div>
+<noscript><p>The algohost console needs JavaScript. The whole API works without it: see the README.</p></noscript>
+</body>
+</html>
+`;
+}
+
+const ICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#1f4f8f"/><path d="M8 23 14 9h4l6 14h-4l-1.3-3.2h-5.4L12 23Zm5.5-6.3h3.1L15 12.6Z" fill="#fff"/></svg>`;
+
+export async function buildConsole(): Promise<ConsoleAssets> {
+  // Loaded here: a server that never serves the console never loads the bundler.
+  const esbuild = await import('esbuild');
+  const result = await esbuild.build({
+    entryPoints: [path.join(CONSOLE_SOURCE, 'main.tsx')],
+    bundle: true,
+    minify: true,
+    format: 'esm',
+    platform: 'browser',
+    target: ['es2022', 'chrome110', 'firefox115', 'safari16'],
+    jsx: 'automatic',
+    jsxImportSource: 'preact',
+    entryNames: '[name]-[hash]',
+    outdir: '/console-out',
+    write: false,
+    legalComments: 'none',
+    logLevel: 'silent',
+    define: { 'process.env.NODE_ENV': '"production"' },
+  });
+  const files = new Map<string, Asset>();
+  let script: string | undefined;
+  let style: string | undefined;
+  for (const out of result.outputFiles) {
+    const name = path.basename(out.path);
+    if (name.endsWith('.js')) script = name;
+    if (name.endsWith('.css')) style = name;
+    files.set(name, await asset(name, Buffer.from(out.contents), true));
+  }
+  if (!script || !style) throw new Error('the console build made no script or no stylesheet');
+  files.set('icon.svg', await asset('icon.svg', Buffer.from(ICON), false));
+  return { index: await asset('index.html', Buffer.from(indexHtml(script, style)), false), files };
+}
+
+let built: Promise<ConsoleAssets> | undefined;
+
+/** The console's files, built once per process. A failed build is tried again on the next ask. */
+export function consoleAssets(): Promise<ConsoleAssets> {
+  built ??= buildConsole().catch((err: unknown) => {
+    built = undefined;
+    throw err;
+  });
+  return built;
+}

@@ -1,0 +1,385 @@
+/**
+ * The web console in a real browser: Debian's Chromium, headless, driven by playwright-core,
+ * against a real server on port 0 (and, under test:cluster, through the cluster). Each test is
+ * what a person does: sign in, find and try demo/Hello, publish an algorithm, move files, change
+ * an ACL and see another user's view change, make and revoke a key, read usage. Then what an
+ * attacker tries: stored script in a README, a file name and a summary; requests from a page of
+ * another site with the victim's cookie.
+ *
+ * With CONSOLE_SCREENSHOTS=DIR, each page is saved there as a PNG (docs/console.md's pictures:
+ * `CONSOLE_SCREENSHOTS=docs/console node --import tsx --test test/console.test.ts`).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import zlib from 'node:zlib';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
+import { release, tarGz } from './helpers/algorithms.ts';
+import { publishDemoAlgorithms } from '../src/algorithms/demo.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const skip = fs.existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does)`;
+const SHOTS = process.env.CONSOLE_SCREENSHOTS;
+const WAIT = { timeout: 30_000 };
+
+let s: TestServer;
+let browser: Browser;
+let aliceKey: string;
+let bobKey: string;
+const contexts: BrowserContext[] = [];
+
+async function shot(page: Page, name: string): Promise<void> {
+  if (!SHOTS) return;
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+/** A browser of its own (cookies and all) for one user, signed in through the form. */
+async function signedIn(username: string, password: string, viewport = { width: 1280, height: 900 }): Promise<Page> {
+  const context = await browser.newContext({ viewport, acceptDownloads: true });
+  contexts.push(context);
+  const page = await context.newPage();
+  page.on('dialog', (d) => void d.accept()); // confirm() of deletes and revokes; an alert() fails the XSS test below
+  await page.goto(s.url + '/');
+  await page.getByLabel('User name').fill(username);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('navigation', { name: 'Sections' }).waitFor(WAIT);
+  return page;
+}
+
+describe('the web console in Chromium', { skip }, () => {
+  before(async () => {
+    s = await startServer({ home: tempHome('algohost-console-') });
+    aliceKey = await s.user('alice');
+    bobKey = await s.user('bob');
+    const demoKey = await s.user('demo');
+    await s.services.sessions.setPassword('alice', 'alice password');
+    await s.services.sessions.setPassword('bob', 'bob password');
+    const demo = await s.services.keys.authenticate(`Simple ${demoKey}`);
+    await publishDemoAlgorithms(demo, s.services, fs.mkdtempSync(path.join(s.home, 'demo-')));
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  });
+  after(async () => {
+    for (const c of contexts) await c.close().catch(() => undefined);
+    await browser?.close();
+    await s?.close();
+  });
+
+  test('sign in, search, open demo/Hello, try it and see "Hello world"', async () => {
+    const page = await signedIn('alice', 'alice password');
+    await shot(page, 'marketplace');
+    await page.getByLabel('Search public algorithms').fill('hello');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByRole('link', { name: 'demo/Hello' }).click();
+    await page.getByRole('heading', { level: 1, name: 'demo/Hello' }).waitFor(WAIT);
+    // The sample input is the try-it box's first input.
+    assert.equal(await page.getByLabel('Input', { exact: true }).inputValue(), 'world');
+    await page.getByRole('button', { name: /^Call demo\/Hello\// }).click();
+    const result = page.locator('pre.result');
+    await result.waitFor(WAIT);
+    assert.equal(await result.textContent(), 'Hello world');
+    const facts = await page.locator('.answer dl').textContent();
+    assert.match(facts!, /Content typetext/);
+    assert.match(facts!, /Duration\d+\.\d{3} s of compute/);
+    // The snippets name this server and this algorithm.
+    assert.match((await page.locator('#snip-panel pre').textContent())!, new RegExp(`curl -X POST ${s.url.replace(/[.]/g, '\\.')}/v1/algo/demo/Hello/0\\.1\\.0`));
+    await shot(page, 'algorithm');
+  });
+
+  test('publish an algorithm from the console: create, upload, follow the build, publish; its README shows', async () => {
+    const page = await signedIn('alice', 'alice password');
+    await page.getByRole('link', { name: 'My algorithms' }).click();
+    await page.getByLabel('Name').fill('Shout');
+    await page.getByLabel('Language').selectOption('python3');
+    await page.getByLabel('Summary').fill('Shouts what it is given.');
+    await page.getByRole('button', { name: 'Create' }).click();
+    await page.getByRole('heading', { level: 1, name: 'alice/Shout' }).waitFor(WAIT);
+    const source = tarGz({
+      // It takes a quarter of a second, so that its compute seconds show (usage test below).
+      'src/Shout.py': 'import sys, time\n\ndef apply(input):\n    print("building up")\n    time.sleep(0.25)\n    return str(input).upper() + "!"\n',
+      'requirements.txt': '',
+      'README.md': '# Shout\n\nTurns `hi` into **HI!**\n\n| in | out |\n|---|---|\n| a | A! |\n',
+    });
+    await page.getByLabel('Upload a source archive (.tar.gz)').setInputFiles({ name: 'shout.tar.gz', mimeType: 'application/gzip', buffer: source });
+    await page.getByText(/Uploaded \d+ files/).waitFor(WAIT);
+    await page.getByRole('button', { name: 'Compile' }).click();
+    await page.getByText(/^Built [0-9a-f]{12}: ready to publish\.$/).waitFor({ timeout: 120_000 });
+    assert.ok(((await page.getByLabel('Build log').textContent()) ?? '').length > 0, 'the build log is shown');
+    await page.getByLabel('Release notes').fill('First cut.');
+    await page.getByLabel('Sample input (JSON, or text)').fill('hello');
+    await page.getByRole('button', { name: 'Publish the last build' }).click();
+    await page.getByText('Published alice/Shout/0.1.0.').waitFor(WAIT);
+    await shot(page, 'my-algorithm');
+    await page.getByRole('link', { name: 'Open its page' }).click();
+    await page.getByRole('heading', { level: 1, name: 'alice/Shout' }).waitFor(WAIT);
+    await page.locator('.markdown strong', { hasText: 'HI!' }).waitFor(WAIT);
+    assert.equal(await page.locator('.markdown table td').first().textContent(), 'a');
+    await page.getByRole('button', { name: /^Call alice\/Shout\// }).click();
+    await page.locator('pre.result').waitFor(WAIT);
+    assert.equal(await page.locator('pre.result').textContent(), 'HELLO!');
+    // The owner sees what it printed.
+    assert.match((await page.locator('pre.stdout').textContent())!, /building up/);
+    // Callable by others, through the API.
+    const r = await api(s.url, bobKey)('/v1/algo/alice/Shout/0.1.0', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'x' });
+    assert.equal((await json(r)).result, 'X!');
+  });
+
+  test('data: make a collection, upload by file and download the same bytes; delete with confirmation', async () => {
+    const page = await signedIn('alice', 'alice password');
+    await page.getByRole('link', { name: 'Data', exact: true }).click();
+    await page.getByLabel('New collection').fill('photos');
+    await page.getByRole('button', { name: 'Create' }).click();
+    await page.getByRole('link', { name: 'photos/' }).click();
+    await page.getByRole('heading', { level: 1, name: 'data://.my/photos' }).waitFor(WAIT);
+    const bytes = crypto.randomBytes(3 * 1024 * 1024 + 17);
+    await page.locator('input[type=file]').setInputFiles({ name: 'big.bin', mimeType: 'application/octet-stream', buffer: bytes });
+    await page.getByText(/uploaded \(3\.0 MiB\)/).waitFor(WAIT);
+    await page.getByRole('row', { name: /big\.bin/ }).waitFor(WAIT);
+    const stored = await api(s.url, aliceKey)('/v1/data/.my/photos/big.bin');
+    assert.ok(Buffer.from(await stored.arrayBuffer()).equals(bytes), 'the server holds the bytes sent');
+    await shot(page, 'data');
+    const [download] = await Promise.all([page.waitForEvent('download', WAIT), page.getByRole('button', { name: 'Download big.bin' }).click()]);
+    const got = fs.readFileSync((await download.path())!);
+    assert.ok(got.equals(bytes), 'the download is the same bytes');
+    assert.equal(download.suggestedFilename(), 'big.bin');
+    await page.getByRole('button', { name: 'Delete big.bin' }).click();
+    await page.getByText('This folder is empty.').waitFor(WAIT);
+    assert.equal((await api(s.url, aliceKey)('/v1/data/.my/photos/big.bin', { method: 'HEAD' })).status, 404);
+  });
+
+  test('an ACL changed in the console changes what another user sees', async () => {
+    const made = await api(s.url, aliceKey)('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'shared', acl: { read: [] } }) });
+    assert.equal(made.status, 200, await made.clone().text());
+    assert.equal((await api(s.url, aliceKey)('/v1/data/.my/shared/note.txt', { method: 'PUT', body: 'for bob' })).status, 200);
+    const bob = await signedIn('bob', 'bob password');
+    const bobOpens = async () => {
+      await bob.goto(`${s.url}/#/data/data/alice/shared`);
+      await bob.reload(); // the same address again: load it afresh
+      await bob.getByRole('heading', { level: 1, name: 'data://alice/shared' }).waitFor(WAIT);
+      await bob.locator('table.listing, .error').first().waitFor(WAIT);
+    };
+    await bobOpens();
+    assert.equal(await bob.getByRole('row', { name: /note\.txt/ }).count(), 0, 'private: bob sees nothing');
+    assert.equal(await bob.locator('.error').count(), 1);
+
+    const alice = await signedIn('alice', 'alice password');
+    await alice.goto(`${s.url}/#/data/data/.my/shared`);
+    const acl = alice.getByLabel('Who may read this collection');
+    await acl.waitFor(WAIT);
+    assert.equal(await acl.inputValue(), 'private');
+    await acl.selectOption('public');
+    await alice.getByText('Saved.').waitFor(WAIT);
+    await shot(alice, 'data-acl');
+    await bobOpens();
+    await bob.getByRole('row', { name: /note\.txt/ }).waitFor(WAIT);
+
+    await alice.getByLabel('Who may read this collection').selectOption('private');
+    await alice.getByText('Saved.').waitFor(WAIT);
+    await bobOpens();
+    assert.equal(await bob.getByRole('row', { name: /note\.txt/ }).count(), 0, 'private again');
+  });
+
+  test('API keys: create one with restrictions, shown once, that works; revoke it and it stops', async () => {
+    const page = await signedIn('alice', 'alice password');
+    await page.getByRole('link', { name: 'API keys' }).click();
+    await page.getByLabel('Name').fill('reader');
+    await page.getByLabel('Write and delete data').uncheck();
+    await page.getByLabel('Algorithms it may call').fill('algo://demo/*');
+    await page.getByRole('button', { name: 'Create the key' }).click();
+    const key = (await page.locator('code.secret').textContent({ timeout: 30_000 }))!;
+    assert.match(key, /^sim[0-9A-Za-z]{25}$/);
+    await shot(page, 'keys');
+    const as = api(s.url, key);
+    assert.equal((await as('/v1/algo/demo/Hello', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'key' })).status, 200);
+    assert.equal((await as('/v1/algo/alice/Shout', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'key' })).status, 401, 'outside its algo_acl');
+    assert.equal((await as('/v1/data/.my/k', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"k"}' })).status, 403, 'no data writes');
+    await page.getByRole('button', { name: 'I have copied it' }).click();
+    assert.equal(await page.locator('code.secret').count(), 0, 'shown once');
+    await page.reload();
+    await page.getByRole('row', { name: /reader/ }).waitFor(WAIT);
+    assert.doesNotMatch((await page.content()), new RegExp(key), 'never shown again');
+    await page.getByRole('button', { name: 'Revoke reader' }).click();
+    await page.getByRole('row', { name: /reader/ }).waitFor({ state: 'detached', timeout: 30_000 });
+    assert.equal((await as('/v1/algo/demo/Hello', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'key' })).status, 401);
+  });
+
+  test('usage: calls made show as compute seconds, for the caller and for the owner', async () => {
+    for (let i = 0; i < 3; i++) await api(s.url, bobKey)('/v1/algo/alice/Shout/0.1.0', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'x' });
+    const page = await signedIn('alice', 'alice password');
+    await page.getByRole('link', { name: 'Usage' }).click();
+    const owner = page.getByRole('region', { name: 'Calls to your algorithms' });
+    await owner.getByRole('row', { name: /alice\/Shout\/0\.1\.0/ }).waitFor(WAIT);
+    const cells = owner.getByRole('row', { name: /alice\/Shout\/0\.1\.0/ }).getByRole('cell');
+    const calls = Number(await cells.nth(0).textContent());
+    const seconds = Number(await cells.nth(1).textContent());
+    assert.ok(calls >= 4, `bob's 3 calls and alice's own: ${calls}`);
+    assert.ok(seconds >= 0.25 * calls && seconds < 60, `each call slept 0.25 s: ${seconds} s for ${calls} calls`);
+    const total = await owner.locator('p').first().textContent();
+    assert.match(total!, new RegExp(`^${calls} calls, \\d+\\.\\d+ compute seconds`));
+    const mine = page.getByRole('region', { name: 'Your calls' });
+    await mine.getByRole('row', { name: /demo\/Hello\/0\.1\.0/ }).waitFor(WAIT);
+    assert.equal(await mine.locator('svg[role=img]').count(), 1, 'a chart');
+    await shot(page, 'usage');
+    // Bob sees his own calls, and none of alice's.
+    const bob = await signedIn('bob', 'bob password');
+    await bob.getByRole('link', { name: 'Usage' }).click();
+    const bobs = bob.getByRole('region', { name: 'Your calls' });
+    await bobs.getByRole('row', { name: /alice\/Shout\/0\.1\.0/ }).waitFor(WAIT);
+    assert.equal(await bob.getByRole('row', { name: /demo\/Hello/ }).count(), 0, 'alice\'s calls to demo/Hello are hers');
+  });
+
+  test('stored XSS in a README, a summary and a file name runs nothing', async () => {
+    const evil = '<img src=x onerror="window.__pwned=1;alert(1)"><script>window.__pwned=2;alert(2)</script>';
+    const owner = api(s.url, bobKey);
+    await release(
+      owner,
+      'bob',
+      'Evil',
+      {
+        'src/index.js': "export const input_types = ['text'];\nexport function apply(input) { return input; }\n",
+        'package.json': '{"name":"evil","version":"1.0.0"}',
+        'README.md': `# Nice\n\n${evil}\n\n[click](javascript:window.__pwned=3)\n\n<a href="javascript:alert(4)">x</a><iframe src="javascript:alert(5)"></iframe>`,
+      },
+      { settings: { language: 'javascript' } },
+    );
+    const updated = await owner('/v1/algorithms/bob/Evil', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ details: { summary: evil } }) });
+    assert.equal(updated.status, 200, await updated.clone().text());
+    const made = await owner('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'pub', acl: { read: ['user://*'] } }) });
+    assert.equal(made.status, 200, await made.clone().text());
+    const put = await owner(`/v1/data/.my/pub/${encodeURIComponent('<img src=x onerror=alert(6)>.txt')}`, { method: 'PUT', body: 'x' });
+    assert.equal(put.status, 200, await put.clone().text());
+
+    const page = await signedIn('alice', 'alice password');
+    const dialogs: string[] = [];
+    page.on('dialog', (d) => dialogs.push(d.message()));
+    await page.getByLabel('Search public algorithms').fill('Evil');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByRole('link', { name: 'bob/Evil' }).waitFor(WAIT);
+    assert.ok((await page.locator('.card').textContent())!.includes('<img src=x onerror='), 'the summary shows as text');
+    await page.getByRole('link', { name: 'bob/Evil' }).click();
+    await page.locator('.markdown h1', { hasText: 'Nice' }).waitFor(WAIT);
+    const html = await page.locator('.markdown').innerHTML();
+    assert.doesNotMatch(html, /onerror|<script|javascript:|<iframe/i, html);
+    await page.goto(`${s.url}/#/data/data/bob/pub`);
+    await page.getByRole('row', { name: /onerror=alert\(6\)/ }).waitFor(WAIT);
+    await page.waitForTimeout(500);
+    assert.equal(await page.evaluate('window.__pwned'), undefined);
+    assert.deepEqual(dialogs, []);
+  });
+
+  test('another site cannot use the cookie: its requests are refused and its reads are blocked', async () => {
+    const victim = await signedIn('alice', 'alice password');
+    const before = (await json(await api(s.url, aliceKey)('/v1/users/alice/keys'))).results.length as number;
+    // A page on another site (localhost is another site than 127.0.0.1): it tries a form post,
+    // a credentialed fetch, and a no-cors write.
+    const target = s.url;
+    const evil = http.createServer((_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end(`<!doctype html><body>
+<iframe name=sink></iframe>
+<form id=f method=POST target=sink action="${target}/v1/users/alice/keys" enctype="text/plain"><input name='{"name":"stolen","x":"' value='"}'></form>
+<script>
+window.results = {};
+fetch(${JSON.stringify(target)} + '/v1/users/alice/keys', { credentials: 'include' })
+  .then(r => r.text()).then(t => window.results.read = t, e => window.results.read = 'blocked: ' + e);
+fetch(${JSON.stringify(target)} + '/v1/session', { credentials: 'include' })
+  .then(r => r.text()).then(t => window.results.session = t, e => window.results.session = 'blocked: ' + e);
+fetch(${JSON.stringify(target)} + '/v1/users/alice/keys', { method: 'POST', mode: 'no-cors', credentials: 'include', headers: { 'content-type': 'text/plain' }, body: '{"name":"stolen2"}' })
+  .then(() => window.results.write = 'sent', e => window.results.write = 'failed ' + e);
+fetch(${JSON.stringify(target)} + '/v1/session', { method: 'DELETE', mode: 'no-cors', credentials: 'include' }).then(() => window.results.signout = 'sent', () => window.results.signout = 'failed');
+setTimeout(() => document.getElementById('f').submit(), 300);
+</script></body>`);
+    });
+    await new Promise<void>((r) => evil.listen(0, '127.0.0.1', r));
+    try {
+      const port = (evil.address() as AddressInfo).port;
+      const page = await victim.context().newPage();
+      await page.goto(`http://localhost:${port}/`);
+      await page.waitForFunction('window.results && window.results.read !== undefined && window.results.session !== undefined && window.results.write !== undefined', undefined, WAIT);
+      const results = (await page.evaluate('window.results')) as Record<string, string>;
+      assert.match(results.read!, /^blocked/, 'the answer cannot be read from another site');
+      assert.match(results.session!, /^blocked/, 'nor the session\'s token');
+      await page.waitForLoadState('load');
+      await page.waitForTimeout(500);
+      const keys = (await json(await api(s.url, aliceKey)('/v1/users/alice/keys'))).results as { name: string }[];
+      assert.equal(keys.length, before, `no key was made: ${keys.map((k) => k.name).join(', ')}`);
+      // And the victim is still signed in (the sign-out attempt did nothing).
+      await victim.reload();
+      await victim.getByRole('navigation', { name: 'Sections' }).waitFor(WAIT);
+    } finally {
+      evil.close();
+    }
+  });
+
+  test('on a phone-sized screen, the pages fit and work from the keyboard', async () => {
+    const page = await signedIn('bob', 'bob password', { width: 390, height: 844 });
+    const overflow = (await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')) as number;
+    assert.ok(overflow <= 0, `no sideways scrolling (${overflow}px)`);
+    await shot(page, 'phone');
+    // Keyboard: a page opens with its heading focused; before it come the sections, the sign-out
+    // and first of all the skip link, which moves focus to the content.
+    assert.equal(await page.evaluate('document.activeElement.tagName'), 'H1');
+    const passed: string[] = [];
+    for (let i = 0; i < 20 && passed[passed.length - 1] !== 'Skip to content'; i++) {
+      await page.keyboard.press('Shift+Tab');
+      passed.push((await page.evaluate('document.activeElement.textContent')) as string);
+    }
+    for (const name of ['Sign out', 'Usage', 'API keys', 'Data', 'My algorithms', 'Marketplace', 'algohost', 'Skip to content']) assert.ok(passed.includes(name), `${name} in ${passed.join(' | ')}`);
+    await page.keyboard.press('Enter');
+    assert.equal(await page.evaluate('document.activeElement.id'), 'main');
+  });
+});
+
+function raw(url: string, encoding: string): Promise<{ headers: http.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(url, { headers: { 'accept-encoding': encoding } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      })
+      .on('error', reject);
+  });
+}
+
+test('the console is served compressed and cacheable, with a strict Content-Security-Policy', async () => {
+  const srv = await startServer();
+  try {
+    const index = await fetch(srv.url + '/', { headers: { 'accept-encoding': 'br, gzip' } });
+    assert.equal(index.status, 200);
+    assert.equal(index.headers.get('content-encoding'), 'br');
+    assert.equal(index.headers.get('cache-control'), 'no-cache');
+    assert.match(index.headers.get('content-security-policy')!, /script-src 'self'/);
+    assert.doesNotMatch(index.headers.get('content-security-policy')!, /unsafe-inline/);
+    const html = await index.text();
+    const script = /src="(\/console\/main-[A-Z0-9]+\.js)"/.exec(html)![1]!;
+    const css = /href="(\/console\/main-[A-Z0-9]+\.css)"/.exec(html)![1]!;
+    for (const file of [script, css]) {
+      // Bytes as they travel (fetch would decompress them).
+      const br = await raw(srv.url + file, 'br');
+      assert.equal(br.headers['content-encoding'], 'br');
+      assert.equal(br.headers['cache-control'], 'public, max-age=31536000, immutable');
+      assert.equal(br.headers.vary, 'Accept-Encoding');
+      const gz = await raw(srv.url + file, 'gzip');
+      assert.equal(gz.headers['content-encoding'], 'gzip');
+      const plain = await raw(srv.url + file, 'identity');
+      assert.equal(plain.headers['content-encoding'], undefined);
+      assert.ok(zlib.brotliDecompressSync(br.body).equals(plain.body), 'br decodes to the file');
+      assert.ok(zlib.gunzipSync(gz.body).equals(plain.body), 'gzip decodes to the file');
+      assert.ok(plain.body.length > br.body.length * 2, `compressed ${plain.body.length} → ${br.body.length}`);
+      const etag = plain.headers.etag as string;
+      const again = await fetch(srv.url + file, { headers: { 'if-none-match': etag } });
+      assert.equal(again.status, 304);
+    }
+    assert.equal((await fetch(srv.url + '/console/nope.js')).status, 404);
+  } finally {
+    await srv.close();
+  }
+});
