@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { consoleAssets } from './console/assets.ts';
 import path from 'node:path';
 import pino from 'pino';
 import { ConfigError, type Config } from './config.ts';
@@ -56,8 +57,10 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     return giveUp(listenError(err as NodeJS.ErrnoException, config));
   }
   const base = config.publicUrl ?? address;
+  // Built now rather than for the first visitor (a second or so of CPU, once).
+  consoleAssets().catch((err: unknown) => logger.error({ err }, 'the web console could not be built; its pages answer 500 until it can'));
   const keyFile = path.join(config.home, 'demo-key');
-  const lines = [`algohost is ready at ${address}`, `home: ${config.home}`];
+  const lines = [`algohost is ready at ${address}`, `home: ${config.home}`, `web console: ${base}/ (sign in with a password: algohost user password NAME sets one)`];
   if (demoKey) {
     lines.push(`Created user "${DEMO_USER}"; its API key (shown once here, kept in ${keyFile}): ${demoKey}`);
   }

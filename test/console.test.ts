@@ -21,6 +21,7 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { release, tarGz } from './helpers/algorithms.ts';
 import { publishDemoAlgorithms } from '../src/algorithms/demo.ts';
+import { cacheDirectory } from '../src/console/assets.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = fs.existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does)`;
@@ -379,6 +380,9 @@ test('the console is served compressed and cacheable, with a strict Content-Secu
       assert.equal(again.status, 304);
     }
     assert.equal((await fetch(srv.url + '/console/nope.js')).status, 404);
+    // The build is kept for the next process (a restart reads it back instead of building).
+    const cached = JSON.parse(fs.readFileSync(path.join(await cacheDirectory(), 'assets.json'), 'utf8')) as { name: string; etag: string }[];
+    assert.equal(cached.find((c) => c.name === script.slice('/console/'.length))?.etag, (await raw(srv.url + script, 'identity')).headers.etag);
   } finally {
     await srv.close();
   }

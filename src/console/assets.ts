@@ -6,7 +6,9 @@
  * so they are cached for a year, and only the small index page is revalidated.
  */
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 
@@ -105,11 +107,101 @@ export async function buildConsole(): Promise<ConsoleAssets> {
   return { index: await asset('index.html', Buffer.from(indexHtml(script, style)), false), files };
 }
 
+/**
+ * Builds are kept in `node_modules/.cache/algohost-console/<key>/` (the convention of build
+ * tools: inside the installation, not a shared temp directory another local user could write
+ * to), keyed by the console's sources and the versions of what it bundles. A restart, or the
+ * next process of a cluster's test, reads the files back instead of building them again.
+ */
+const REPO = path.resolve(import.meta.dirname, '../..');
+const CACHE_DIR = path.join(REPO, 'node_modules', '.cache', 'algohost-console');
+
+async function cacheKey(): Promise<string> {
+  const hash = crypto.createHash('sha256');
+  const walk = async (dir: string): Promise<void> => {
+    for (const entry of (await fs.promises.readdir(dir, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      const p = path.join(dir, entry.name);
+      if (entry.isDirectory()) await walk(p);
+      else hash.update(p.slice(CONSOLE_SOURCE.length)).update('\0').update(await fs.promises.readFile(p)).update('\0');
+    }
+  };
+  await walk(CONSOLE_SOURCE);
+  // This file (how the build is made) and what is bundled, by version.
+  hash.update(await fs.promises.readFile(fileURLToPath(import.meta.url)));
+  for (const dep of ['esbuild', 'preact', 'marked', 'dompurify']) {
+    const pkg = await fs.promises.readFile(path.join(REPO, 'node_modules', dep, 'package.json'), 'utf8').catch(() => '');
+    hash.update(dep).update(String((JSON.parse(pkg || '{}') as { version?: string }).version));
+  }
+  return hash.digest('hex').slice(0, 32);
+}
+
+interface Stored {
+  name: string;
+  type: string;
+  etag: string;
+  immutable: boolean;
+}
+
+async function readCached(dir: string): Promise<ConsoleAssets | undefined> {
+  try {
+    const list = JSON.parse(await fs.promises.readFile(path.join(dir, 'assets.json'), 'utf8')) as Stored[];
+    const load = async (s: Stored): Promise<Asset> => {
+      const [body, br, gz] = await Promise.all(['', '.br', '.gz'].map((ext) => fs.promises.readFile(path.join(dir, s.name + ext))));
+      return { type: s.type, etag: s.etag, immutable: s.immutable, body: body!, br: br!, gzip: gz! };
+    };
+    const files = new Map<string, Asset>();
+    let index: Asset | undefined;
+    for (const s of list) {
+      const a = await load(s);
+      if (s.name === 'index.html') index = a;
+      else files.set(s.name, a);
+    }
+    return index ? { index, files } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function writeCached(dir: string, assets: ConsoleAssets): Promise<void> {
+  const tmp = `${dir}.tmp-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+  try {
+    await fs.promises.mkdir(tmp, { recursive: true });
+    const list: Stored[] = [];
+    for (const [name, a] of [['index.html', assets.index] as const, ...assets.files]) {
+      await fs.promises.writeFile(path.join(tmp, name), a.body);
+      await fs.promises.writeFile(path.join(tmp, name + '.br'), a.br);
+      await fs.promises.writeFile(path.join(tmp, name + '.gz'), a.gzip);
+      list.push({ name, type: a.type, etag: a.etag, immutable: a.immutable });
+    }
+    await fs.promises.writeFile(path.join(tmp, 'assets.json'), JSON.stringify(list));
+    // Whole or not at all; a process that got there first already wrote the same files.
+    await fs.promises.rename(tmp, dir).catch(() => undefined);
+  } catch {
+    // Not writable (a read-only installation): every process builds for itself.
+  } finally {
+    await fs.promises.rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/** Where this version of the console's build is cached. */
+export async function cacheDirectory(): Promise<string> {
+  return path.join(CACHE_DIR, await cacheKey());
+}
+
+async function cachedBuild(): Promise<ConsoleAssets> {
+  const dir = await cacheDirectory();
+  const cached = await readCached(dir);
+  if (cached) return cached;
+  const assets = await buildConsole();
+  await writeCached(dir, assets);
+  return assets;
+}
+
 let built: Promise<ConsoleAssets> | undefined;
 
-/** The console's files, built once per process. A failed build is tried again on the next ask. */
+/** The console's files, built once per process (or read from the cache). A failed build is tried again on the next ask. */
 export function consoleAssets(): Promise<ConsoleAssets> {
-  built ??= buildConsole().catch((err: unknown) => {
+  built ??= cachedBuild().catch((err: unknown) => {
     built = undefined;
     throw err;
   });
