@@ -22,6 +22,8 @@ import { api, json, startServer, tempHome, type TestServer } from './helpers/ser
 import { release, tarGz } from './helpers/algorithms.ts';
 import { publishDemoAlgorithms } from '../src/algorithms/demo.ts';
 import { cacheDirectory } from '../src/console/assets.ts';
+import { connectAccount } from './helpers/connectors.ts';
+import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = fs.existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does)`;
@@ -56,7 +58,8 @@ async function signedIn(username: string, password: string, viewport = { width: 
 
 describe('the web console in Chromium', { skip }, () => {
   before(async () => {
-    s = await startServer({ home: tempHome('algohost-console-') });
+    // Connected storage on loopback (the WebDAV server the test starts) is allowed.
+    s = await startServer({ home: tempHome('algohost-console-'), env: { ALGOHOST_CONNECTOR_NETWORK: 'any' } });
     aliceKey = await s.user('alice');
     bobKey = await s.user('bob');
     const demoKey = await s.user('demo');
@@ -184,6 +187,26 @@ describe('the web console in Chromium', { skip }, () => {
     await alice.getByText('Saved.').waitFor(WAIT);
     await bobOpens();
     assert.equal(await bob.getByRole('row', { name: /note\.txt/ }).count(), 0, 'private again');
+  });
+
+  test('connected storage appears beside hosted data, and browses and downloads the same way', { skip: rcloneMissing() ?? false }, async () => {
+    const dav = await startWebDav({ user: 'alice', pass: 'dav-secret' });
+    try {
+      const bytes = crypto.randomBytes(70_000);
+      fs.mkdirSync(path.join(dav.root, 'reports'));
+      fs.writeFileSync(path.join(dav.root, 'reports', 'q3.bin'), bytes);
+      await connectAccount(s, 'alice', aliceKey, { label: 'dav', protocol: 'filehost', provider: 'webdav', writeable: true, cred_data: { url: dav.url, username: 'alice', password: 'dav-secret' } });
+      const page = await signedIn('alice', 'alice password');
+      await page.getByRole('link', { name: 'Data', exact: true }).click();
+      const connected = page.getByRole('region', { name: 'Connected storage' });
+      await connected.getByRole('link', { name: 'filehost+dav://' }).click();
+      await page.getByRole('link', { name: 'reports/' }).click();
+      await page.getByRole('heading', { level: 1, name: 'filehost+dav://reports' }).waitFor(WAIT);
+      const [download] = await Promise.all([page.waitForEvent('download', WAIT), page.getByRole('button', { name: 'Download q3.bin' }).click()]);
+      assert.ok(fs.readFileSync((await download.path())!).equals(bytes), 'the bytes on the WebDAV server');
+    } finally {
+      await dav.stop();
+    }
   });
 
   test('API keys: create one with restrictions, shown once, that works; revoke it and it stops', async () => {
