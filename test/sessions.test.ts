@@ -206,6 +206,21 @@ describe('console sessions over HTTP', () => {
     assert.equal(bobs.status, 403);
   });
 
+  test('deleting a user ends their sessions and removes their usage rows', async () => {
+    await s.user('gone');
+    await s.services.sessions.setPassword('gone', 'gone password');
+    const x = await signIn('gone', 'gone password');
+    const user = await s.services.users.require('gone');
+    await s.services.store.write((trx) =>
+      trx.insertInto('usage').values({ day: '2026-11-01', caller_id: user.id, owner_id: 999_999, owner: 'x', name: 'y', version: '1.0.0', outcome: 'ok', calls: 1, duration_ms: 5, bytes_in: 1, bytes_out: 1 }).execute(),
+    );
+    await s.services.users.delete('gone');
+    assert.equal((await fetch(`${s.url}/v1/session`, withSession(x, {}, null))).status, 401);
+    const sessions = await s.services.store.db.selectFrom('sessions').select('id_hash').where('user_id', '=', user.id).execute();
+    const usage = await s.services.store.db.selectFrom('usage').select('day').where('caller_id', '=', user.id).execute();
+    assert.deepEqual([sessions.length, usage.length], [0, 0]);
+  });
+
   test('after ten failed sign-ins a name is refused for a while, with a 429 saying so', async () => {
     await s.user('erin');
     await s.services.sessions.setPassword('erin', 'erin password');

@@ -93,6 +93,9 @@ export class UserService {
       const blobs = await this.purgeOwnerData(trx, user.id);
       const algorithms = (await trx.selectFrom('algorithms').select('id').where('owner_id', '=', user.id).execute()).map((r) => r.id);
       await trx.deleteFrom('api_keys').where('user_id', '=', user.id).execute();
+      await trx.deleteFrom('sessions').where('user_id', '=', user.id).execute();
+      // Their calls, and the calls to their algorithms, go with them (the rows name them).
+      await trx.deleteFrom('usage').where((eb) => eb.or([eb('caller_id', '=', user.id), eb('owner_id', '=', user.id)])).execute();
       await trx.deleteFrom('users').where('id', '=', user.id).execute();
       return { blobs, algorithms };
     });
