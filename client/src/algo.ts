@@ -4,13 +4,16 @@
  * `client.algo('alice/Greeter').compile()`, `client.algo('alice/Greeter/1.2.*').pipe('you')`.
  */
 import { AlgohostError, AlgorithmError, type AlgorithmErrorType, type FailureMetadata } from './errors.ts';
-import { apiError, jsonBody, type RequestOptions, type Transport } from './http.ts';
+import { apiError, jsonBody, utf8, type Http, type RequestOptions } from './transport.ts';
 import { asBytes, asStream, jsonText, type ByteStream } from './body.ts';
 import { paged } from './management.ts';
 import { encodePath, parseAlgoRef } from './uri.ts';
 import type {
-  Algorithm, AlgorithmChanges, AlgorithmVersion, Build, CompileResult, Page, PublishRequest, SourceInfo, VersionType,
+  Algorithm, AlgorithmChanges, AlgorithmVersion, AsyncCallAccepted, Build, BuildLogs, CallError, CallMetadata, CompileResult,
+  ContentType, Page, PublishRequest, SourceInfo, SourceUpload, VersionType,
 } from './types.ts';
+
+export type { CallMetadata, ContentType };
 
 /** Text, bytes, or any value sent as JSON. */
 export type AlgoInput = string | Uint8Array | ArrayBuffer | object | number | boolean | null;
@@ -24,16 +27,8 @@ export interface PipeOptions extends RequestOptions {
   output?: 'raw' | 'void';
 }
 
-export type ContentType = 'void' | 'text' | 'json' | 'binary';
-
-export interface CallMetadata extends FailureMetadata {
-  content_type: ContentType;
-  /** The algorithm's own compute time, in seconds. */
-  duration: number;
-}
-
 export interface AlgoResponse<T = unknown> {
-  /** A string (text), a Buffer (binary), null (void) or the JSON value. */
+  /** A string (text), bytes (binary: a Buffer in Node, a Uint8Array in a browser), null (void) or the JSON value. */
   result: T;
   metadata: CallMetadata;
 }
@@ -50,23 +45,21 @@ export interface AsyncCallResponse {
   requestId: string;
 }
 
-interface Envelope {
-  result?: unknown;
-  error?: { message?: string; error_type?: string; stacktrace?: string; stack_trace?: string };
-  metadata?: Partial<CallMetadata>;
-  async?: boolean;
-  request_id?: string;
-}
+/**
+ * What a call answers (CallSuccess, CallFailure or AsyncCallAccepted), read defensively: a
+ * server of this API other than ours may leave fields out.
+ */
+type Envelope = { result?: unknown; error?: Partial<CallError>; metadata?: Partial<CallMetadata> } & Partial<AsyncCallAccepted>;
 
-function inputBody(input: AlgoInput): { body: Buffer; type: string } {
-  if (typeof input === 'string') return { body: Buffer.from(input, 'utf8'), type: 'text/plain; charset=utf-8' };
+function inputBody(input: AlgoInput): { body: Uint8Array; type: string } {
+  if (typeof input === 'string') return { body: utf8(input), type: 'text/plain; charset=utf-8' };
   const b = asBytes(input);
   if (b) return { body: b, type: 'application/octet-stream' };
   return { body: jsonText(input), type: 'application/json' };
 }
 
-/** The envelope's result, or its error thrown as an AlgorithmError. */
-function unwrap(e: Envelope): AlgoResponse {
+/** The envelope's result (binary decoded by `http`), or its error thrown as an AlgorithmError. */
+function unwrap(http: Http, e: Envelope): AlgoResponse {
   if (e.error) {
     const { duration, stdout, stdout_truncated } = e.metadata ?? {};
     const metadata: FailureMetadata = { duration, ...(stdout === undefined ? {} : { stdout }), ...(stdout_truncated ? { stdout_truncated } : {}) };
@@ -75,7 +68,7 @@ function unwrap(e: Envelope): AlgoResponse {
   }
   const metadata = e.metadata as CallMetadata | undefined;
   if (!metadata?.content_type) throw new AlgohostError('the call answer has neither a result with metadata nor an error', 'invalid_response');
-  const result = metadata.content_type === 'binary' ? Buffer.from(String(e.result), 'base64') : (e.result ?? null);
+  const result = metadata.content_type === 'binary' ? http.transport.bytesFromBase64(String(e.result)) : (e.result ?? null);
   return { result, metadata };
 }
 
@@ -85,7 +78,7 @@ export class Algo {
   /** The version selector the handle was made with, if any. */
   readonly version: string | undefined;
 
-  constructor(private readonly http: Transport, ref: string) {
+  constructor(private readonly http: Http, ref: string) {
     ({ owner: this.owner, name: this.name, version: this.version } = parseAlgoRef(ref));
   }
 
@@ -100,8 +93,9 @@ export class Algo {
 
   /**
    * Calls the algorithm. A string goes as text, bytes (Buffer, Uint8Array) as binary, any
-   * other value as JSON. Resolves `{result, metadata}` (binary results as Buffers); rejects
-   * with an AlgorithmError when the algorithm fails, an ApiError when the server refuses.
+   * other value as JSON. Resolves `{result, metadata}` (binary results as Buffers in Node,
+   * Uint8Arrays in a browser); rejects with an AlgorithmError when the algorithm fails, an
+   * ApiError when the server refuses.
    */
   pipe<T = unknown>(input: AlgoInput, options?: PipeOptions & { output?: undefined }): Promise<AlgoResponse<T>>;
   pipe<T = unknown>(input: AlgoInput, options: PipeOptions & { output: 'raw' }): Promise<RawResponse<T>>;
@@ -115,10 +109,10 @@ export class Algo {
 
   /** Calls with `json`, a JSON text, as the input (a string given to pipe() would go as text). */
   pipeJson<T = unknown>(json: string, options: PipeOptions & { output?: undefined } = {}): Promise<AlgoResponse<T>> {
-    return this.call(Buffer.from(json, 'utf8'), 'application/json', options) as Promise<AlgoResponse<T>>;
+    return this.call(utf8(json), 'application/json', options) as Promise<AlgoResponse<T>>;
   }
 
-  private async call(body: Buffer, type: string, options: PipeOptions): Promise<AlgoResponse | RawResponse | AsyncCallResponse> {
+  private async call(body: Uint8Array, type: string, options: PipeOptions): Promise<AlgoResponse | RawResponse | AsyncCallResponse> {
     const path = `/v1/algo/${encodePath(`${this.owner}/${this.name}${this.version ? `/${this.version}` : ''}`)}`;
     const query = { timeout: options.timeout, stdout: options.stdout ? 'true' : undefined, output: options.output };
     const res = await this.http.send({ ...options, method: 'POST', path, query, headers: { 'content-type': type }, body });
@@ -126,14 +120,14 @@ export class Algo {
     if (options.output === 'raw' && res.ok) {
       if (resType === 'application/json') return { result: await res.json(), metadata: { content_type: 'json' } };
       if (resType.startsWith('text/')) return { result: await res.text(), metadata: { content_type: 'text' } };
-      return { result: await res.buffer(), metadata: { content_type: 'binary' } };
+      return { result: await res.bytes(), metadata: { content_type: 'binary' } };
     }
     // A raw call's failure is a 400 whose body is the algorithm's message, as text.
     if (options.output === 'raw' && res.status === 400 && resType.startsWith('text/')) throw new AlgorithmError(await res.text(), 'AlgorithmError');
     if (!res.ok) throw await apiError(res);
     const envelope = await res.json<Envelope>();
     if (envelope.async === true && typeof envelope.request_id === 'string') return { async: true, requestId: envelope.request_id };
-    return unwrap(envelope);
+    return unwrap(this.http, envelope);
   }
 
   // ---- Management (the owner, with a key that has allow_algo_management) ----
@@ -167,8 +161,8 @@ export class Algo {
     const body = asBytes(archive) ?? asStream(archive);
     if (!body) throw new TypeError('the source must be a tar.gz archive: bytes or a stream');
     const headers: Record<string, string> = { 'content-type': 'application/gzip' };
-    if (options.size !== undefined && !Buffer.isBuffer(body)) headers['content-length'] = String(options.size);
-    return (await this.http.json<{ source: SourceInfo }>({ ...options, method: 'PUT', path: `${this.base}/source`, headers, body })).source;
+    if (options.size !== undefined && !(body instanceof Uint8Array)) headers['content-length'] = String(options.size);
+    return (await this.http.json<SourceUpload>({ ...options, method: 'PUT', path: `${this.base}/source`, headers, body })).source;
   }
 
   /**
@@ -189,7 +183,7 @@ export class Algo {
   }
 
   async buildLogs(id: string, options: RequestOptions = {}): Promise<string> {
-    return (await this.http.json<{ logs: string }>({ ...options, method: 'GET', path: `${this.base}/builds/${encodeURIComponent(id)}/logs` })).logs;
+    return (await this.http.json<BuildLogs>({ ...options, method: 'GET', path: `${this.base}/builds/${encodeURIComponent(id)}/logs` })).logs;
   }
 
   /**

@@ -3,14 +3,12 @@
  * delete it, read and set its ACL.
  */
 import { AlgohostError } from './errors.ts';
-import { jsonBody, type RequestOptions, type Transport } from './http.ts';
+import { jsonBody, type Http, type Platform, type RequestOptions } from './transport.ts';
 import { DataFile, probe } from './file.ts';
 import { childUri, dataPath, parseDataUri, splitParent, type DataUri } from './uri.ts';
+import type { DataAcl, DataUriResult, DeleteResult, DirectoryChanges, ListingPage, NewDirectory } from './types.ts';
 
-/** Who may read a collection (spec 2.5); the server accepts these three forms only. */
-export interface DataAcl {
-  read: string[];
-}
+export type { DataAcl, ListingPage };
 
 /** The three levels the clients name (spec 2.5). */
 export type AclLevel = 'public' | 'private' | 'my_algorithms';
@@ -46,34 +44,26 @@ export interface FileEntry {
 
 export type DataEntry = FileEntry | DirEntry;
 
-/** One listing page as the server sends it (spec 2.4). */
-export interface ListingPage {
-  folders?: { name: string }[];
-  files?: { filename: string; last_modified: string; size: number }[];
-  /** Present while more entries remain. */
-  marker?: string;
-  acl?: DataAcl;
-}
-
-export class DataDir {
+/** `P`: what bytes and streams are where the client runs (see DataFile). */
+export class DataDir<P extends Platform = Platform> {
   readonly uri: string;
   /** The last segment of the path ('' at a source's root). */
   readonly name: string;
   private readonly parsed: DataUri;
 
-  constructor(private readonly http: Transport, uri: string) {
+  constructor(private readonly http: Http<P>, uri: string) {
     this.parsed = parseDataUri(uri);
     this.uri = this.parsed.uri;
     this.name = splitParent(this.parsed)?.name ?? '';
   }
 
   /** A file inside this directory. */
-  file(name: string): DataFile {
+  file(name: string): DataFile<P> {
     return new DataFile(this.http, childUri(this.parsed, name));
   }
 
   /** A directory inside this one. */
-  dir(name: string): DataDir {
+  dir(name: string): DataDir<P> {
     return new DataDir(this.http, childUri(this.parsed, name));
   }
 
@@ -85,8 +75,8 @@ export class DataDir {
   async create(options: RequestOptions & { acl?: AclLevel | DataAcl } = {}): Promise<string> {
     const split = splitParent(this.parsed);
     if (!split) throw new AlgohostError(`${this.uri} is the root of its source; create directories inside it`, 'invalid_path');
-    const body = jsonBody(options.acl === undefined ? { name: split.name } : { name: split.name, acl: toAcl(options.acl) });
-    const answer = await this.http.json<{ result: string }>({ ...options, method: 'POST', path: dataPath(parseDataUri(split.parent)), ...body });
+    const body = jsonBody<NewDirectory>(options.acl === undefined ? { name: split.name } : { name: split.name, acl: toAcl(options.acl) });
+    const answer = await this.http.json<DataUriResult>({ ...options, method: 'POST', path: dataPath(parseDataUri(split.parent)), ...body });
     return answer.result;
   }
 
@@ -100,7 +90,7 @@ export class DataDir {
     const path = dataPath(this.parsed);
     const res = await this.http.ok({ ...options, method: 'GET', path, query: { marker, acl: options.acl ? 'true' : undefined } });
     if (res.header('x-data-type') === 'file') {
-      res.body.destroy();
+      res.cancel();
       throw new AlgohostError(`${this.uri} is a file, not a directory`, 'type_conflict');
     }
     return res.json<ListingPage>();
@@ -135,7 +125,7 @@ export class DataDir {
    */
   async delete(options: RequestOptions & { force?: boolean } = {}): Promise<number> {
     const query = { force: options.force ? 'true' : undefined };
-    const answer = await this.http.json<{ result: { deleted: number } }>({ ...options, method: 'DELETE', path: dataPath(this.parsed), query });
+    const answer = await this.http.json<DeleteResult>({ ...options, method: 'DELETE', path: dataPath(this.parsed), query });
     return answer.result.deleted;
   }
 
@@ -148,6 +138,6 @@ export class DataDir {
 
   /** Changes the collection's read ACL (collections only; one of the three levels). */
   async setAcl(acl: AclLevel | DataAcl, options: RequestOptions = {}): Promise<void> {
-    await this.http.json({ ...options, method: 'PATCH', path: dataPath(this.parsed), ...jsonBody({ acl: toAcl(acl) }) });
+    await this.http.json({ ...options, method: 'PATCH', path: dataPath(this.parsed), ...jsonBody<DirectoryChanges>({ acl: toAcl(acl) }) });
   }
 }

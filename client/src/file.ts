@@ -2,11 +2,11 @@
  * A file in hosted data or a connected account: read it (as a stream, bytes, text or JSON),
  * write it, check it, delete it.
  */
-import type { Readable } from 'node:stream';
 import { AlgohostError, type ApiError } from './errors.ts';
-import { apiError, type HttpResponse, type RequestOptions, type Transport } from './http.ts';
-import { fileBody, jsonText, type FileData } from './body.ts';
+import { apiError, type Http, type HttpResponse, type Platform, type RequestOptions } from './transport.ts';
+import { asBytes, fileBody, jsonText, type FileData } from './body.ts';
 import { dataPath, parseDataUri, splitParent, type DataUri } from './uri.ts';
+import type { DataUriResult, DeleteResult } from './types.ts';
 
 export interface ReadOptions extends RequestOptions {
   /** Bytes `start` to `end` (inclusive; to the end of the file without it), as HTTP Range. */
@@ -37,7 +37,7 @@ export interface Probe {
 }
 
 /** HEAD: what is at a data URI. Error statuses other than 404 throw. */
-export async function probe(http: Transport, uri: DataUri, options: RequestOptions): Promise<Probe> {
+export async function probe(http: Http, uri: DataUri, options: RequestOptions): Promise<Probe> {
   const path = dataPath(uri);
   const res = await http.send({ ...options, method: 'HEAD', path });
   res.discard();
@@ -50,55 +50,64 @@ export async function probe(http: Transport, uri: DataUri, options: RequestOptio
  * A HEAD answer has no body, so its error has no code; the same request as a GET tells it
  * (the server answers both alike). Only on the failure path, so it costs nothing otherwise.
  */
-export async function headError(http: Transport, path: string, head: HttpResponse, options: RequestOptions): Promise<ApiError> {
+export async function headError(http: Http, path: string, head: HttpResponse, options: RequestOptions): Promise<ApiError> {
   const res = await http.send({ ...options, method: 'GET', path });
   if (!res.ok) return apiError(res);
-  res.body.destroy();
+  res.cancel();
   return apiError(head);
 }
 
-export class DataFile {
+/**
+ * `P` is what bytes and streams are where the client runs: in Node (AlgohostClient) reads
+ * give Buffers and Node Readables, in the browser entry (BrowserClient) Uint8Arrays and web
+ * ReadableStreams. Each entry's `DataFile` type defaults to its own.
+ */
+export class DataFile<P extends Platform = Platform> {
   readonly uri: string;
   /** The last segment of the path. */
   readonly name: string;
   private readonly parsed: DataUri;
 
-  constructor(private readonly http: Transport, uri: string) {
+  constructor(private readonly http: Http<P>, uri: string) {
     this.parsed = parseDataUri(uri);
     this.uri = this.parsed.uri;
     this.name = splitParent(this.parsed)?.name ?? '';
   }
 
-  /**
-   * The file's bytes as a stream, for files of any size. The promise settles once the server
-   * has answered (so a missing file rejects here, not in the stream).
-   */
-  async stream(options: ReadOptions = {}): Promise<Readable> {
+  /** The answer of a GET of the file, its body not read yet (a directory there throws). */
+  private async open(options: ReadOptions): Promise<HttpResponse<P>> {
     const headers: Record<string, string> = {};
     if (options.range) headers.range = `bytes=${options.range.start}-${options.range.end ?? ''}`;
     const res = await this.http.ok({ ...options, method: 'GET', path: dataPath(this.parsed), headers });
     if (res.header('x-data-type') === 'directory') {
-      res.body.destroy();
+      res.cancel();
       throw new AlgohostError(`${this.uri} is a directory; use client.dir() for it`, 'type_conflict');
     }
-    return res.body;
+    return res;
   }
 
-  /** The whole file in memory. */
-  async buffer(options: ReadOptions = {}): Promise<Buffer> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of await this.stream(options)) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks);
+  /**
+   * The file's bytes as a stream (a Node Readable in Node, a web ReadableStream in a
+   * browser), for files of any size. The promise settles once the server has answered (so a
+   * missing file rejects here, not in the stream).
+   */
+  async stream(options: ReadOptions = {}): Promise<P['stream']> {
+    return (await this.open(options)).stream();
+  }
+
+  /** The whole file in memory: a Buffer in Node, a Uint8Array in a browser. */
+  async buffer(options: ReadOptions = {}): Promise<P['bytes']> {
+    return (await this.open(options)).bytes();
   }
 
   /** Same as buffer(). */
-  get(options: ReadOptions = {}): Promise<Buffer> {
+  get(options: ReadOptions = {}): Promise<P['bytes']> {
     return this.buffer(options);
   }
 
   /** The file as UTF-8 text. */
   async text(options: ReadOptions = {}): Promise<string> {
-    return (await this.buffer(options)).toString('utf8');
+    return (await this.open(options)).text();
   }
 
   /** The file parsed as JSON. */
@@ -119,14 +128,14 @@ export class DataFile {
   async put(data: FileData, options: WriteOptions = {}): Promise<string> {
     const { body, contentType } = fileBody(data);
     const headers: Record<string, string> = { 'content-type': contentType };
-    if (options.size !== undefined && !Buffer.isBuffer(body)) headers['content-length'] = String(options.size);
-    const answer = await this.http.json<{ result: string }>({ ...options, method: 'PUT', path: dataPath(this.parsed), headers, body });
+    if (options.size !== undefined && !asBytes(body)) headers['content-length'] = String(options.size);
+    const answer = await this.http.json<DataUriResult>({ ...options, method: 'PUT', path: dataPath(this.parsed), headers, body });
     return answer.result;
   }
 
   /** Stores `value` as JSON, strings included (put() would store a string as text). */
   async putJson(value: unknown, options: RequestOptions = {}): Promise<string> {
-    const answer = await this.http.json<{ result: string }>({
+    const answer = await this.http.json<DataUriResult>({
       ...options, method: 'PUT', path: dataPath(this.parsed), headers: { 'content-type': 'application/json' }, body: jsonText(value),
     });
     return answer.result;
@@ -153,7 +162,7 @@ export class DataFile {
 
   /** Deletes the file; resolves with the number of files deleted (1). */
   async delete(options: RequestOptions = {}): Promise<number> {
-    const answer = await this.http.json<{ result: { deleted: number } }>({ ...options, method: 'DELETE', path: dataPath(this.parsed) });
+    const answer = await this.http.json<DeleteResult>({ ...options, method: 'DELETE', path: dataPath(this.parsed) });
     return answer.result.deleted;
   }
 }

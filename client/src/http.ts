@@ -1,38 +1,24 @@
 /**
- * The one place that speaks HTTP. It uses node:http(s) rather than fetch: Node's fetch gives
- * up on an answer whose headers take more than 300 s (undici's headersTimeout), and an
- * algorithm call may legitimately run for 3000 s. node:http also streams request bodies of
- * any size without buffering them, and hands response bodies over as Node streams.
+ * The Node transport, the default in Node. It uses node:http(s) rather than fetch: Node's
+ * fetch gives up on an answer whose headers take more than 300 s (undici's headersTimeout),
+ * and an algorithm call may legitimately run for 3000 s. node:http also streams request
+ * bodies of any size without buffering them, and hands response bodies over as Node streams.
+ * Browsers use FetchTransport (fetchTransport.ts) instead.
  */
 import http from 'node:http';
 import https from 'node:https';
 import { Readable } from 'node:stream';
-import { AlgohostError, ApiError, NetworkError } from './errors.ts';
+import type { ReadableStream as NodeWebStream } from 'node:stream/web';
+import { AlgohostError, NetworkError } from './errors.ts';
+import { checkBaseUrl, parseJson, requestUrl, type HttpRequest, type HttpResponse, type Platform, type Transport } from './transport.ts';
 
-/** Per-request options every method of the client takes. */
-export interface RequestOptions {
-  /** Aborts the request (and a body still streaming); the promise rejects with the signal's reason. */
-  signal?: AbortSignal;
-  /**
-   * Gives up after this many milliseconds with a NetworkError `request_timeout`. It covers
-   * the whole exchange, a streamed body included. Default: the client's (none unless set).
-   */
-  timeoutMs?: number;
+/** Bytes and body streams in Node: Buffers and Readables. */
+export interface NodePlatform extends Platform {
+  bytes: Buffer;
+  stream: Readable;
 }
 
-export type QueryValue = string | number | boolean | undefined;
-
-export interface HttpRequest extends RequestOptions {
-  method: string;
-  /** Path below the base address, already percent-encoded (`/v1/...`). */
-  path: string;
-  query?: Record<string, QueryValue>;
-  headers?: Record<string, string>;
-  /** Bytes (sent with a Content-Length) or a stream (sent chunked unless a length is given). */
-  body?: Buffer | Readable;
-}
-
-export interface TransportOptions {
+export interface NodeTransportOptions {
   baseUrl: string;
   apiKey: string | undefined;
   timeoutMs: number | undefined;
@@ -40,8 +26,16 @@ export interface TransportOptions {
   userAgent: string;
 }
 
-/** An answer whose body has not been read yet. Read it (or discard it) exactly once. */
-export class HttpResponse {
+/** A request body as a Node Readable; bytes are sent as they are, not through here. */
+function asReadable(body: Exclude<HttpRequest['body'], Uint8Array | undefined>): Readable {
+  if (body instanceof Readable) return body;
+  if (body instanceof ReadableStream) return Readable.fromWeb(body as NodeWebStream<Uint8Array>);
+  if (body instanceof Blob) return Readable.fromWeb(body.stream() as NodeWebStream<Uint8Array>);
+  return Readable.from(body, { objectMode: false });
+}
+
+/** An answer of node:http whose body has not been read yet. */
+export class NodeResponse implements HttpResponse<NodePlatform> {
   constructor(
     readonly status: number,
     private readonly headers: http.IncomingHttpHeaders,
@@ -58,74 +52,44 @@ export class HttpResponse {
     return Array.isArray(v) ? v.join(', ') : v;
   }
 
-  async buffer(): Promise<Buffer> {
+  async bytes(): Promise<Buffer> {
     const chunks: Buffer[] = [];
     for await (const chunk of this.body) chunks.push(chunk as Buffer);
     return Buffer.concat(chunks);
   }
 
+  /** Same as bytes(). */
+  buffer(): Promise<Buffer> {
+    return this.bytes();
+  }
+
   async text(): Promise<string> {
-    return (await this.buffer()).toString('utf8');
+    return (await this.bytes()).toString('utf8');
   }
 
   async json<T>(): Promise<T> {
-    const text = await this.text();
-    try {
-      return JSON.parse(text) as T;
-    } catch {
-      throw new AlgohostError(`the server answered ${this.status} with a body that is not JSON: ${text.slice(0, 200)}`, 'invalid_response');
-    }
+    return parseJson<T>(this.status, await this.text());
+  }
+
+  stream(): Readable {
+    return this.body;
   }
 
   /** Lets the connection be reused without reading what is left. */
   discard(): void {
     this.body.resume();
   }
-}
 
-/** Header values are ASCII; the server percent-encodes the rest of its message there. */
-function decodeHeader(value: string): string {
-  try {
-    return decodeURIComponent(value);
-  } catch {
-    return value;
+  cancel(): void {
+    this.body.destroy();
   }
 }
 
-/** The ApiError an error answer describes: its JSON envelope, else X-Error-Message (HEAD). */
-export async function apiError(res: HttpResponse): Promise<ApiError> {
-  const fallback = `http_${res.status}`;
-  let message = res.header('x-error-message');
-  message = message ? decodeHeader(message) : `the server answered HTTP ${res.status}`;
-  let text = '';
-  try {
-    text = await res.text();
-  } catch {
-    // The body broke off; the status and header still say what happened.
-  }
-  try {
-    const e = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown; id?: unknown; deleted?: unknown } }).error;
-    if (e && typeof e === 'object') {
-      return new ApiError(res.status, typeof e.code === 'string' ? e.code : fallback, typeof e.message === 'string' ? e.message : message, {
-        ...(typeof e.id === 'string' ? { requestId: e.id } : {}),
-        ...(typeof e.deleted === 'number' ? { deleted: e.deleted } : {}),
-      });
-    }
-  } catch {
-    // Not JSON: something other than the API answered (a proxy), or a raw call's message.
-    if (text.trim() && !res.header('x-error-message')) message = text.trim().slice(0, 1000);
-  }
-  return new ApiError(res.status, fallback, message);
-}
-
-export class Transport {
+export class NodeTransport implements Transport<NodePlatform> {
   private readonly base: URL;
 
-  constructor(private readonly options: TransportOptions) {
-    this.base = new URL(options.baseUrl);
-    if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') {
-      throw new AlgohostError(`the API address must be http:// or https://, got "${options.baseUrl}"`, 'invalid_base_url');
-    }
+  constructor(private readonly options: NodeTransportOptions) {
+    this.base = checkBaseUrl(options.baseUrl);
   }
 
   /** The base address the client talks to, without a trailing slash. */
@@ -133,18 +97,18 @@ export class Transport {
     return this.base.href.replace(/\/+$/, '');
   }
 
-  url(path: string, query: Record<string, QueryValue> = {}): URL {
-    const url = new URL(this.baseUrl + path);
-    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
-    return url;
+  bytesFromBase64(text: string): Buffer {
+    return Buffer.from(text, 'base64');
   }
 
   /** Sends a request; resolves when the answer's headers arrive, whatever its status. */
-  send(req: HttpRequest): Promise<HttpResponse> {
-    const url = this.url(req.path, req.query);
+  send(req: HttpRequest): Promise<NodeResponse> {
+    const url = requestUrl(this.baseUrl, req.path, req.query);
     const headers: Record<string, string> = { 'user-agent': this.options.userAgent, ...req.headers };
     if (this.options.apiKey !== undefined) headers.authorization = `Simple ${this.options.apiKey}`;
-    if (Buffer.isBuffer(req.body)) headers['content-length'] = String(req.body.length);
+    const body = req.body;
+    const bytes = body instanceof Uint8Array ? body : undefined;
+    if (bytes) headers['content-length'] = String(bytes.byteLength);
 
     const controller = new AbortController();
     const timeoutMs = req.timeoutMs ?? this.options.timeoutMs;
@@ -167,14 +131,14 @@ export class Transport {
       return new NetworkError(`request to ${url.origin} failed: ${e.message}`, e.code ?? 'network_error', err);
     };
 
-    return new Promise<HttpResponse>((resolve, reject) => {
+    return new Promise<NodeResponse>((resolve, reject) => {
       if (controller.signal.aborted) {
         cleanup();
         return reject(controller.signal.reason);
       }
       const mod = url.protocol === 'https:' ? https : http;
       let answered = false;
-      const source = req.body instanceof Readable ? req.body : undefined;
+      const source = body === undefined || body instanceof Uint8Array ? undefined : asReadable(body);
       let sourceError: Error | undefined;
       const request = mod.request(url, { method: req.method, headers, signal: controller.signal, ...(this.options.agent ? { agent: this.options.agent } : {}) });
       request.on('response', (res) => {
@@ -208,7 +172,7 @@ export class Transport {
         body.on('close', () => {
           if (!res.complete) res.destroy();
         });
-        resolve(new HttpResponse(res.statusCode ?? 0, res.headers, body));
+        resolve(new NodeResponse(res.statusCode ?? 0, res.headers, body));
       });
       request.on('error', (err) => {
         if (answered) return;
@@ -216,39 +180,16 @@ export class Transport {
         source?.destroy();
         reject(sourceError ?? failure(err));
       });
-      const body = req.body;
-      if (body === undefined || Buffer.isBuffer(body)) {
-        request.end(body);
+      if (!source) {
+        request.end(bytes);
         return;
       }
-      body.on('error', (err) => {
+      source.on('error', (err) => {
         // The caller's stream failed (a missing file...): that error, not a network one.
         sourceError = err;
         request.destroy(err);
       });
-      body.pipe(request);
+      source.pipe(request);
     });
   }
-
-  /** Sends; an error status becomes an ApiError. */
-  async ok(req: HttpRequest): Promise<HttpResponse> {
-    const res = await this.send(req);
-    if (!res.ok) throw await apiError(res);
-    return res;
-  }
-
-  /** Sends and parses the JSON answer (undefined for 204). */
-  async json<T>(req: HttpRequest): Promise<T> {
-    const res = await this.ok(req);
-    if (res.status === 204) {
-      res.discard();
-      return undefined as T;
-    }
-    return res.json<T>();
-  }
-}
-
-/** A JSON request body, ready for `send`. */
-export function jsonBody(value: unknown): { body: Buffer; headers: Record<string, string> } {
-  return { body: Buffer.from(JSON.stringify(value), 'utf8'), headers: { 'content-type': 'application/json' } };
 }

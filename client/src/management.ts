@@ -3,14 +3,13 @@
  * accounts (docs/connectors.md). Keys and accounts are the user's own business: the server
  * answers only the user named, with a key that has `allow_algo_management`.
  */
-import { jsonBody, type RequestOptions, type QueryValue, type Transport } from './http.ts';
+import { jsonBody, type Http, type RequestOptions, type QueryValue } from './transport.ts';
 import type {
-  Algorithm, ConnectedAccount, ConnectedAccountChanges, CreatedKey, KeyChanges, KeyPermissions, KeyRecord,
-  NewConnectedAccount, Page,
+  Algorithm, ConnectedAccount, ConnectedAccountChanges, CreatedKey, KeyChanges, KeyRecord, NewConnectedAccount, NewKey, Page,
 } from './types.ts';
 
 /** Every item of a paged list (compat.md: `{marker, next_link, results}`), page after page. */
-export async function* paged<T>(http: Transport, path: string, query: Record<string, QueryValue>, options: RequestOptions): AsyncGenerator<T, void, undefined> {
+export async function* paged<T>(http: Http, path: string, query: Record<string, QueryValue>, options: RequestOptions): AsyncGenerator<T, void, undefined> {
   let marker: string | undefined;
   do {
     const page = await http.json<Page<T>>({ ...options, method: 'GET', path, query: { ...query, marker } });
@@ -20,19 +19,19 @@ export async function* paged<T>(http: Transport, path: string, query: Record<str
 }
 
 /** Every item of a list whose pages are small enough to gather (keys, accounts). */
-async function all<T>(http: Transport, path: string, options: RequestOptions): Promise<T[]> {
+async function all<T>(http: Http, path: string, options: RequestOptions): Promise<T[]> {
   const out: T[] = [];
   for await (const item of paged<T>(http, path, {}, options)) out.push(item);
   return out;
 }
 
 /** An owner's algorithms (others see the public ones). */
-export function listAlgorithms(http: Transport, owner: string, options: RequestOptions = {}): AsyncGenerator<Algorithm, void, undefined> {
+export function listAlgorithms(http: Http, owner: string, options: RequestOptions = {}): AsyncGenerator<Algorithm, void, undefined> {
   return paged<Algorithm>(http, `/v1/users/${encodeURIComponent(owner)}/algorithms`, {}, options);
 }
 
 /** The public catalogue: callable algorithms with a public version whose name or description has `q`. */
-export function searchAlgorithms(http: Transport, q = '', options: RequestOptions = {}): AsyncGenerator<Algorithm, void, undefined> {
+export function searchAlgorithms(http: Http, q = '', options: RequestOptions = {}): AsyncGenerator<Algorithm, void, undefined> {
   return paged<Algorithm>(http, '/v1/algorithms', { q: q || undefined }, options);
 }
 
@@ -40,7 +39,7 @@ export function searchAlgorithms(http: Transport, q = '', options: RequestOption
 export class Keys {
   private readonly base: string;
 
-  constructor(private readonly http: Transport, readonly username: string) {
+  constructor(private readonly http: Http, readonly username: string) {
     this.base = `/v1/users/${encodeURIComponent(username)}/keys`;
   }
 
@@ -52,7 +51,7 @@ export class Keys {
    * A new key; `api_key` in the answer is the only time its secret is shown. Without
    * `permissions` it gets the acting key's.
    */
-  create(spec: { name: string; permissions?: Partial<KeyPermissions> }, options: RequestOptions = {}): Promise<CreatedKey> {
+  create(spec: NewKey, options: RequestOptions = {}): Promise<CreatedKey> {
     return this.http.json({ ...options, method: 'POST', path: this.base, ...jsonBody(spec) });
   }
 
@@ -74,7 +73,7 @@ export class Keys {
 export class Connectors {
   private readonly base: string;
 
-  constructor(private readonly http: Transport, readonly username: string) {
+  constructor(private readonly http: Http, readonly username: string) {
     this.base = `/v1/users/${encodeURIComponent(username)}/connectors`;
   }
 
