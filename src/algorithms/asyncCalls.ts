@@ -7,6 +7,7 @@ import type { MetadataStore } from '../store/db.ts';
 import type { AsyncRequestsTable } from '../store/schema.ts';
 import { envelope } from './envelope.ts';
 import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type CallService } from './calls.ts';
+import type { AsyncRequest } from '../../client/src/types.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -259,18 +260,20 @@ export class AsyncCalls {
 
 type Described = Pick<AsyncRequestsTable, 'id' | 'owner' | 'name' | 'version' | 'status' | 'attempts' | 'response_status' | 'response' | 'created_at' | 'started_at' | 'finished_at'>;
 
+/** The wire's AsyncRequest, as JSON text. */
 function describe(row: Described): string {
   const iso = (t: number | null) => (t === null ? null : new Date(Number(t)).toISOString());
-  const head = JSON.stringify({
+  const fields: Omit<AsyncRequest, 'response'> = {
     request_id: row.id,
     status: row.status,
     algorithm: `${row.owner}/${row.name}${row.version ? `/${row.version}` : ''}`,
     attempts: row.attempts,
-    created_at: iso(row.created_at),
+    created_at: new Date(Number(row.created_at)).toISOString(),
     started_at: iso(row.started_at),
     finished_at: iso(row.finished_at),
     http_status: row.response_status,
-  });
+  };
+  const head = JSON.stringify(fields);
   // The stored answer is JSON text already: written into the document as it stands.
   return `${head.slice(0, -1)},"response":${row.response ?? 'null'}}`;
 }
