@@ -3,6 +3,7 @@
  * session cookie (HttpOnly: this code never sees it) plus the session's CSRF token, which lives
  * in this module's memory only: never in storage, never in a URL.
  */
+import { BrowserClient } from '../../client/src/browser.ts';
 import type { ErrorEnvelope } from '../../client/src/types.ts';
 
 export interface SessionInfo {
@@ -60,6 +61,21 @@ export function authHeaders(): Record<string, string> {
   return csrf ? { 'x-csrf-token': csrf } : {};
 }
 
+/**
+ * The project's own client (client/src/browser.ts) over fetch: this page's origin, no API key,
+ * the session's cookie and its CSRF token on every request. Pages use it for everything it
+ * covers; `request` below is for the sign-in and what the client has no method for.
+ */
+export const client = new BrowserClient({ headers: authHeaders });
+
+/** An error a page shows: an ended session sends the page back to the sign-in form. */
+export function noticeError(err: unknown): void {
+  if ((err as { code?: unknown } | null)?.code === 'no_session') {
+    csrf = undefined;
+    signedOutHandler?.();
+  }
+}
+
 /** Sends a request; an error status becomes an ApiError (and an ended session, the sign-in page). */
 export async function request(path: string, o: RequestOptions = {}): Promise<Response> {
   const headers: Record<string, string> = { ...authHeaders(), ...o.headers };
@@ -71,10 +87,7 @@ export async function request(path: string, o: RequestOptions = {}): Promise<Res
   const res = await fetch(url(path, o.query), { method: o.method ?? 'GET', headers, body, credentials: 'same-origin', ...(o.signal ? { signal: o.signal } : {}) });
   if (!res.ok) {
     const err = await errorOf(res);
-    if (err.code === 'no_session' && path !== '/v1/session') {
-      csrf = undefined;
-      signedOutHandler?.();
-    }
+    if (path !== '/v1/session') noticeError(err);
     throw err;
   }
   return res;

@@ -1,7 +1,7 @@
 /** Small pieces every page uses: loading and error states, titles that take focus, forms. */
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError } from './api.ts';
+import { noticeError } from './api.ts';
 
 /** The page's heading; it takes focus when the page opens, so screen readers announce it. */
 export function Title({ children }: { children: ComponentChildren }) {
@@ -17,7 +17,8 @@ export function Title({ children }: { children: ComponentChildren }) {
 export function ErrorBox({ error }: { error: unknown }) {
   if (error === undefined || error === null) return null;
   const message = error instanceof Error ? error.message : String(error);
-  const code = error instanceof ApiError ? error.code : undefined;
+  // The API's errors (ours and the client's) carry a stable code.
+  const code = typeof (error as { code?: unknown }).code === 'string' ? (error as { code: string }).code : undefined;
   return (
     <p class="error" role="alert">
       {message}
@@ -43,7 +44,10 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T |
     setState((s) => ({ ...s, loading: true }));
     load().then(
       (data) => live && setState({ data, error: undefined, loading: false }),
-      (error: unknown) => live && setState({ data: undefined, error, loading: false }),
+      (error: unknown) => {
+        noticeError(error);
+        if (live) setState({ data: undefined, error, loading: false });
+      },
     );
     return () => {
       live = false;
@@ -66,6 +70,7 @@ export function useAction<A extends unknown[]>(act: (...args: A) => Promise<void
       try {
         await act(...args);
       } catch (err) {
+        noticeError(err);
         setError(err);
       } finally {
         setBusy(false);

@@ -1,10 +1,11 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import type { Algorithm, AlgorithmVersion, CallEnvelope, CallFailure, Page } from '../../../client/src/types.ts';
-import { ApiError, authHeaders, encodePath, getJson, url } from '../api.ts';
+import type { CallEnvelope, CallFailure } from '../../../client/src/types.ts';
+import { ApiError, authHeaders, client, encodePath, getJson, url } from '../api.ts';
 import { renderMarkdown } from '../markdown.ts';
 import { href } from '../router.ts';
 import { CopyButton, ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 import { languageName } from './Marketplace.tsx';
+import { all } from './MyAlgorithms.tsx';
 
 type InputKind = 'text' | 'json' | 'file';
 
@@ -210,10 +211,10 @@ async function fetchCall(ref: string, body: BodyInit, type: string, stdout: bool
 
 export function AlgorithmPage({ owner, name, me }: { owner: string; name: string; me: string }) {
   const mine = owner.toLowerCase() === me.toLowerCase();
-  const algo = useLoad(() => getJson<Algorithm>(`/v1/algorithms/${encodePath(owner)}/${encodePath(name)}`), [owner, name]);
-  const versions = useLoad(() => getJson<Page<AlgorithmVersion>>(`/v1/algorithms/${encodePath(owner)}/${encodePath(name)}/versions`), [owner, name]);
+  const algo = useLoad(() => client.algo(`${owner}/${name}`).info(), [owner, name]);
+  const versions = useLoad(() => all(client.algo(`${owner}/${name}`).versions()), [owner, name]);
   const [selected, setSelected] = useState<string | undefined>(undefined);
-  const list = versions.data?.results ?? [];
+  const list = versions.data ?? [];
   const version = list.find((v) => v.version_info.semantic_version === selected) ?? list[0];
   const readme = useLoad(
     async () => (version ? (await getJson<{ readme: string | null }>(`/v1/algorithms/${encodePath(owner)}/${encodePath(name)}/versions/${version.version_info.semantic_version}/readme`)).readme : null),

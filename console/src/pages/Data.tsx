@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
-import type { ConnectedAccount, DataAcl, ListingPage } from '../../../client/src/types.ts';
-import { bytes, encodePath, getJson, request, upload } from '../api.ts';
+import type { DataAcl, ListingPage } from '../../../client/src/types.ts';
+import { bytes, client, encodePath, upload } from '../api.ts';
 import { href, navigate } from '../router.ts';
 import { ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 
@@ -38,7 +38,7 @@ function AclEditor({ where, path, acl, onChanged }: { where: string; path: strin
   const save = useAction(async (value: string) => {
     setSaved(false);
     const read = ACL_LEVELS.find((l) => l.value === value)!.read;
-    await getJson(apiPath(where, path), { method: 'PATCH', json: { acl: { read } } });
+    await client.dir(uriOf(where, path)).setAcl({ read });
     setSaved(true);
     onChanged();
   });
@@ -139,8 +139,7 @@ function Uploads({ where, path, onUploaded }: { where: string; path: string[]; o
 }
 
 async function download(where: string, path: string[]): Promise<void> {
-  const res = await request(apiPath(where, path));
-  const blob = await res.blob();
+  const blob = new Blob([(await client.file(uriOf(where, path)).buffer()) as Uint8Array<ArrayBuffer>]);
   const a = document.createElement('a');
   a.href = URL.createObjectURL(blob);
   a.download = path[path.length - 1] ?? 'download';
@@ -155,26 +154,27 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
   const [version, setVersion] = useState(0);
   const isCollection = where === 'data' && path.length === 2 && path[0]!.toLowerCase() === '.my';
   const canUpload = where !== 'data' ? path.length > 0 : path.length >= 2 && (path[0] === '.my' || path[0]!.toLowerCase() === me.toLowerCase());
+  const dir = client.dir(uriOf(where, path));
   const first = useLoad(async () => {
-    const page = await getJson<ListingPage>(apiPath(where, path), { query: { acl: isCollection ? 'true' : undefined } });
+    const page = await dir.page(undefined, { acl: isCollection });
     setPages([page]);
     return page;
   }, [where, path.join('/'), version]);
   const more = useAction(async () => {
     const marker = pages[pages.length - 1]?.marker;
-    const page = await getJson<ListingPage>(apiPath(where, path), { query: { marker } });
+    const page = await dir.page(marker);
     setPages((ps) => [...ps, page]);
   });
   const [folder, setFolder] = useState('');
   const mkdir = useAction(async () => {
-    await getJson(apiPath(where, path), { method: 'POST', json: { name: folder } });
+    await dir.dir(folder).create();
     setFolder('');
     setVersion((v) => v + 1);
   });
-  const remove = useAction(async (name: string, dir: boolean) => {
+  const remove = useAction(async (name: string, isDir: boolean) => {
     const uri = uriOf(where, [...path, name]);
-    if (!confirm(dir ? `Delete the folder ${uri} and everything in it?` : `Delete ${uri}?`)) return;
-    await request(apiPath(where, [...path, name]), { method: 'DELETE', query: { force: dir ? 'true' : undefined } });
+    if (!confirm(isDir ? `Delete the folder ${uri} and everything in it?` : `Delete ${uri}?`)) return;
+    await (isDir ? client.dir(uri).delete({ force: true }) : client.file(uri).delete());
     setVersion((v) => v + 1);
   });
   const get = useAction(async (name: string) => download(where, [...path, name]));
@@ -269,7 +269,7 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
 }
 
 function Roots({ me }: { me: string }) {
-  const accounts = useLoad(() => getJson<{ results: ConnectedAccount[] }>(`/v1/users/${encodePath(me)}/connectors`), [me]);
+  const accounts = useLoad(() => client.connectors(me).list(), [me]);
   const [other, setOther] = useState('');
   return (
     <>
@@ -278,11 +278,11 @@ function Roots({ me }: { me: string }) {
         <h2 id="connected-h">Connected storage</h2>
         <ErrorBox error={accounts.error} />
         {accounts.data ? (
-          accounts.data.results.length === 0 ? (
+          accounts.data.length === 0 ? (
             <p class="muted">No connected account. Connect S3 or WebDAV storage with the API or the algo CLI (docs/connectors.md).</p>
           ) : (
             <ul class="plain">
-              {accounts.data.results.map((a) => (
+              {accounts.data.map((a) => (
                 <li key={a.label}>
                   <a href={href('data', `${a.protocol}+${a.label}`)}>
                     {a.protocol}+{a.label}://

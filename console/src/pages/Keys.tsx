@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
-import type { CreatedKey, KeyPermissions, KeyRecord, Page } from '../../../client/src/types.ts';
-import { encodePath, getJson, request } from '../api.ts';
+import type { CreatedKey, KeyPermissions, KeyRecord } from '../../../client/src/types.ts';
+import { client } from '../api.ts';
 import { CopyButton, ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 
 const FLAGS: { field: keyof KeyPermissions; label: string }[] = [
@@ -20,8 +20,8 @@ function summary(p: KeyPermissions): string {
 }
 
 export function Keys({ me }: { me: string }) {
-  const base = `/v1/users/${encodePath(me)}/keys`;
-  const keys = useLoad(() => getJson<Page<KeyRecord>>(base), [me]);
+  const api = client.keys(me);
+  const keys = useLoad(() => api.list(), [me]);
   const [name, setName] = useState('');
   const [flags, setFlags] = useState<Record<string, boolean>>({ allow_algo: true, allow_web_algo: false, allow_data: true, allow_data_write: false, allow_algo_management: false });
   const [acl, setAcl] = useState('algo://*');
@@ -32,14 +32,14 @@ export function Keys({ me }: { me: string }) {
       .split(/[\s,]+/)
       .map((s) => s.trim())
       .filter(Boolean);
-    const k = await getJson<CreatedKey>(base, { method: 'POST', json: { name, permissions: { ...flags, algo_acl: algoAcl, referer_host: referer.trim() || null } } });
+    const k = await api.create({ name, permissions: { ...flags, algo_acl: algoAcl, referer_host: referer.trim() || null } });
     setCreated(k);
     setName('');
     keys.reload();
   });
   const revoke = useAction(async (k: KeyRecord) => {
     if (!confirm(`Revoke the key "${k.name}" (${k.prefix}…)? Programs using it stop working at once.`)) return;
-    await request(`${base}/${encodeURIComponent(k.id)}`, { method: 'DELETE' });
+    await api.revoke(k.id);
     if (created?.id === k.id) setCreated(undefined);
     keys.reload();
   });
@@ -76,7 +76,7 @@ export function Keys({ me }: { me: string }) {
             </tr>
           </thead>
           <tbody>
-            {keys.data.results.map((k) => (
+            {keys.data.map((k) => (
               <tr key={k.id}>
                 <th scope="row">{k.name}</th>
                 <td>

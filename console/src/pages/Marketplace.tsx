@@ -1,6 +1,6 @@
-import { useEffect, useState } from 'preact/hooks';
-import type { Algorithm, AlgorithmVersion, Page } from '../../../client/src/types.ts';
-import { getJson } from '../api.ts';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { Algorithm, AlgorithmVersion } from '../../../client/src/types.ts';
+import { client } from '../api.ts';
 import { href } from '../router.ts';
 import { ErrorBox, Loading, Title, useAction } from '../ui.tsx';
 
@@ -9,9 +9,13 @@ export const languageName = (l: string) => LANGUAGES[l] ?? l;
 
 /** The newest published version a caller may see, or null. */
 export async function latestVersion(owner: string, name: string): Promise<AlgorithmVersion | null> {
-  const page = await getJson<Page<AlgorithmVersion>>(`/v1/algorithms/${owner}/${name}/versions`);
-  return page.results[0] ?? null;
+  // Newest first: the first is the one.
+  for await (const v of client.algo(`${owner}/${name}`).versions()) return v;
+  return null;
 }
+
+/** Results shown at once, and at each "More". */
+const SHOWN = 24;
 
 function LatestVersion({ a }: { a: Algorithm }) {
   const [v, setV] = useState<string | null | undefined>(undefined);
@@ -51,11 +55,20 @@ export function AlgorithmCard({ a }: { a: Algorithm }) {
 export function Marketplace() {
   const [q, setQ] = useState(() => new URLSearchParams(location.hash.split('?')[1] ?? '').get('q') ?? '');
   const [results, setResults] = useState<Algorithm[] | undefined>(undefined);
-  const [marker, setMarker] = useState<string | null>(null);
-  const search = useAction(async (query: string, more?: string) => {
-    const page = await getJson<Page<Algorithm>>('/v1/algorithms', { query: { q: query || undefined, marker: more } });
-    setResults((r) => (more && r ? [...r, ...page.results] : page.results));
-    setMarker(page.marker);
+  const [more, setMore] = useState(false);
+  // The client pages through the catalogue; this holds the place for "More".
+  const cursor = useRef<AsyncGenerator<Algorithm, void, undefined> | undefined>(undefined);
+  const search = useAction(async (query: string, next?: boolean) => {
+    if (!next || !cursor.current) cursor.current = client.searchAlgorithms(query);
+    const got: Algorithm[] = [];
+    let r = await cursor.current.next();
+    while (!r.done) {
+      got.push(r.value);
+      if (got.length === SHOWN) break;
+      r = await cursor.current.next();
+    }
+    setResults((old) => (next && old ? [...old, ...got] : got));
+    setMore(!r.done);
   });
   useEffect(() => void search.run(q), []);
   return (
@@ -84,15 +97,15 @@ export function Marketplace() {
         <>
           <p class="muted" role="status">
             {results.length}
-            {marker ? '+' : ''} algorithm{results.length === 1 ? '' : 's'}
+            {more ? '+' : ''} algorithm{results.length === 1 ? '' : 's'}
           </p>
           <ul class="cards">
             {results.map((a) => (
               <AlgorithmCard key={a.id} a={a} />
             ))}
           </ul>
-          {marker ? (
-            <button type="button" disabled={search.busy} onClick={() => void search.run(q, marker)}>
+          {more ? (
+            <button type="button" disabled={search.busy} onClick={() => void search.run(q, true)}>
               More
             </button>
           ) : null}

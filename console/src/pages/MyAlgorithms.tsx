@@ -1,20 +1,27 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import type { Algorithm, AlgorithmVersion, Build, BuildLogs, CompileResult, Page, VersionType } from '../../../client/src/types.ts';
-import { bytes, encodePath, getJson, upload } from '../api.ts';
+import type { Algorithm, AlgorithmVersion, CompileResult, Language, VersionType } from '../../../client/src/types.ts';
+import { bytes, client, encodePath, upload } from '../api.ts';
 import { href, navigate } from '../router.ts';
 import { CopyButton, ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 import { languageName } from './Marketplace.tsx';
 
 const NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
 
+/** Every item of one of the client's paged listings. */
+export async function all<T>(items: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of items) out.push(x);
+  return out;
+}
+
 export function MyAlgorithms({ me }: { me: string }) {
-  const list = useLoad(() => getJson<Page<Algorithm>>(`/v1/users/${encodePath(me)}/algorithms`), [me]);
+  const list = useLoad(() => all(client.algorithms(me)), [me]);
   const [name, setName] = useState('');
   const [language, setLanguage] = useState('python3');
   const [summary, setSummary] = useState('');
   const create = useAction(async () => {
     if (!NAME.test(name)) throw new Error('a name starts with a letter, then letters, digits or underscores (64 at most)');
-    await getJson(`/v1/algorithms/${encodePath(me)}`, { method: 'POST', json: { name, details: { summary }, settings: { language } } });
+    await client.algo(`${me}/${name}`).create({ details: { summary }, settings: { language: language as Language } });
     navigate('mine', name);
   });
   return (
@@ -22,7 +29,7 @@ export function MyAlgorithms({ me }: { me: string }) {
       <Title>My algorithms</Title>
       <ErrorBox error={list.error} />
       {list.data ? (
-        list.data.results.length === 0 ? (
+        list.data.length === 0 ? (
           <p>You have no algorithm yet: create one below.</p>
         ) : (
           <table>
@@ -36,7 +43,7 @@ export function MyAlgorithms({ me }: { me: string }) {
               </tr>
             </thead>
             <tbody>
-              {list.data.results.map((a) => (
+              {list.data.map((a: Algorithm) => (
                 <tr key={a.id}>
                   <th scope="row">
                     <a href={href('mine', a.name)}>{a.name}</a>
@@ -91,7 +98,7 @@ export function MyAlgorithms({ me }: { me: string }) {
 
 /** Compiles, showing the build's log as it grows (the log is read while the compile request runs). */
 function Compile({ me, name, onBuilt }: { me: string; name: string; onBuilt: (b: CompileResult) => void }) {
-  const base = `/v1/algorithms/${encodePath(me)}/${encodePath(name)}`;
+  const algo = client.algo(`${me}/${name}`);
   const [log, setLog] = useState<string | undefined>(undefined);
   const [result, setResult] = useState<CompileResult | undefined>(undefined);
   const logRef = useRef<HTMLPreElement>(null);
@@ -106,16 +113,16 @@ function Compile({ me, name, onBuilt }: { me: string; name: string; onBuilt: (b:
       while (!done) {
         await new Promise((r) => setTimeout(r, 300));
         if (done) break;
-        const builds = await getJson<Page<Build>>(`${base}/builds`).catch(() => undefined);
-        const running = builds?.results.find((b) => b.status === 'in-progress');
+        const builds = await algo.builds().catch(() => undefined);
+        const running = builds?.find((b) => b.status === 'in-progress');
         if (running) {
-          const { logs } = await getJson<BuildLogs>(`${base}/builds/${running.build_id}/logs`).catch(() => ({ logs: undefined }));
+          const logs = await algo.buildLogs(running.build_id).catch(() => undefined);
           if (!done && logs !== undefined) setLog(logs);
         }
       }
     })();
     try {
-      const r = await getJson<CompileResult>(`${base}/compile`, { method: 'POST' });
+      const r = await algo.compile();
       done = true;
       await follow;
       setLog(r.compilation.output);
@@ -192,9 +199,9 @@ function Publish({ me, name, onPublished }: { me: string; name: string; onPublis
         sampleInput = sample;
       }
     }
-    const v = await getJson<AlgorithmVersion>(`/v1/algorithms/${encodePath(me)}/${encodePath(name)}/versions`, {
-      method: 'POST',
-      json: { settings: { algorithm_callability: visibility }, version_info: { version_type: type, release_notes: notes, ...(sampleInput !== undefined ? { sample_input: sampleInput } : {}) } },
+    const v = await client.algo(`${me}/${name}`).publish({
+      settings: { algorithm_callability: visibility },
+      version_info: { version_type: type, release_notes: notes, ...(sampleInput !== undefined ? { sample_input: sampleInput } : {}) },
     });
     setPublished(v.version_info.semantic_version);
     onPublished(v);
@@ -248,8 +255,8 @@ function Publish({ me, name, onPublished }: { me: string; name: string; onPublis
 }
 
 export function ManageAlgorithm({ me, name }: { me: string; name: string }) {
-  const algo = useLoad(() => getJson<Algorithm>(`/v1/algorithms/${encodePath(me)}/${encodePath(name)}`), [me, name]);
-  const versions = useLoad(() => getJson<Page<AlgorithmVersion>>(`/v1/algorithms/${encodePath(me)}/${encodePath(name)}/versions`), [me, name]);
+  const algo = useLoad(() => client.algo(`${me}/${name}`).info(), [me, name]);
+  const versions = useLoad(() => all(client.algo(`${me}/${name}`).versions()), [me, name]);
   if (algo.error) return <ErrorBox error={algo.error} />;
   if (!algo.data) return <Loading what="the algorithm" />;
   const a = algo.data;
@@ -271,11 +278,11 @@ export function ManageAlgorithm({ me, name }: { me: string; name: string }) {
         <h2 id="versions-h">Versions</h2>
         <ErrorBox error={versions.error} />
         {versions.data ? (
-          versions.data.results.length === 0 ? (
+          versions.data.length === 0 ? (
             <p>No version published yet.</p>
           ) : (
             <ul class="plain">
-              {versions.data.results.map((v) => (
+              {versions.data.map((v: AlgorithmVersion) => (
                 <li key={v.version_info.semantic_version}>
                   <strong>{v.version_info.semantic_version}</strong> {v.settings.algorithm_callability} <span class="muted">{v.published_at ? formatDate(v.published_at) : ''}</span>
                   {v.version_info.release_notes ? <p>{v.version_info.release_notes}</p> : null}
