@@ -39,6 +39,6 @@ export async function healthReport(services: Services, extra: Pick<Health, 'role
   const [metadata, blobs, nats] = (await Promise.all(checks)) as [BackendHealth, BackendHealth, BackendHealth?];
   const ok = metadata.ok && blobs.ok && (nats?.ok ?? true);
   // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
-  const sandbox = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
+  const sandbox: Health['sandbox'] = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
   return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, metadata, blobs, ...(nats ? { nats } : {}) } };
 }
