@@ -1,5 +1,5 @@
 import { AppError } from '../errors.ts';
-import type { UsageDay, UsageFigures, UsageReport, UsageSection } from '../../client/src/types.ts';
+import type { UsageDay, UsageReport, UsageSection } from '../../client/src/types.ts';
 import type { Outcome } from '../runtime/contract.ts';
 import type { MetadataStore } from '../store/db.ts';
 import type { CallLog } from './calls.ts';
@@ -19,12 +19,8 @@ import type { CallTarget } from './releases.ts';
  * one machine; in a cluster each API node keeps its last second or so until its next flush.
  */
 
+/** `ok` (a result), `timeout`, or `error` for every other failure (thrown, crashed, out of memory, could not start). */
 export type UsageOutcome = 'ok' | 'error' | 'timeout';
-
-/** The outcome a call is counted under: `ok`, `timeout`, or `error` for every other failure. */
-export function usageOutcome(outcome: Outcome): UsageOutcome {
-  return outcome.kind === 'result' ? 'ok' : outcome.kind === 'timeout' ? 'timeout' : 'error';
-}
 
 /** One row's sums in memory: what is not yet in the table. */
 interface Cell {
@@ -131,6 +127,8 @@ export class UsageRecorder {
       mine = { day: this.day, ok: this.cell(slot, callerId, 'ok'), error: this.cell(slot, callerId, 'error'), timeout: this.cell(slot, callerId, 'timeout') };
       slot.callers.set(callerId, mine);
     }
+    // A result is `ok` as the runtime returned it (a json result that is not JSON, which the
+    // envelope turns into an error, is not parsed here to find out: that would cost every call).
     const kind = outcome.kind;
     const cell = kind === 'result' ? mine.ok : kind === 'timeout' ? mine.timeout : mine.error;
     cell.calls++;
@@ -330,10 +328,6 @@ export class UsageRecorder {
     return { user: user.username, from, to, as_caller: section(asCaller), as_owner: section(asOwner) };
   }
 }
-
-
-
-
 
 interface SumRow {
   day: string;
