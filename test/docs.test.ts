@@ -30,7 +30,7 @@ test('every setting the config module reads has its row in the settings table, a
 });
 
 test('the docs only name files that are in the repository, and no feature as still to come', () => {
-  const pages = ['README.md', 'client/README.md', ...fs.readdirSync(new URL('../docs', import.meta.url)).map((f) => `docs/${f}`)];
+  const pages = ['README.md', 'client/README.md', ...fs.readdirSync(new URL('../docs', import.meta.url)).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
   for (const page of pages) {
     const text = read(page);
     const base = new URL(`../${page}`, import.meta.url);
@@ -40,6 +40,10 @@ test('the docs only name files that are in the repository, and no feature as sti
       if (/^https?:/.test(target)) continue;
       const resolved = m[1] ? new URL(target, base) : [new URL(target, base), new URL(`../docs/${target}`, import.meta.url), new URL(`../${target}`, import.meta.url)].find((u) => fs.existsSync(u));
       assert.ok(resolved && fs.existsSync(resolved), `${page} names ${target}, which is not in the repository`);
+    }
+    // Pictures too (docs/console.md's screenshots).
+    for (const m of text.matchAll(/!\[[^\]]*\]\(([^)\s]+\.(?:png|svg|jpg))\)/g)) {
+      assert.ok(fs.existsSync(new URL(m[1]!, base)), `${page} shows ${m[1]}, which is not in the repository`);
     }
     assert.doesNotMatch(text, /later issue|with the algorithms issue|comes with the .* issue/i, `${page} speaks of a later issue`);
   }

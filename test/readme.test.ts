@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { json, startServer, type TestServer } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
+import { AlgohostClient } from '../client/src/index.ts';
 
 const JS = { 'src/index.js': "export const input_types = ['text'];\nexport function apply(input) { return input; }\n", 'package.json': '{"name":"a","version":"1.0.0"}' };
 
@@ -13,6 +14,7 @@ let s: TestServer;
 let as: (key: string) => (p: string, init?: RequestInit) => Promise<Response>;
 let alice: ReturnType<typeof as>;
 let bob: ReturnType<typeof as>;
+let bobKey: string;
 
 before(async () => {
   s = await startServer();
@@ -22,7 +24,8 @@ before(async () => {
     return fetch(s.url + p, { ...init, headers });
   };
   alice = as(await s.user('alice'));
-  bob = as(await s.user('bob'));
+  bobKey = await s.user('bob');
+  bob = as(bobKey);
 });
 after(() => s.close());
 
@@ -34,6 +37,12 @@ test('the README of the published source, for anyone who may see the version', a
     assert.equal(r.status, 200);
     assert.deepEqual(await json(r), { version, readme });
   }
+  // The client reads it too, and the usage report of the calls (none yet: a report all the same).
+  const client = new AlgohostClient({ baseUrl: s.url, apiKey: bobKey, env: {} });
+  assert.equal(await client.algo('alice/Doc').readme(version), readme);
+  const usage = await client.usage('bob', { from: '2026-01-01', to: '2026-01-31' });
+  assert.deepEqual(usage, await json(await bob('/v1/users/bob/usage?from=2026-01-01&to=2026-01-31')));
+  assert.equal(usage.from, '2026-01-01');
   // Another source, another README; the first version keeps its own.
   const again = await release(alice, 'alice', 'Doc', { ...JS, 'README.md': 'second', 'src/index.js': JS['src/index.js'] + '//2\n' }, { create: false });
   assert.equal((await json(await bob(`/v1/algorithms/alice/Doc/versions/${again.version}/readme`))).readme, 'second');

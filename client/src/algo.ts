@@ -9,6 +9,7 @@ import { asBytes, asStream, jsonText, type ByteStream } from './body.ts';
 import { paged } from './management.ts';
 import { encodePath, parseAlgoRef } from './uri.ts';
 import type {
+  VersionReadme,
   Algorithm, AlgorithmChanges, AlgorithmVersion, AsyncCallAccepted, Build, BuildLogs, CallError, CallMetadata, CompileResult,
   ContentType, Page, PublishRequest, SourceInfo, SourceUpload, VersionType,
 } from './types.ts';
@@ -198,6 +199,13 @@ export class Algo {
   /** Every published version, newest first (others see public ones only). */
   versions(options: RequestOptions = {}): AsyncGenerator<AlgorithmVersion, void, undefined> {
     return paged<AlgorithmVersion>(this.http, `${this.base}/versions`, {}, options);
+  }
+
+  /** A published version's README (Markdown as its author wrote it, or null); by default the one this handle names. */
+  async readme(version = this.version, options: RequestOptions = {}): Promise<string | null> {
+    if (!version) throw new AlgohostError(`${this.uri} names no version; pass one`, 'invalid_version');
+    const r = await this.http.json<VersionReadme>({ ...options, method: 'GET', path: `${this.base}/versions/${encodeURIComponent(version)}/readme` });
+    return r.readme;
   }
 
   /** One version by number or build hash; by default the one this handle names. */

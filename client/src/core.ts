@@ -7,7 +7,7 @@ import { DataDir } from './dir.ts';
 import { DataFile } from './file.ts';
 import { Connectors, Keys, listAlgorithms, searchAlgorithms } from './management.ts';
 import { DEFAULT_BASE_URL, Http, type Platform, type RequestOptions, type Transport } from './transport.ts';
-import type { Algorithm, Health, WhoAmI } from './types.ts';
+import type { Algorithm, Health, UsageReport, WhoAmI } from './types.ts';
 
 export { DEFAULT_BASE_URL };
 /** This package's version, sent in the User-Agent. */
@@ -68,6 +68,15 @@ export class BaseClient<P extends Platform> {
   /** The user the key belongs to, the key's id and its permissions. */
   whoami(options: RequestOptions = {}): Promise<WhoAmI> {
     return this.http.json({ ...options, method: 'GET', path: '/v1/user' });
+  }
+
+  /**
+   * A user's usage (your own only): calls and compute seconds by UTC day and algorithm version,
+   * as a caller and as an owner (docs/usage.md). Days are `YYYY-MM-DD`; the server's default is
+   * the last 30 days.
+   */
+  usage(username: string, range: { from?: string; to?: string } = {}, options: RequestOptions = {}): Promise<UsageReport> {
+    return this.http.json({ ...options, method: 'GET', path: `/v1/users/${encodeURIComponent(username)}/usage`, query: { from: range.from, to: range.to } });
   }
 
   /** `GET /health`: whether the server is up, and whether it sandboxes algorithms. */

@@ -396,3 +396,11 @@ export interface UsageReport {
   as_caller: UsageSection;
   as_owner: UsageSection;
 }
+
+/** A console session, as `POST /v1/session` and `GET /v1/session` answer it (docs/auth.md). */
+export interface SessionInfo {
+  username: string;
+  /** Send it back in `X-CSRF-Token` with every request the session cookie authenticates. */
+  csrf_token: string;
+  expires_at: string;
+}

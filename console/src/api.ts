@@ -4,13 +4,9 @@
  * in this module's memory only: never in storage, never in a URL.
  */
 import { BrowserClient } from '../../client/src/browser.ts';
-import type { ErrorEnvelope } from '../../client/src/types.ts';
+import type { ErrorEnvelope, SessionInfo } from '../../client/src/types.ts';
 
-export interface SessionInfo {
-  username: string;
-  csrf_token: string;
-  expires_at: string;
-}
+export type { SessionInfo };
 
 let csrf: string | undefined;
 let signedOutHandler: (() => void) | undefined;

@@ -2,19 +2,13 @@ import { isUniqueViolation, type Db, type MetadataStore } from '../store/db.ts';
 import { VersionedCache } from '../store/versionedCache.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from './principal.ts';
+import type { KeyRecord } from '../../client/src/types.ts';
 import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
 import { API_KEY_PATTERN, generateApiKey, hashApiKey, keyFromAuthorization, newKeyId } from './apiKeys.ts';
 import { SESSION_KEY_PREFIX } from './sessions.ts';
 
-/** A key as shown to its owner: never the secret, except once in the creation answer. */
-export interface KeyRecord {
-  id: string;
-  name: string;
-  /** First characters of the key, to tell keys apart. */
-  prefix: string;
-  created_at: string;
-  permissions: KeyPermissions;
-}
+/** A key as shown to its owner (the wire record): never the secret, except once in the creation answer. */
+export type { KeyRecord } from '../../client/src/types.ts';
 
 const KEY_NAME = /^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$/;
 

@@ -1,22 +1,8 @@
 import { AppError } from '../errors.ts';
 
-/** What one API key may do (field names from the original service's key records). */
-export interface KeyPermissions {
-  /** May call algorithms at all. */
-  allow_algo: boolean;
-  /** Which algorithms: `algo://*`, `algo://owner/*` or `algo://owner/name/*`. */
-  algo_acl: string[];
-  /** May call algorithms from a browser (`/v1/web/algo`). */
-  allow_web_algo: boolean;
-  /** Browser calls only from this host (`example.com` or `*.example.com`); null: any. */
-  referer_host: string | null;
-  /** May read data (hosted and connected). */
-  allow_data: boolean;
-  /** May create, change and delete data. */
-  allow_data_write: boolean;
-  /** May manage algorithms and this user's keys. */
-  allow_algo_management: boolean;
-}
+/** What one API key may do (field names from the original service's key records): the wire record. */
+import type { KeyPermissions } from '../../client/src/types.ts';
+export type { KeyPermissions };
 
 export const FULL_PERMISSIONS: Readonly<KeyPermissions> = Object.freeze({
   allow_algo: true,

@@ -12,6 +12,7 @@ import type { MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import type { Principal } from './principal.ts';
+import type { SessionInfo } from '../../client/src/types.ts';
 import { decoyHash, hashPassword, validatePassword, verifyPassword } from './passwords.ts';
 
 /** `__Host-`: the browser keeps it only if Secure, for Path=/ and this exact host (no Domain). */
@@ -24,11 +25,7 @@ export const SESSION_KEY_PREFIX = 'session:';
 const MAX_FAILURES = 10;
 const FAILURE_WINDOW_MS = 15 * 60_000;
 
-export interface SessionInfo {
-  username: string;
-  csrf_token: string;
-  expires_at: string;
-}
+export type { SessionInfo } from '../../client/src/types.ts';
 
 const sha256 = (value: string) => crypto.createHash('sha256').update(value).digest('hex');
 

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import type { CallEnvelope, CallFailure } from '../../../client/src/types.ts';
-import { ApiError, authHeaders, client, encodePath, getJson, url } from '../api.ts';
+import { ApiError, authHeaders, client, encodePath, url } from '../api.ts';
 import { renderMarkdown } from '../markdown.ts';
 import { href } from '../router.ts';
 import { CopyButton, ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
@@ -217,7 +217,7 @@ export function AlgorithmPage({ owner, name, me }: { owner: string; name: string
   const list = versions.data ?? [];
   const version = list.find((v) => v.version_info.semantic_version === selected) ?? list[0];
   const readme = useLoad(
-    async () => (version ? (await getJson<{ readme: string | null }>(`/v1/algorithms/${encodePath(owner)}/${encodePath(name)}/versions/${version.version_info.semantic_version}/readme`)).readme : null),
+    async () => (version ? client.algo(`${owner}/${name}`).readme(version.version_info.semantic_version) : null),
     [owner, name, version?.version_info.semantic_version],
   );
   const html = useMemo(() => (readme.data ? renderMarkdown(readme.data) : ''), [readme.data]);

@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
-import type { UsageDay, UsageReport, UsageSection } from '../../../client/src/types.ts';
-import { encodePath, getJson } from '../api.ts';
+import type { UsageDay, UsageSection } from '../../../client/src/types.ts';
+import { client } from '../api.ts';
 import { ErrorBox, Loading, Title, useLoad } from '../ui.tsx';
 
 const isoDay = (d: Date) => d.toISOString().slice(0, 10);
@@ -107,7 +107,7 @@ export function Usage({ me }: { me: string }) {
   const [span, setSpan] = useState(30);
   const to = isoDay(new Date());
   const from = isoDay(new Date(Date.now() - (span - 1) * 86_400_000));
-  const report = useLoad(() => getJson<UsageReport>(`/v1/users/${encodePath(me)}/usage`, { query: { from, to } }), [me, from, to]);
+  const report = useLoad(() => client.usage(me, { from, to }), [me, from, to]);
   const days = daysBetween(from, to);
   return (
     <>
