@@ -157,6 +157,39 @@ describe('console sessions over HTTP', () => {
     assert.equal((await json(me)).username, 'carol');
   });
 
+  test('from a session, someone else\'s algorithm may read the user\'s data but not change it; the user\'s own may', async () => {
+    const bobKey = await s.services.keys.create((await s.services.users.require('bob')).id, { name: 'for-test' }).then((k) => k.apiKey);
+    const hal = await s.user('hal');
+    await s.services.sessions.setPassword('hal', 'hal password');
+    const as = (key: string) => (p: string, init: RequestInit = {}) => fetch(s.url + p, { ...init, headers: { ...(init.headers as Record<string, string>), authorization: `Simple ${key}` } });
+    const src = {
+      'src/index.js': `export async function apply(input, ctx) {
+  const c = ctx.client;
+  const read = await c.file('data://.my/notes/a.txt').getString();
+  let wrote = 'yes';
+  try { await c.file('data://.my/notes/b.txt').put('overwritten'); } catch (e) { wrote = String(e.message || e); }
+  return { read, wrote };
+}
+`,
+      'package.json': '{"name":"t","version":"1.0.0"}',
+    };
+    await release(as(bobKey), 'bob', 'Toucher', src, { settings: { language: 'javascript' } });
+    await release(as(hal), 'hal', 'Mine', src, { settings: { language: 'javascript' } });
+    await as(hal)('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"notes"}' });
+    await as(hal)('/v1/data/.my/notes/a.txt', { method: 'PUT', body: 'private note' });
+    const x = await signIn('hal', 'hal password');
+    const call = async (ref: string) => json(await fetch(`${s.url}/v1/algo/${ref}`, withSession(x, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '1' })));
+    const foreign = await call('bob/Toucher');
+    assert.equal(foreign.result?.read, 'private note', JSON.stringify(foreign));
+    assert.match(String(foreign.result?.wrote), /allow_data_write|denied|403/i);
+    assert.equal((await as(hal)('/v1/data/.my/notes/b.txt', { method: 'HEAD' })).status, 404, 'nothing was written');
+    const own = await call('hal/Mine');
+    assert.equal(own.result?.wrote, 'yes', JSON.stringify(own));
+    // With a full key, the contract's rule holds as before: the algorithm acts as its caller.
+    const keyed = await json(await as(hal)('/v1/algo/bob/Toucher', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '1' }));
+    assert.equal(keyed.result?.wrote, 'yes');
+  });
+
   test('signing out ends the session everywhere; it takes the token, so another site cannot sign anyone out', async () => {
     const x = await signIn('alice', 'alice password 1');
     const noToken = await fetch(`${s.url}/v1/session`, withSession(x, { method: 'DELETE' }, null));
@@ -219,6 +252,28 @@ describe('console sessions over HTTP', () => {
     const sessions = await s.services.store.db.selectFrom('sessions').select('id_hash').where('user_id', '=', user.id).execute();
     const usage = await s.services.store.db.selectFrom('usage').select('day').where('caller_id', '=', user.id).execute();
     assert.deepEqual([sessions.length, usage.length], [0, 0]);
+  });
+
+  test('guesses sent all at once are counted all the same; a narrowed key cannot try passwords', async () => {
+    await s.user('ivy');
+    await s.services.sessions.setPassword('ivy', 'ivy password');
+    const guesses = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: `guess ${i}` }) }).then((r) => r.status),
+      ),
+    );
+    assert.equal(guesses.filter((c) => c === 401).length, 10, `ten counted failures, the rest refused: ${guesses.join(',')}`);
+    assert.equal(guesses.filter((c) => c === 429).length, 14);
+    const right = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: 'ivy password' }) });
+    assert.equal(right.status, 429, 'locked for the window, right password or not');
+
+    const jay = await s.user('jay');
+    await s.services.sessions.setPassword('jay', 'jay password');
+    const made = await fetch(`${s.url}/v1/users/jay/keys`, { method: 'POST', headers: { authorization: `Simple ${jay}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'web', permissions: { allow_algo_management: false, allow_data: false, allow_data_write: false } }) });
+    const narrow = (await json(made)).api_key as string;
+    const put = await fetch(`${s.url}/v1/users/jay/password`, { method: 'PUT', headers: { authorization: `Simple ${narrow}`, 'content-type': 'application/json' }, body: JSON.stringify({ current_password: 'jay password', password: 'taken over' }) });
+    assert.equal(put.status, 403);
+    assert.equal((await json(put)).error.code, 'key_permission_denied');
   });
 
   test('after ten failed sign-ins a name is refused for a while, with a 429 saying so', async () => {

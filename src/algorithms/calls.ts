@@ -5,6 +5,7 @@ import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 import type { UsageRecorder } from './usage.ts';
+import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -75,6 +76,12 @@ class CallScope implements CallContext {
   get principal(): Principal {
     if (this.acting === undefined) {
       const { algorithm: _outer, ...caller } = this.caller;
+      // A console session holds every permission, and its user has no key to narrow: someone
+      // else's algorithm tried from the console may read the user's data (as the contract's
+      // algorithms do) but not change or delete it, nor manage anything (docs/console.md).
+      if (caller.keyId.startsWith(SESSION_KEY_PREFIX) && !isOwner(caller, this.algorithm.owner)) {
+        caller.permissions = { ...caller.permissions, allow_data_write: false, allow_algo_management: false };
+      }
       this.acting = { ...caller, algorithm: { owner: this.algorithm.owner, name: this.algorithm.name } };
     }
     return this.acting;

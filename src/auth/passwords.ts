@@ -27,6 +27,32 @@ function maxmem(logN: number, r: number): number {
   return 128 * 2 ** logN * r + 1024 * 1024;
 }
 
+/**
+ * Hashes run at most this many at once, with at most QUEUE waiting: anyone may ask for a
+ * sign-in, and each costs 32 MiB and tens of milliseconds of CPU. Past that, a sign-in is
+ * turned away at once (429) rather than let a flood take the server's CPU.
+ */
+const CONCURRENT = 2;
+const QUEUE = 32;
+let running = 0;
+const waiting: (() => void)[] = [];
+
+async function limited<T>(fn: () => Promise<T>): Promise<T> {
+  if (running >= CONCURRENT) {
+    if (waiting.length >= QUEUE) throw new AppError('too_many_attempts', 'too many sign-ins at once on this server; try again in a few seconds');
+    await new Promise<void>((resolve) => waiting.push(resolve));
+  } else {
+    running++;
+  }
+  try {
+    return await fn();
+  } finally {
+    const next = waiting.shift();
+    if (next) next(); // the slot passes straight to the next in line
+    else running--;
+  }
+}
+
 export function validatePassword(password: unknown): string {
   if (typeof password !== 'string') throw new AppError('invalid_password', 'the password must be a string');
   if ([...password].length < MIN_PASSWORD_LENGTH) throw new AppError('invalid_password', `the password is too short: use at least ${MIN_PASSWORD_LENGTH} characters`);
@@ -36,7 +62,7 @@ export function validatePassword(password: unknown): string {
 
 export async function hashPassword(password: string): Promise<string> {
   const salt = crypto.randomBytes(SALT_BYTES);
-  const hash = await scrypt(password.normalize('NFC'), salt, KEY_BYTES, { N: 2 ** LOG_N, r: R, p: P, maxmem: maxmem(LOG_N, R) });
+  const hash = await limited(() => scrypt(password.normalize('NFC'), salt, KEY_BYTES, { N: 2 ** LOG_N, r: R, p: P, maxmem: maxmem(LOG_N, R) }));
   return ['scrypt', LOG_N, R, P, salt.toString('base64url'), hash.toString('base64url')].join('$');
 }
 
@@ -45,12 +71,12 @@ export async function verifyPassword(password: string, stored: string): Promise<
   const parts = stored.split('$');
   if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
   const [logN, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])];
-  // Bounds on what a stored value may ask for: a corrupt row must not cost gigabytes.
-  if (!(logN >= 10 && logN <= 20 && r >= 1 && r <= 32 && p >= 1 && p <= 16)) return false;
+  // Bounds on what a stored value may ask for: a corrupt row must not cost more than 256 MiB or long.
+  if (!(Number.isInteger(logN) && Number.isInteger(r) && Number.isInteger(p) && logN >= 10 && r >= 1 && p >= 1 && p <= 4 && 128 * 2 ** logN * r <= 256 * 1024 * 1024)) return false;
   const salt = Buffer.from(parts[4]!, 'base64url');
   const expected = Buffer.from(parts[5]!, 'base64url');
   if (expected.length < 16) return false;
-  const actual = await scrypt(password.normalize('NFC'), salt, expected.length, { N: 2 ** logN, r, p, maxmem: maxmem(logN, r) });
+  const actual = await limited(() => scrypt(password.normalize('NFC'), salt, expected.length, { N: 2 ** logN, r, p, maxmem: maxmem(logN, r) }));
   return crypto.timingSafeEqual(actual, expected);
 }
 

@@ -24,6 +24,8 @@ export const SESSION_KEY_PREFIX = 'session:';
 /** Sign-in failures a user name may have per window before further tries are refused. */
 const MAX_FAILURES = 10;
 const FAILURE_WINDOW_MS = 15 * 60_000;
+/** User names whose failures are remembered at once (this node's memory for it stays a few MiB). */
+const MAX_TRACKED = 100_000;
 
 export type { SessionInfo } from '../../client/src/types.ts';
 
@@ -91,7 +93,11 @@ export class SessionService {
     return { cookie, info: { username: user.username, csrf_token: csrf, expires_at: new Date(expires).toISOString() }, maxAgeS: Math.floor(this.ttlMs / 1000) };
   }
 
-  /** Throws invalid_credentials (same message, about the same time, whatever was wrong). */
+  /**
+   * Throws invalid_credentials (same message, about the same time, whatever was wrong). The
+   * attempt is counted before the hash is computed, so that guesses sent all at once are
+   * counted all the same; a right password takes its own attempt back.
+   */
   private async checkPassword(username: string, password: string, stored: string | null): Promise<void> {
     const key = username.toLowerCase();
     const now = Date.now();
@@ -104,15 +110,20 @@ export class SessionService {
       const waitMin = Math.ceil((f.since + FAILURE_WINDOW_MS - now) / 60_000);
       throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
     }
+    if (!f) {
+      f = { count: 0, since: now };
+      this.failures.set(key, f);
+      // Bounded under a spray of names: the oldest records go first (a Map keeps insertion order).
+      if (this.failures.size > MAX_TRACKED) for (const old of this.failures.keys()) if (this.failures.size > MAX_TRACKED * 0.9) this.failures.delete(old);
+    }
+    f.count++;
     // A user without a password (or none at all) costs the same hash as a wrong password.
     const ok = await verifyPassword(password, stored ?? (await decoyHash()));
     if (ok && stored !== null) {
-      this.failures.delete(key);
+      f.count--;
+      if (f.count <= 0 && this.failures.get(key) === f) this.failures.delete(key);
       return;
     }
-    if (f) f.count++;
-    else this.failures.set(key, { count: 1, since: now });
-    if (this.failures.size > 100_000) this.failures.clear(); // bounded memory under a spray of names
     throw new AppError('invalid_credentials', 'wrong user name or password');
   }
 

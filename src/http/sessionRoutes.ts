@@ -72,6 +72,10 @@ export async function passwordRoutes(app: FastifyInstance, opts: { sessions: Ses
   app.put<{ Params: { username: string } }>('/v1/users/:username/password', async (req, reply) => {
     const principal = req.principal!;
     if (!isOwner(principal, req.params.username)) throw new AppError('forbidden', `you can only change your own password (you are ${principal.username})`);
+    // A narrowed key (one embedded in a web page, say) must not be a way to guess the password.
+    if (req.sessionCookie === undefined && !principal.permissions.allow_algo_management) {
+      throw new AppError('key_permission_denied', 'this API key may not change the password (allow_algo_management is off)');
+    }
     const body = checkObject(req.body, ['current_password', 'password']);
     await opts.sessions.changePassword(principal, body.current_password, body.password, req.sessionCookie);
     return reply.code(204).send();
