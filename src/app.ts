@@ -50,7 +50,11 @@ let reqCounter = 0;
 const nextRequestId = () => `req-${REQ_PREFIX}${(reqCounter = (reqCounter + 1) >>> 0).toString(16).padStart(8, '0')}`;
 
 /** Never contain a key in a log line, whatever a future serializer might add. */
-export const LOG_REDACT = ['req.headers.authorization', 'headers.authorization', 'api_key', '*.api_key', 'cred_data', '*.cred_data', 'credentials', '*.credentials'];
+export const LOG_REDACT = [
+  'req.headers.authorization', 'headers.authorization', 'req.headers.cookie', 'headers.cookie', 'req.headers["x-csrf-token"]', 'headers["x-csrf-token"]',
+  'api_key', '*.api_key', 'cred_data', '*.cred_data', 'credentials', '*.credentials',
+  'password', '*.password', 'current_password', '*.current_password', 'csrf_token', '*.csrf_token',
+];
 
 /**
  * Builds the HTTP app without listening: `main` listens on the configured port, tests on

@@ -59,6 +59,14 @@ test('no README is null; a private version is not found for others; a long one i
   assert.doesNotMatch(await refused.text(), /secret plans/);
   assert.equal((await json(await alice(`/v1/algorithms/alice/Hidden/versions/${priv.version}/readme`))).readme, 'secret plans');
 
+  // Windows' "Unicode" (UTF-16 with its mark) is read as text; a binary file is no README. Both
+  // used to be stored as they came, which PostgreSQL refuses (a NUL in TEXT): the build failed.
+  const utf16 = Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('# Wide\n\nÜnïcode', 'utf16le')]);
+  const wide = await release(alice, 'alice', 'Wide', { ...JS, 'README.md': utf16 }, { settings: { language: 'javascript' } });
+  assert.equal((await json(await bob(`/v1/algorithms/alice/Wide/versions/${wide.version}/readme`))).readme, '# Wide\n\nÜnïcode');
+  const bin = await release(alice, 'alice', 'Bin', { ...JS, 'README.md': Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 0, 1]) }, { settings: { language: 'javascript' } });
+  assert.equal((await json(await bob(`/v1/algorithms/alice/Bin/versions/${bin.version}/readme`))).readme, null);
+
   const long = 'x'.repeat(300 * 1024);
   const big = await release(alice, 'alice', 'Long', { ...JS, 'README.md': long }, { settings: { language: 'javascript' } });
   const text = (await json(await alice(`/v1/algorithms/alice/Long/versions/${big.version}/readme`))).readme as string;

@@ -7,7 +7,7 @@ import { useEffect, useState } from 'preact/hooks';
 import './style.css';
 import { currentSession, onSignedOut, signOut, type SessionInfo } from './api.ts';
 import { href, useRoute } from './router.ts';
-import { ErrorBox } from './ui.tsx';
+import { ErrorBox, useAction } from './ui.tsx';
 import { SignIn } from './pages/SignIn.tsx';
 import { Marketplace } from './pages/Marketplace.tsx';
 import { AlgorithmPage } from './pages/Algorithm.tsx';
@@ -56,6 +56,16 @@ function App() {
   const [me, setMe] = useState<SessionInfo | null | undefined>(undefined);
   const [error, setError] = useState<unknown>(undefined);
   const route = useRoute();
+  // Signed out only once the server says so (or that the session had ended already): on a
+  // shared machine, a sign-out that failed must not look as if it worked.
+  const out = useAction(async () => {
+    try {
+      await signOut();
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'no_session') throw err;
+    }
+    setMe(null);
+  });
   useEffect(() => {
     onSignedOut(() => setMe(null));
     currentSession().then((s) => setMe(s ?? null), setError);
@@ -86,9 +96,10 @@ function App() {
         </nav>
         <div class="who">
           <span aria-label="Signed in as">{me.username}</span>
-          <button type="button" class="small" onClick={() => void signOut().finally(() => setMe(null))}>
+          <button type="button" class="small" onClick={() => void out.run()} disabled={out.busy}>
             Sign out
           </button>
+          <ErrorBox error={out.error} />
         </div>
       </header>
       <main id="main" tabIndex={-1}>

@@ -8,7 +8,12 @@ export type Route = string[];
 
 export function parseRoute(hash: string): Route {
   const path = hash.replace(/^#\/?/, '').split('?')[0]!;
-  return path === '' ? [] : path.split('/').map((s) => decodeURIComponent(s));
+  if (path === '') return [];
+  try {
+    return path.split('/').map((s) => decodeURIComponent(s));
+  } catch {
+    return ['not-found']; // a malformed %-escape typed into the address: no such page
+  }
 }
 
 export function href(...segments: string[]): string {

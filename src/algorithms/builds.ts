@@ -36,6 +36,19 @@ const HASH = /^[0-9a-f]{40}$/;
 export const MAX_README_BYTES = 256 * 1024;
 
 /**
+ * Text as editors save it: UTF-8 (a byte-order mark dropped), or UTF-16 with its mark (what
+ * Windows calls "Unicode"). Null for what is not text (a NUL in it): stored, it would fail
+ * PostgreSQL's TEXT, and shown, it would be noise.
+ */
+export function decodeText(bytes: Buffer): string | null {
+  let text: string;
+  if (bytes[0] === 0xff && bytes[1] === 0xfe) text = bytes.subarray(2, bytes.length - (bytes.length % 2)).toString('utf16le');
+  else if (bytes[0] === 0xfe && bytes[1] === 0xff) text = Buffer.from(bytes.subarray(2, bytes.length - (bytes.length % 2))).swap16().toString('utf16le');
+  else text = bytes.toString('utf8').replace(/^\uFEFF/, '');
+  return text.includes('\u0000') ? null : text;
+}
+
+/**
  * The README of a source tree, if it has one at its top: `README.md` in any case (then
  * `README.markdown`, `README`), a regular file read as UTF-8, cut to MAX_README_BYTES.
  */
@@ -56,7 +69,8 @@ export async function readReadme(dir: string): Promise<string | null> {
     try {
       const buf = Buffer.alloc(Math.min(stat.size, MAX_README_BYTES));
       const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
-      let text = buf.subarray(0, bytesRead).toString('utf8');
+      let text = decodeText(buf.subarray(0, bytesRead));
+      if (text === null) return null;
       if (stat.size > MAX_README_BYTES) text = text.replace(/\uFFFD?$/, '') + `\n\n*(The README is cut here: it is longer than ${MAX_README_BYTES / 1024} KiB.)*\n`;
       return text;
     } finally {

@@ -115,6 +115,7 @@ export async function buildConsole(): Promise<ConsoleAssets> {
  */
 const REPO = path.resolve(import.meta.dirname, '../..');
 const CACHE_DIR = path.join(REPO, 'node_modules', '.cache', 'algohost-console');
+const CLIENT_SOURCE = path.join(REPO, 'client', 'src');
 
 async function cacheKey(): Promise<string> {
   const hash = crypto.createHash('sha256');
@@ -122,10 +123,12 @@ async function cacheKey(): Promise<string> {
     for (const entry of (await fs.promises.readdir(dir, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1))) {
       const p = path.join(dir, entry.name);
       if (entry.isDirectory()) await walk(p);
-      else hash.update(p.slice(CONSOLE_SOURCE.length)).update('\0').update(await fs.promises.readFile(p)).update('\0');
+      else hash.update(path.relative(REPO, p)).update('\0').update(await fs.promises.readFile(p)).update('\0');
     }
   };
   await walk(CONSOLE_SOURCE);
+  // The project's client, which the console bundles (client/src/browser.ts and what it imports).
+  await walk(CLIENT_SOURCE);
   // This file (how the build is made) and what is bundled, by version.
   hash.update(await fs.promises.readFile(fileURLToPath(import.meta.url)));
   for (const dep of ['esbuild', 'preact', 'marked', 'dompurify']) {
@@ -176,6 +179,10 @@ async function writeCached(dir: string, assets: ConsoleAssets): Promise<void> {
     await fs.promises.writeFile(path.join(tmp, 'assets.json'), JSON.stringify(list));
     // Whole or not at all; a process that got there first already wrote the same files.
     await fs.promises.rename(tmp, dir).catch(() => undefined);
+    // Builds of other versions of the console are of no more use (an upgrade leaves one behind).
+    for (const other of await fs.promises.readdir(CACHE_DIR)) {
+      if (other !== path.basename(dir) && !other.includes('.tmp-')) await fs.promises.rm(path.join(CACHE_DIR, other), { recursive: true, force: true });
+    }
   } catch {
     // Not writable (a read-only installation): every process builds for itself.
   } finally {
@@ -202,7 +209,8 @@ let built: Promise<ConsoleAssets> | undefined;
 /** The console's files, built once per process (or read from the cache). A failed build is tried again on the next ask. */
 export function consoleAssets(): Promise<ConsoleAssets> {
   built ??= cachedBuild().catch((err: unknown) => {
-    built = undefined;
+    // Tried again after a while, not at every request (each try is a second of CPU).
+    setTimeout(() => (built = undefined), 30_000).unref();
     throw err;
   });
   return built;

@@ -163,7 +163,8 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
   const more = useAction(async () => {
     const marker = pages[pages.length - 1]?.marker;
     const page = await dir.page(marker);
-    setPages((ps) => [...ps, page]);
+    // Only onto the listing it continues (a reload since, after an upload, started another).
+    setPages((ps) => (ps[ps.length - 1]?.marker === marker ? [...ps, page] : ps));
   });
   const [folder, setFolder] = useState('');
   const mkdir = useAction(async () => {

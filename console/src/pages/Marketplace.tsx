@@ -85,7 +85,9 @@ export function Marketplace() {
         <label for="q">Search public algorithms</label>
         <div class="row">
           <input id="q" type="search" value={q} onInput={(e) => setQ(e.currentTarget.value)} placeholder="name or description" />
-          <button type="submit">Search</button>
+          <button type="submit" disabled={search.busy}>
+            Search
+          </button>
         </div>
       </form>
       <ErrorBox error={search.error} />
