@@ -52,6 +52,11 @@ export const encodePath = (path: string): string => path.split('/').map(encodeUR
  * send), `/v1/connector/<connector>/<path>` for connected accounts.
  */
 export function dataPath(uri: DataUri): string {
+  // No encoding survives URL parsing for these: `a/..` would name `a`'s parent. A listing of
+  // connected storage can hold such a name (an S3 key `x/../y`); it cannot be addressed.
+  if (uri.path.split('/').some((s) => s === '.' || s === '..')) {
+    throw new AlgohostError(`${uri.uri.slice(0, 200)} has a "." or ".." segment, which cannot be sent as part of a path`, 'invalid_path');
+  }
   const tail = encodePath(uri.path);
   return uri.connector === 'data' ? `/v1/data/${tail}` : `/v1/connector/${encodeURIComponent(uri.connector)}/${tail}`;
 }
