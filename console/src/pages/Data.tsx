@@ -1,4 +1,5 @@
-import { useEffect, useState } from 'preact/hooks';
+import { Component } from 'preact';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { DataAcl, ListingPage } from '../../../client/src/types.ts';
 import { bytes, client, encodePath, upload } from '../api.ts';
 import { href, navigate } from '../router.ts';
@@ -149,6 +150,59 @@ async function download(where: string, path: string[]): Promise<void> {
   setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
 }
 
+interface RowActions {
+  link(name: string): string;
+  remove(name: string, isDir: boolean): void;
+  download(name: string): void;
+}
+
+/**
+ * One page of a listing (a thousand rows): drawn once. A directory of tens of thousands of
+ * entries grows by a page at a time, and typing into the page's forms redraws none of them.
+ */
+class PageRows extends Component<{ page: ListingPage; actions: RowActions }> {
+  override shouldComponentUpdate(next: { page: ListingPage; actions: RowActions }): boolean {
+    return next.page !== this.props.page || next.actions !== this.props.actions;
+  }
+
+  override render() {
+    const { page, actions } = this.props;
+    return (
+      <tbody>
+        {(page.folders ?? []).map((f) => (
+          <tr key={`d/${f.name}`}>
+            <th scope="row">
+              <a href={actions.link(f.name)}>{f.name}/</a>
+            </th>
+            <td>folder</td>
+            <td />
+            <td>
+              <button type="button" class="small danger" onClick={() => actions.remove(f.name, true)} aria-label={`Delete folder ${f.name}`}>
+                Delete
+              </button>
+            </td>
+          </tr>
+        ))}
+        {(page.files ?? []).map((f) => (
+          <tr key={`f/${f.filename}`}>
+            <th scope="row">{f.filename}</th>
+            <td>{bytes(f.size)}</td>
+            <td>{formatDate(f.last_modified)}</td>
+            <td>
+              <button type="button" class="small" onClick={() => actions.download(f.filename)} aria-label={`Download ${f.filename}`}>
+                Download
+              </button>{' '}
+              <button type="button" class="small danger" onClick={() => actions.remove(f.filename, false)} aria-label={`Delete ${f.filename}`}>
+                Delete
+              </button>
+            </td>
+          </tr>
+        ))}
+      </tbody>
+    );
+  }
+}
+
 function Listing({ me, where, path }: { me: string; where: string; path: string[] }) {
   const [pages, setPages] = useState<ListingPage[]>([]);
   const [version, setVersion] = useState(0);
@@ -179,6 +233,18 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
     setVersion((v) => v + 1);
   });
   const get = useAction(async (name: string) => download(where, [...path, name]));
+  // The rows call the latest handlers through one object that never changes, so that pages
+  // already shown are not drawn again (PageRows) when anything else on the page changes.
+  const latest = useRef({ remove, get });
+  latest.current = { remove, get };
+  const actions = useMemo<RowActions>(
+    () => ({
+      link: (name) => href('data', where, ...path, name),
+      remove: (name, isDir) => void latest.current.remove.run(name, isDir),
+      download: (name) => void latest.current.get.run(name),
+    }),
+    [where, path.join('/')],
+  );
   if (first.error) return <ErrorBox error={first.error} />;
   if (!first.data) return <Loading what={uriOf(where, path)} />;
   const folders = pages.flatMap((p) => p.folders ?? []);
@@ -203,37 +269,9 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
               </th>
             </tr>
           </thead>
-          <tbody>
-            {folders.map((f) => (
-              <tr key={`d/${f.name}`}>
-                <th scope="row">
-                  <a href={href('data', where, ...path, f.name)}>{f.name}/</a>
-                </th>
-                <td>folder</td>
-                <td />
-                <td>
-                  <button type="button" class="small danger" onClick={() => void remove.run(f.name, true)} aria-label={`Delete folder ${f.name}`}>
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-            {files.map((f) => (
-              <tr key={`f/${f.filename}`}>
-                <th scope="row">{f.filename}</th>
-                <td>{bytes(f.size)}</td>
-                <td>{formatDate(f.last_modified)}</td>
-                <td>
-                  <button type="button" class="small" onClick={() => void get.run(f.filename)} aria-label={`Download ${f.filename}`}>
-                    Download
-                  </button>{' '}
-                  <button type="button" class="small danger" onClick={() => void remove.run(f.filename, false)} aria-label={`Delete ${f.filename}`}>
-                    Delete
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
+          {pages.map((p, i) => (
+            <PageRows key={i} page={p} actions={actions} />
+          ))}
         </table>
       )}
       <p class="muted" role="status">
