@@ -14,6 +14,7 @@ import { callAlgo, release } from './helpers/algorithms.ts';
 import { CLUSTER, SHARED } from './helpers/backends.ts';
 import { openSqliteStore } from '../src/store/sqliteStore.ts';
 import { UsageRecorder, usageRange, utcDay } from '../src/algorithms/usage.ts';
+import type { UsageReport as Report } from '../client/src/types.ts';
 import type { CallTarget } from '../src/algorithms/releases.ts';
 import type { Outcome } from '../src/runtime/contract.ts';
 
@@ -48,27 +49,6 @@ before(async () => {
   aliceVersion = (await release(alice, 'alice', 'Kinds', { 'src/index.js': KINDS }, { settings: { language: 'javascript' } })).version;
 });
 after(() => s?.close());
-
-interface Figures {
-  calls: number;
-  seconds: number;
-  bytes_in: number;
-  bytes_out: number;
-  errors: number;
-  timeouts: number;
-}
-interface Day extends Figures {
-  day: string;
-  algorithm: string;
-  version: string;
-}
-interface Report {
-  user: string;
-  from: string;
-  to: string;
-  as_caller: { total: Figures; days: Day[] };
-  as_owner: { total: Figures; days: Day[] };
-}
 
 /**
  * GET /v1/users/:user/usage. On one server a read shows every call made before it (it flushes
