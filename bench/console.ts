@@ -449,7 +449,7 @@ interface Step {
 /** Whether [start, start + duration] meets [from, to]. */
 const overlaps = (start: number, duration: number, from: number, to: number) => start <= to && start + duration >= from;
 
-const ROWS = `(() => { const b = document.querySelector('table.listing tbody'); return b ? b.childElementCount : 0; })()`;
+const ROWS = `document.querySelectorAll('table.listing tbody tr').length`;
 
 /** Clicks `click`, waits until `test` (an in-page expression) holds and is painted; the step's figures. */
 async function step(page: Page, test: string, click: () => Promise<void>, listingPath?: string): Promise<Step> {

@@ -96,6 +96,41 @@ describe('the web console in Chromium', { skip }, () => {
     await shot(page, 'algorithm');
   });
 
+  test('try it with a file: demo/Reverse answers bytes, which download whole', async () => {
+    const page = await signedIn('bob', 'bob password');
+    await page.goto(`${s.url}/#/algorithms/demo/Reverse`);
+    await page.getByRole('heading', { level: 1, name: 'demo/Reverse' }).waitFor(WAIT);
+    await page.getByLabel('File', { exact: true }).check();
+    const input = crypto.randomBytes(5000);
+    await page.getByLabel('File to send').setInputFiles({ name: 'in.bin', mimeType: 'application/octet-stream', buffer: input });
+    await page.getByRole('button', { name: /^Call demo\/Reverse\// }).click();
+    const link = page.getByRole('link', { name: 'Download the result' });
+    await link.waitFor(WAIT);
+    assert.match((await page.locator('.answer dl').textContent())!, /Content typebinary/);
+    const [download] = await Promise.all([page.waitForEvent('download', WAIT), link.click()]);
+    assert.ok(fs.readFileSync((await download.path())!).equals(Buffer.from(input).reverse()), 'the reversed bytes');
+  });
+
+  test('another user\'s private algorithm appears nowhere: not in search, not by its address', async () => {
+    await release(api(s.url, aliceKey), 'alice', 'Secret', { 'src/index.js': "export const input_types = ['text'];\nexport function apply(i) { return i; }\n", 'package.json': '{"name":"s","version":"1.0.0"}' }, {
+      settings: { language: 'javascript' },
+      publishSettings: { algorithm_callability: 'private' },
+    });
+    await api(s.url, aliceKey)('/v1/algorithms/alice/Secret', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ details: { summary: 'hush' } }) });
+    const bob = await signedIn('bob', 'bob password');
+    await bob.getByLabel('Search public algorithms').fill('Secret');
+    await bob.getByRole('button', { name: 'Search' }).click();
+    await bob.getByText(/No public algorithm matches/).waitFor(WAIT);
+    await bob.goto(`${s.url}/#/algorithms/alice/Secret`);
+    await bob.locator('.error, .crumbs').first().waitFor(WAIT);
+    assert.equal(await bob.getByText('hush').count(), 0);
+    assert.equal(await bob.getByRole('button', { name: /^Call alice\/Secret/ }).count(), 0);
+    // Alice sees it, and may try it.
+    const alice = await signedIn('alice', 'alice password');
+    await alice.goto(`${s.url}/#/algorithms/alice/Secret`);
+    await alice.getByRole('button', { name: /^Call alice\/Secret\/0\.1\.0/ }).waitFor(WAIT);
+  });
+
   test('publish an algorithm from the console: create, upload, follow the build, publish; its README shows', async () => {
     const page = await signedIn('alice', 'alice password');
     await page.getByRole('link', { name: 'My algorithms' }).click();
@@ -154,6 +189,11 @@ describe('the web console in Chromium', { skip }, () => {
     assert.equal(download.suggestedFilename(), 'big.bin');
     await page.getByRole('button', { name: 'Delete big.bin' }).click();
     await page.getByText('This folder is empty.').waitFor(WAIT);
+    // Dropped onto the drop zone, as from a file manager.
+    const dropped = await page.evaluateHandle('(() => { const dt = new DataTransfer(); dt.items.add(new File(["dropped bytes"], "dropped.txt", { type: "text/plain" })); return dt; })()');
+    await page.dispatchEvent('.drop', 'drop', { dataTransfer: dropped });
+    await page.getByRole('row', { name: /dropped\.txt/ }).waitFor(WAIT);
+    assert.equal(await (await api(s.url, aliceKey)('/v1/data/.my/photos/dropped.txt')).text(), 'dropped bytes');
     assert.equal((await api(s.url, aliceKey)('/v1/data/.my/photos/big.bin', { method: 'HEAD' })).status, 404);
   });
 
