@@ -217,14 +217,15 @@ describe('the web console in Chromium', { skip }, () => {
     const acl = alice.getByLabel('Who may read this collection');
     await acl.waitFor(WAIT);
     assert.equal(await acl.inputValue(), 'private');
-    await acl.selectOption('public');
+    // Saved once the PATCH is answered ("Saved." may still show from an earlier change).
+    const saved = () => alice.waitForResponse((r) => r.request().method() === 'PATCH' && r.url().endsWith('/v1/data/.my/shared') && r.ok(), WAIT);
+    await Promise.all([saved(), acl.selectOption('public')]);
     await alice.getByText('Saved.').waitFor(WAIT);
     await shot(alice, 'data-acl');
     await bobOpens();
     await bob.getByRole('row', { name: /note\.txt/ }).waitFor(WAIT);
 
-    await alice.getByLabel('Who may read this collection').selectOption('private');
-    await alice.getByText('Saved.').waitFor(WAIT);
+    await Promise.all([saved(), alice.getByLabel('Who may read this collection').selectOption('private')]);
     await bobOpens();
     assert.equal(await bob.getByRole('row', { name: /note\.txt/ }).count(), 0, 'private again');
   });

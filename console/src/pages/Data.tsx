@@ -156,20 +156,52 @@ interface RowActions {
   download(name: string): void;
 }
 
+/** Rows drawn per frame: a page of a thousand is drawn in five slices, with frames between. */
+const SLICE = 200;
+
+interface PageRowsProps {
+  page: ListingPage;
+  actions: RowActions;
+}
+
 /**
- * One page of a listing (a thousand rows): drawn once. A directory of tens of thousands of
- * entries grows by a page at a time, and typing into the page's forms redraws none of them.
+ * One page of a listing (a thousand rows): drawn once, and in slices, so that no single task of
+ * the page's main thread draws them all (the browser paints and answers keys in between). A
+ * directory of tens of thousands of entries grows by a page at a time, and typing into the
+ * page's forms redraws none of them.
  */
-class PageRows extends Component<{ page: ListingPage; actions: RowActions }> {
-  override shouldComponentUpdate(next: { page: ListingPage; actions: RowActions }): boolean {
-    return next.page !== this.props.page || next.actions !== this.props.actions;
+class PageRows extends Component<PageRowsProps, { shown: number }> {
+  override state = { shown: SLICE };
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  override shouldComponentUpdate(next: PageRowsProps, nextState: { shown: number }): boolean {
+    return next.page !== this.props.page || next.actions !== this.props.actions || nextState.shown !== this.state.shown;
+  }
+
+  override componentDidMount(): void {
+    this.next();
+  }
+
+  override componentDidUpdate(): void {
+    this.next();
+  }
+
+  override componentWillUnmount(): void {
+    clearTimeout(this.timer);
+  }
+
+  private next(): void {
+    const total = (this.props.page.folders?.length ?? 0) + (this.props.page.files?.length ?? 0);
+    if (this.state.shown < total) this.timer = setTimeout(() => this.setState({ shown: this.state.shown + SLICE }), 0);
   }
 
   override render() {
     const { page, actions } = this.props;
+    const folders = (page.folders ?? []).slice(0, this.state.shown);
+    const files = (page.files ?? []).slice(0, Math.max(0, this.state.shown - folders.length));
     return (
       <tbody>
-        {(page.folders ?? []).map((f) => (
+        {folders.map((f) => (
           <tr key={`d/${f.name}`}>
             <th scope="row">
               <a href={actions.link(f.name)}>{f.name}/</a>
@@ -183,7 +215,7 @@ class PageRows extends Component<{ page: ListingPage; actions: RowActions }> {
             </td>
           </tr>
         ))}
-        {(page.files ?? []).map((f) => (
+        {files.map((f) => (
           <tr key={`f/${f.filename}`}>
             <th scope="row">{f.filename}</th>
             <td>{bytes(f.size)}</td>
