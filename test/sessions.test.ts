@@ -255,16 +255,18 @@ describe('console sessions over HTTP', () => {
   });
 
   test('guesses sent all at once are counted all the same; a narrowed key cannot try passwords', async () => {
+    // Failures are counted per server (docs/console.md): under test:cluster, one API node's.
+    const node = s.node;
     await s.user('ivy');
     await s.services.sessions.setPassword('ivy', 'ivy password');
     const guesses = await Promise.all(
       Array.from({ length: 24 }, (_, i) =>
-        fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: `guess ${i}` }) }).then((r) => r.status),
+        fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: `guess ${i}` }) }).then((r) => r.status),
       ),
     );
     assert.equal(guesses.filter((c) => c === 401).length, 10, `ten counted failures, the rest refused: ${guesses.join(',')}`);
     assert.equal(guesses.filter((c) => c === 429).length, 14);
-    const right = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: 'ivy password' }) });
+    const right = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'ivy', password: 'ivy password' }) });
     assert.equal(right.status, 429, 'locked for the window, right password or not');
 
     const jay = await s.user('jay');
@@ -277,13 +279,14 @@ describe('console sessions over HTTP', () => {
   });
 
   test('after ten failed sign-ins a name is refused for a while, with a 429 saying so', async () => {
+    const node = s.node; // counted per server, as above
     await s.user('erin');
     await s.services.sessions.setPassword('erin', 'erin password');
     for (let i = 0; i < 10; i++) {
-      const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: `guess ${i}` }) });
+      const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: `guess ${i}` }) });
       assert.equal(r.status, 401);
     }
-    const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
+    const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
     assert.equal(r.status, 429);
     const body = await json(r);
     assert.equal(body.error.code, 'too_many_attempts');
