@@ -25,13 +25,13 @@ export class ApiError extends Error {
   }
 }
 
-async function errorOf(res: Response): Promise<ApiError> {
-  const text = await res.text().catch(() => '');
+/** The ApiError an error answer's body describes (its JSON envelope, else its text). */
+export function errorFrom(status: number, text: string): ApiError {
   try {
     const e = (JSON.parse(text) as ErrorEnvelope).error;
-    return new ApiError(res.status, e.code ?? `http_${res.status}`, e.message);
+    return new ApiError(status, e.code ?? `http_${status}`, e.message);
   } catch {
-    return new ApiError(res.status, `http_${res.status}`, text.trim().slice(0, 300) || `the server answered HTTP ${res.status}`);
+    return new ApiError(status, `http_${status}`, text.trim().slice(0, 300) || `the server answered HTTP ${status}`);
   }
 }
 
@@ -82,7 +82,7 @@ export async function request(path: string, o: RequestOptions = {}): Promise<Res
   }
   const res = await fetch(url(path, o.query), { method: o.method ?? 'GET', headers, body, credentials: 'same-origin', ...(o.signal ? { signal: o.signal } : {}) });
   if (!res.ok) {
-    const err = await errorOf(res);
+    const err = errorFrom(res.status, await res.text().catch(() => ''));
     if (path !== '/v1/session') noticeError(err);
     throw err;
   }
@@ -140,12 +140,7 @@ export function upload(path: string, body: Blob, contentType: string, onProgress
         }
         return;
       }
-      try {
-        const e = (JSON.parse(text) as ErrorEnvelope).error;
-        reject(new ApiError(xhr.status, e.code ?? `http_${xhr.status}`, e.message));
-      } catch {
-        reject(new ApiError(xhr.status, `http_${xhr.status}`, `the server answered HTTP ${xhr.status}`));
-      }
+      reject(errorFrom(xhr.status, text));
     };
     xhr.onerror = () => reject(new ApiError(0, 'network_error', 'the upload failed: the connection to the server broke'));
     xhr.onabort = () => reject(new ApiError(0, 'aborted', 'the upload was cancelled'));

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import type { CallEnvelope, CallFailure } from '../../../client/src/types.ts';
-import { ApiError, authHeaders, client, encodePath, url } from '../api.ts';
+import { authHeaders, client, encodePath, errorFrom, url } from '../api.ts';
 import { renderMarkdown } from '../markdown.ts';
 import { href } from '../router.ts';
 import { CopyButton, ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
@@ -198,15 +198,14 @@ async function fetchCall(ref: string, body: BodyInit, type: string, stdout: bool
     credentials: 'same-origin',
   });
   const text = await res.text();
-  let parsed: unknown;
+  let parsed: (Partial<CallFailure> & { error?: unknown }) | undefined;
   try {
-    parsed = JSON.parse(text);
+    parsed = JSON.parse(text) as Partial<CallFailure>;
   } catch {
-    throw new ApiError(res.status, `http_${res.status}`, text.slice(0, 300) || `the server answered HTTP ${res.status}`);
+    // Not an envelope: below, as any other error answer.
   }
-  const envelope = parsed as Partial<CallFailure> & { error?: { code?: string; message: string } };
-  if (res.ok || (envelope.error && envelope.metadata)) return parsed as CallEnvelope;
-  throw new ApiError(res.status, envelope.error?.code ?? `http_${res.status}`, envelope.error?.message ?? `the server answered HTTP ${res.status}`);
+  if (parsed && (res.ok || (parsed.error && parsed.metadata))) return parsed as CallEnvelope;
+  throw errorFrom(res.status, text);
 }
 
 export function AlgorithmPage({ owner, name, me }: { owner: string; name: string; me: string }) {

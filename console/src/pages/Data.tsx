@@ -1,7 +1,8 @@
 import { Component } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import type { DataAcl, ListingPage } from '../../../client/src/types.ts';
-import { bytes, client, encodePath, upload } from '../api.ts';
+import { dataPath, parseDataUri } from '../../../client/src/uri.ts';
+import { bytes, client, upload } from '../api.ts';
 import { href, navigate } from '../router.ts';
 import { ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 
@@ -10,11 +11,6 @@ import { ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.
  * (hosted), `#/data/objstore+label/bucket/dir` (a connected account): the first segment
  * after `data` says where, the rest is the path there.
  */
-function apiPath(where: string, path: string[]): string {
-  const rest = encodePath(path.join('/'));
-  return where === 'data' ? `/v1/data/${rest}` : `/v1/connector/${encodeURIComponent(where)}/${rest}`;
-}
-
 function uriOf(where: string, path: string[]): string {
   return `${where}://${path.join('/')}`;
 }
@@ -85,7 +81,8 @@ function Uploads({ where, path, onUploaded }: { where: string; path: string[]; o
       setItems((xs) => [...xs, item]);
       const update = (change: Partial<Uploading>) => setItems((xs) => xs.map((x) => (x === item ? Object.assign(item, change) : x)).slice());
       try {
-        await upload(apiPath(where, [...path, file.name]), file, file.type || 'application/octet-stream', (sent, total) => update({ sent, total }));
+        // The client's own mapping of a URI to its API path (it refuses "." and ".." too).
+        await upload(dataPath(parseDataUri(uriOf(where, [...path, file.name]))), file, file.type || 'application/octet-stream', (sent, total) => update({ sent, total }));
         update({ done: true, sent: file.size });
         onUploaded();
       } catch (error) {
