@@ -18,10 +18,10 @@
  *      encodedDataLength) against the decoded sizes, each response's encoding and caching
  *      headers, and what a warm reload fetched over the network.
  *   4. the data browser: a collection of FILES files (PUT over the API), opened in the console
- *      (click → first rows painted), every "Load more" (click → the next page painted; the
- *      walk stops after one over WALK_CAP_MS), typing
- *      into the page's "New folder" box with 1,000 and with every row shown, and the main
- *      thread's longest tasks throughout.
+ *      (click → first page of rows painted), every "Next page" to the end (click → the next
+ *      page painted; the walk stops after one over WALK_CAP_MS), BACK_STEPS "Previous page"
+ *      (pages already fetched), typing into the page's "New folder" box on the first page and
+ *      after the walk, and the main thread's longest tasks throughout.
  *
  * In-page times come from an init script installed on the context (so it sees the document
  * from its start): PerformanceObservers for paint, longtask, long-animation-frame and event
@@ -56,11 +56,13 @@ const TARGET_MS = 1000;
 const LONG_TASK_MS = 50;
 const SLUGGISH_MS = 200;
 /**
- * The walk through the pages stops after a "Load more" that took longer than this (click →
- * painted): in the first runs one at 13,000 rows took a minute, and walking all 20,000 would
- * have taken a quarter of an hour per run. A console that stays fast walks every page.
+ * The walk through the pages stops after a "Next page" that took longer than this (click →
+ * painted). In the first runs the console grew one table by a page per "Load more", and one at
+ * 13,000 rows took a minute; a console that stays fast walks every page.
  */
 const WALK_CAP_MS = 15_000;
+/** "Previous page" clicks after the walk. */
+const BACK_STEPS = 3;
 const VIEWPORT = { width: 1280, height: 900 };
 const WAIT = { timeout: 60_000 };
 const PASSWORD = 'bench password';
@@ -450,6 +452,26 @@ interface Step {
 const overlaps = (start: number, duration: number, from: number, to: number) => start <= to && start + duration >= from;
 
 const ROWS = `document.querySelectorAll('table.listing tbody tr').length`;
+/**
+ * The page of the listing shown, read off the console's status line ("Page 3: entries
+ * 2,001–3,000; more follow"), with the rows drawn so far; null on a listing of one page.
+ */
+const PAGE = `(() => {
+  const t = [...document.querySelectorAll('[role=status]')].map((e) => e.textContent || '').find((x) => /^Page \\d+:/.test(x));
+  const m = t && /^Page (\\d+): entr(?:y|ies) ([\\d,]+)(?:–([\\d,]+))?/.exec(t);
+  if (!m) return null;
+  const n = (x) => Number(x.replace(/,/g, ''));
+  return { page: Number(m[1]), from: n(m[2]), to: m[3] ? n(m[3]) : n(m[2]), rows: ${ROWS}, last: !/more follow/.test(t) };
+})()`;
+/** An in-page test: page `n` is shown, with every one of its rows drawn. */
+const pageDrawn = (n: number) => `((p) => !!p && p.page === ${n} && p.rows === p.to - p.from + 1)(${PAGE})`;
+interface Shown {
+  page: number;
+  from: number;
+  to: number;
+  rows: number;
+  last: boolean;
+}
 
 /** Clicks `click`, waits until `test` (an in-page expression) holds and is painted; the step's figures. */
 async function step(page: Page, test: string, click: () => Promise<void>, listingPath?: string): Promise<Step> {
@@ -513,11 +535,18 @@ async function keystroke(page: Page, key: string): Promise<Step> {
 
 interface DataRun {
   open: Step;
-  more: Step[];
-  typeFew: Step[];
-  typeAll: Step[];
-  /** The walk stopped before every file was shown (a step took over WALK_CAP_MS). */
+  /** Every "Next page", from the first page to the last. */
+  next: Step[];
+  /** "Previous page" after the walk: pages already fetched. */
+  back: Step[];
+  /** Keys typed with the first page shown, and after the walk. */
+  typeFirst: Step[];
+  typeEnd: Step[];
+  /** The walk stopped before the last page (a step took over WALK_CAP_MS). */
   capped: boolean;
+  /** Pages shown, and the last entry's number reached. */
+  pages: number;
+  entries: number;
   domNodes: number;
   heapMiB: number;
   firstPageFiles: number;
@@ -534,42 +563,43 @@ async function dataRun(context: BrowserContext, url: string, collection: string)
     const listing = `/v1/data/.my/${collection}`;
     const open = await step(
       page,
-      `(document.querySelector('h1') || {}).textContent === ${JSON.stringify(title)} && ${ROWS} > 0`,
+      `(document.querySelector('h1') || {}).textContent === ${JSON.stringify(title)} && ${pageDrawn(1)}`,
       () => link.click(),
       listing,
     );
     const first = (await read(page)).resources.filter((x) => pathOf(x.name).startsWith(listing)).pop();
-    // Typing with one page shown.
+    // Typing with the first page shown.
     const box = page.getByLabel('New folder');
     await box.click();
-    const typeFew: Step[] = [];
-    for (const k of ['x', 'y', 'z']) typeFew.push(await keystroke(page, k));
-    const more: Step[] = [];
-    const moreButton = page.getByRole('button', { name: 'Load more' });
+    const typeFirst: Step[] = [];
+    for (const k of ['x', 'y', 'z']) typeFirst.push(await keystroke(page, k));
+    // The walk: "Next page" to the last page.
+    const next: Step[] = [];
+    const nextButton = page.getByRole('button', { name: 'Next page' });
     let capped = false;
-    while ((await moreButton.count()) > 0) {
-      if (more.length > 0 && more.at(-1)!.ms > WALK_CAP_MS) {
+    let shown = (await page.evaluate(PAGE)) as Shown | null;
+    while (shown && !shown.last) {
+      if (next.length > 0 && next.at(-1)!.ms > WALK_CAP_MS) {
         capped = true;
-        bench.log(`  stopping the walk: that "Load more" took over ${WALK_CAP_MS / 1000} s`);
+        bench.log(`  stopping the walk: that "Next page" took over ${WALK_CAP_MS / 1000} s`);
         break;
       }
-      const rows = (await page.evaluate(ROWS)) as number;
-      more.push(
-        await step(
-          page,
-          `${ROWS} > ${rows} || ![...document.querySelectorAll('button')].some((b) => b.textContent === 'Load more' || b.textContent === 'Loading…')`,
-          () => moreButton.click({ timeout: 300_000 }),
-          listing,
-        ),
-      );
-      bench.log(`  load more → ${fmt(more.at(-1)!.rows, 0)} rows in ${fmt(more.at(-1)!.ms, 0)} ms (longest task ${fmt(more.at(-1)!.longest, 0)} ms)`);
+      next.push(await step(page, pageDrawn(shown.page + 1), () => nextButton.click({ timeout: 300_000 }), listing));
+      shown = (await page.evaluate(PAGE)) as Shown;
+      if (shown.page % 5 === 0 || shown.last) bench.log(`  next page → page ${shown.page} (entries ${fmt(shown.from, 0)}–${fmt(shown.to, 0)}) in ${fmt(next.at(-1)!.ms, 0)} ms (longest task ${fmt(next.at(-1)!.longest, 0)} ms)`);
     }
+    const pages = shown?.page ?? 1;
+    const entries = shown?.to ?? open.rows;
+    // Back through pages already fetched.
+    const back: Step[] = [];
+    const prevButton = page.getByRole('button', { name: 'Previous page' });
+    for (let i = 0; i < BACK_STEPS && pages - i > 1; i++) back.push(await step(page, pageDrawn(pages - i - 1), () => prevButton.click({ timeout: 300_000 })));
     await box.click();
-    const typeAll: Step[] = [];
-    for (const k of ['a', 'b', 'c']) typeAll.push(await keystroke(page, k));
+    const typeEnd: Step[] = [];
+    for (const k of ['a', 'b', 'c']) typeEnd.push(await keystroke(page, k));
     const domNodes = (await page.evaluate('document.getElementsByTagName("*").length')) as number;
     const heap = (await page.evaluate('performance.memory ? performance.memory.usedJSHeapSize : NaN')) as number;
-    return { open, more, typeFew, typeAll, capped, domNodes, heapMiB: heap / 1024 / 1024, firstPageFiles: open.rows, firstPageBytes: first?.decoded ?? NaN };
+    return { open, next, back, typeFirst, typeEnd, capped, pages, entries, domNodes, heapMiB: heap / 1024 / 1024, firstPageFiles: open.rows, firstPageBytes: first?.decoded ?? NaN };
   } finally {
     await page.close().catch(() => undefined);
   }
@@ -743,7 +773,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < DATA_RUNS; i++) {
       const d = await dataRun(dataContext, server.url, collection);
       dataRuns.push(d);
-      bench.log(`data ${i + 1}/${DATA_RUNS}: open ${fmt(d.open.ms, 0)} ms; load more #1 ${fmt(d.more[0]?.ms ?? NaN, 0)} ms, last ${fmt(d.more.at(-1)?.ms ?? NaN, 0)} ms; longest task ${fmt(Math.max(d.open.longest, ...d.more.map((m) => m.longest)), 0)} ms`);
+      bench.log(`data ${i + 1}/${DATA_RUNS}: open ${fmt(d.open.ms, 0)} ms; next page median ${fmt(median(d.next.map((x) => x.ms)), 0)} ms over ${d.next.length}; longest task ${fmt(Math.max(d.open.longest, ...d.next.map((x) => x.longest), ...d.back.map((x) => x.longest)), 0)} ms`);
     }
   } finally {
     await dataContext.close();
@@ -860,27 +890,27 @@ async function main(): Promise<void> {
 
   // The data browser.
   const all = <T>(f: (d: DataRun) => T[]) => dataRuns.flatMap(f);
-  const firstMore = dataRuns.map((d) => d.more[0]!).filter(Boolean);
-  const lastMore = dataRuns.map((d) => d.more.at(-1)!).filter(Boolean);
-  const longestAll = Math.max(...all((d) => [d.open.longest, ...d.more.map((x) => x.longest)]));
+  const nexts = all((d) => d.next);
+  const backs = all((d) => d.back);
+  const longestAll = Math.max(...all((d) => [d.open, ...d.next, ...d.back, ...d.typeFirst, ...d.typeEnd].map((x) => x.longest)));
   const pageSize = dataRuns[0]!.firstPageFiles;
-  const reached = dataRuns.map((d) => d.more.at(-1)?.rows ?? pageSize);
   const range = (xs: number[]) => (Math.min(...xs) === Math.max(...xs) ? fmt(xs[0]!, 0) : `${fmt(Math.min(...xs), 0)}–${fmt(Math.max(...xs), 0)}`);
-  const totalRows = range(reached);
+  const totalPages = range(dataRuns.map((d) => d.pages));
   const cappedRuns = dataRuns.filter((d) => d.capped).length;
   const sluggish = (x: number) => (x > SLUGGISH_MS ? `**sluggish** (> ${SLUGGISH_MS} ms)` : 'ok');
   const dataLine = (measure: string, xs: Step[], detail = '') =>
     `| ${measure} | ${ms(xs.map((x) => x.ms))} | ${fmt(Math.max(...xs.map((x) => x.longest)), 0)} | ${fmt(m(xs.map((x) => x.loafScript)), 0)} / ${fmt(m(xs.map((x) => x.loafLayout)), 0)} | ${detail || '—'} | ${sluggish(Math.max(...xs.map((x) => x.longest)))} |`;
-  const keysFew = all((d) => d.typeFew);
-  const keysAll = all((d) => d.typeAll);
+  const keysFirst = all((d) => d.typeFirst);
+  const keysEnd = all((d) => d.typeEnd);
   const dataTable = [
     `| Step | ms, median (p90) | Longest task, ms (max) | Longest frame: script / style and layout, ms (median) | Detail | Result (long tasks ≤ ${SLUGGISH_MS} ms) |`,
     '|---|---:|---:|---:|---|---|',
     dataLine(`open the ${fmt(FILES, 0)}-file folder from the Data page: click → first ${fmt(pageSize, 0)} rows painted`, dataRuns.map((d) => d.open), `listing request ${fmt(m(dataRuns.map((d) => d.open.request)), 0)} ms`),
-    dataLine(`first "Load more" (${fmt(pageSize, 0)} → ${fmt(firstMore[0]?.rows ?? NaN, 0)} rows): click → painted`, firstMore, `listing request ${fmt(m(firstMore.map((x) => x.request)), 0)} ms`),
-    dataLine(`last "Load more" of the walk (→ ${totalRows} rows): click → painted`, lastMore, `listing request ${fmt(m(lastMore.map((x) => x.request)), 0)} ms`),
-    dataLine(`a key typed into "New folder", ${fmt(pageSize, 0)} rows shown: key → next frame`, keysFew, `longest event (Event Timing) ${fmt(Math.max(...keysFew.map((x) => x.event)), 0)} ms`),
-    dataLine(`a key typed into "New folder", ${totalRows} rows shown: key → next frame`, keysAll, `longest event (Event Timing) ${fmt(Math.max(...keysAll.map((x) => x.event)), 0)} ms`),
+    dataLine(`"Next page", every one of the walk (${nexts.length} in all): click → the page's rows painted`, nexts, `listing request ${fmt(m(nexts.map((x) => x.request)), 0)} ms (p90 ${fmt(p90(nexts.map((x) => x.request)), 0)})`),
+    dataLine(`"Next page" to the last page (page ${totalPages}): click → painted`, dataRuns.map((d) => d.next.at(-1)!).filter(Boolean)),
+    dataLine(`"Previous page" after the walk (a page already fetched): click → painted`, backs),
+    dataLine(`a key typed into "New folder", first page shown: key → next frame`, keysFirst, `longest event (Event Timing) ${fmt(Math.max(...keysFirst.map((x) => x.event)), 0)} ms`),
+    dataLine(`a key typed into "New folder" after the walk (${totalPages} pages fetched): key → next frame`, keysEnd, `longest event (Event Timing) ${fmt(Math.max(...keysEnd.map((x) => x.event)), 0)} ms`),
   ].join('\n');
 
   const { begin, end } = docMarkers('console');
@@ -894,11 +924,11 @@ async function main(): Promise<void> {
     '',
     table(rows, 'Baseline: static page', 'Ours / baseline (medians)'),
     '',
-    `**Data browser**, one collection of ${fmt(FILES, 0)} files (the API pages listings by ${fmt(pageSize, 0)}: the first page held ${fmt(pageSize, 0)} files, ${kib(dataRuns[0]!.firstPageBytes)} of JSON), ${DATA_RUNS} run(s) in a signed-in page: open the folder from the Data page, click "Load more" until every file is shown or one click took over ${WALK_CAP_MS / 1000} s, type 3 keys into "New folder" before and after. ${cappedRuns === 0 ? `Every run showed all ${fmt(FILES, 0)} files.` : `**${cappedRuns} of ${dataRuns.length} run(s) gave up before showing every file**: the walk reached ${reached.map((x) => fmt(x, 0)).join(', ')} rows of ${fmt(FILES, 0)}.`}`,
+    `**Data browser**, one collection of ${fmt(FILES, 0)} files (the API pages listings by ${fmt(pageSize, 0)}: the first page held ${fmt(pageSize, 0)} files, ${kib(dataRuns[0]!.firstPageBytes)} of JSON), ${DATA_RUNS} run(s) in a signed-in page: open the folder from the Data page, click "Next page" to the last page (or until one click took over ${WALK_CAP_MS / 1000} s), then "Previous page" ${BACK_STEPS} times, and type 3 keys into "New folder" on the first page and after the walk. The console shows one page at a time. ${cappedRuns === 0 ? `Every run walked to the last entry (${dataRuns.map((d) => fmt(d.entries, 0)).join(', ')} of ${fmt(FILES, 0)}).` : `**${cappedRuns} of ${dataRuns.length} run(s) gave up before the last page**: the walk reached entries ${dataRuns.map((d) => fmt(d.entries, 0)).join(', ')} of ${fmt(FILES, 0)}.`}`,
     '',
     dataTable,
     '',
-    `- The longest main-thread task anywhere in the data runs: ${fmt(longestAll, 0)} ms (${sluggish(longestAll)}). At the end of the walk (${totalRows} rows shown) the page has ${fmt(m(dataRuns.map((d) => d.domNodes)), 0)} elements and ${fmt(m(dataRuns.map((d) => d.heapMiB)), 0)} MiB of JS heap.`,
+    `- The longest main-thread task anywhere in the data runs: ${fmt(longestAll, 0)} ms (${sluggish(longestAll)}). After the walk (${totalPages} pages fetched, one shown) the page has ${fmt(m(dataRuns.map((d) => d.domNodes)), 0)} elements and ${fmt(m(dataRuns.map((d) => d.heapMiB)), 0)} MiB of JS heap.`,
     `- **Setup:** a fresh home with the demo algorithms (${publicAlgorithms} public algorithms on the marketplace); user \`bench\` with a password (\`algohost user create bench --password-stdin\`); ${fmt(FILES, 0)} files PUT over the API at ${fmt(FILES / putSeconds, 0)} files/s (${PUT_CONCURRENCY} at a time).`,
     `- **Code:** ${codeVersion()}.`,
     `- **Machine:** ${machineBase()}; Chromium ${browser.version()} headless (playwright-core), ${VIEWPORT.width}×${VIEWPORT.height}; server, browser and bench on this machine, over loopback.`,
@@ -918,11 +948,12 @@ async function main(): Promise<void> {
     perRep('sign in → first card ms', signIns.map((s) => s.toCard)),
     perRep('POST /v1/session ms', signIns.map((s) => s.session)),
     perRep('data: open ms', dataRuns.map((d) => d.open.ms)),
-    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: every "Load more" ms`, d.more.map((x) => x.ms))),
-    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: longest task per "Load more" ms`, d.more.map((x) => x.longest))),
-    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: listing request per "Load more" ms`, d.more.map((x) => x.request))),
-    perRep(`keys with ${fmt(pageSize, 0)} rows, ms`, all((d) => d.typeFew.map((x) => x.ms))),
-    perRep(`keys with ${totalRows} rows, ms`, all((d) => d.typeAll.map((x) => x.ms))),
+    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: every "Next page" ms`, d.next.map((x) => x.ms))),
+    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: longest task per "Next page" ms`, d.next.map((x) => x.longest))),
+    ...dataRuns.map((d, i) => perRep(`data run ${i + 1}: listing request per "Next page" ms`, d.next.map((x) => x.request))),
+    perRep('"Previous page" ms', backs.map((x) => x.ms)),
+    perRep('keys, first page, ms', keysFirst.map((x) => x.ms)),
+    perRep('keys after the walk, ms', keysEnd.map((x) => x.ms)),
     'first page, cold:',
     ...transferLines.map((l) => `  ${l}`),
     'the same page, warm reload:',

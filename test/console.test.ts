@@ -197,6 +197,50 @@ describe('the web console in Chromium', { skip }, () => {
     assert.equal((await api(s.url, aliceKey)('/v1/data/.my/photos/big.bin', { method: 'HEAD' })).status, 404);
   });
 
+  test('a folder larger than a page is shown a page at a time: next, previous, and a deletion on a later page', async () => {
+    const call = api(s.url, aliceKey);
+    assert.equal((await call('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"many"}' })).status, 200);
+    // 1,003 files: the API pages listings by 1,000, so the second page holds the last three.
+    const names = [...Array(1003).keys()].map((i) => `f${String(i).padStart(4, '0')}.txt`);
+    for (let i = 0; i < names.length; i += 32) {
+      await Promise.all(names.slice(i, i + 32).map(async (n) => assert.equal((await call(`/v1/data/.my/many/${n}`, { method: 'PUT', body: n })).status, 200)));
+    }
+    const page = await signedIn('alice', 'alice password');
+    await page.goto(`${s.url}/#/data/data/.my/many`);
+    const status = page.getByText(/^Page \d+: entries/);
+    await status.waitFor(WAIT);
+    assert.equal(await status.textContent(), 'Page 1: entries 1–1,000; more follow');
+    const rows = page.locator('table.listing tbody tr');
+    await page.getByRole('row', { name: /f0999\.txt/ }).waitFor(WAIT); // drawn in slices: the last one is there
+    assert.equal(await rows.count(), 1000);
+    assert.equal(await page.getByRole('button', { name: 'Previous page' }).isDisabled(), true);
+
+    await page.getByRole('button', { name: 'Next page' }).click();
+    await page.getByText('Page 2: entries 1,001–1,003, the last').waitFor(WAIT);
+    assert.deepEqual(await rows.locator('th').allTextContents(), ['f1000.txt', 'f1001.txt', 'f1002.txt']);
+    assert.equal(await page.getByRole('button', { name: 'Next page' }).isDisabled(), true);
+
+    // Deleting on page 2 fetches page 2 again and stays there.
+    await page.getByRole('button', { name: 'Delete f1001.txt' }).click();
+    await page.getByText('Page 2: entries 1,001–1,002, the last').waitFor(WAIT);
+    assert.deepEqual(await rows.locator('th').allTextContents(), ['f1000.txt', 'f1002.txt']);
+    assert.equal((await call('/v1/data/.my/many/f1001.txt', { method: 'HEAD' })).status, 404);
+
+    // Back is the page already fetched; forward again asks the API for the rest.
+    await page.getByRole('button', { name: 'Previous page' }).click();
+    await page.getByText('Page 1: entries 1–1,000; more follow').waitFor(WAIT);
+    await page.getByRole('row', { name: /f0000\.txt/ }).waitFor(WAIT);
+    await page.getByRole('button', { name: 'Next page' }).click();
+    await page.getByText('Page 2: entries 1,001–1,002, the last').waitFor(WAIT);
+
+    // The last two entries of page 2 go: page 1 becomes the last page, shown again.
+    await page.getByRole('button', { name: 'Delete f1000.txt' }).click();
+    await page.getByText('Page 2: entry 1,001, the last').waitFor(WAIT);
+    await page.getByRole('button', { name: 'Delete f1002.txt' }).click();
+    await page.getByText('0 folders, 1,000 files').waitFor(WAIT);
+    assert.equal(await page.getByRole('button', { name: 'Next page' }).count(), 0, 'a single page needs no pager');
+  });
+
   test('an ACL changed in the console changes what another user sees', async () => {
     const made = await api(s.url, aliceKey)('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'shared', acl: { read: [] } }) });
     assert.equal(made.status, 200, await made.clone().text());

@@ -232,22 +232,66 @@ class PageRows extends Component<PageRowsProps, { shown: number }> {
   }
 }
 
+/** How many entries a listing page holds. */
+function entriesOf(page: ListingPage): number {
+  return (page.folders?.length ?? 0) + (page.files?.length ?? 0);
+}
+
+/**
+ * The pages of a listing seen so far, and which one is shown. The API pages a listing by
+ * markers (a thousand entries a page): the console shows one page at a time, so a folder of
+ * any size costs the page the same (a thousand rows at most), and keeps the pages it has
+ * fetched, so that going back is instant.
+ */
+interface Paging {
+  pages: ListingPage[];
+  at: number;
+}
+
 function Listing({ me, where, path }: { me: string; where: string; path: string[] }) {
-  const [pages, setPages] = useState<ListingPage[]>([]);
+  const [paging, setPaging] = useState<Paging>({ pages: [], at: 0 });
   const [version, setVersion] = useState(0);
   const isCollection = where === 'data' && path.length === 2 && path[0]!.toLowerCase() === '.my';
   const canUpload = where !== 'data' ? path.length > 0 : path.length >= 2 && (path[0] === '.my' || path[0]!.toLowerCase() === me.toLowerCase());
   const dir = client.dir(uriOf(where, path));
+  const tableRef = useRef<HTMLTableElement>(null);
   const first = useLoad(async () => {
     const page = await dir.page(undefined, { acl: isCollection });
-    setPages([page]);
+    setPaging({ pages: [page], at: 0 });
     return page;
   }, [where, path.join('/'), version]);
-  const more = useAction(async () => {
-    const marker = pages[pages.length - 1]?.marker;
+  /** Shows page `at` (scrolled to the top of the table, if that is out of sight). */
+  const show = (next: (p: Paging) => Paging) => {
+    setPaging(next);
+    const table = tableRef.current;
+    if (table && table.getBoundingClientRect().top < 0) table.scrollIntoView({ block: 'start' });
+  };
+  const forward = useAction(async () => {
+    const { pages, at } = paging;
+    if (at + 1 < pages.length) return show((p) => ({ ...p, at: p.at + 1 }));
+    const marker = pages[at]?.marker;
+    if (!marker) return;
     const page = await dir.page(marker);
     // Only onto the listing it continues (a reload since, after an upload, started another).
-    setPages((ps) => (ps[ps.length - 1]?.marker === marker ? [...ps, page] : ps));
+    show((p) => (p.pages.length === at + 1 && p.pages[at]?.marker === marker ? { pages: [...p.pages, page], at: at + 1 } : p));
+  });
+  /**
+   * After a deletion: the page shown is fetched again from where it starts, and the pages
+   * after it are forgotten (their markers may now skip or repeat entries). The first page
+   * is the listing's own load (it carries the ACL).
+   */
+  const refresh = useAction(async () => {
+    const { pages, at } = paging;
+    if (at === 0) return setVersion((v) => v + 1);
+    const marker = pages[at - 1]?.marker;
+    const page = await dir.page(marker);
+    setPaging((p) => {
+      if (p.pages[at - 1]?.marker !== marker) return p;
+      const kept = p.pages.slice(0, at);
+      // The last entries went: the page before is now the last.
+      if (entriesOf(page) === 0) return { pages: [...kept.slice(0, -1), { ...kept[at - 1]!, marker: undefined }], at: at - 1 };
+      return { pages: [...kept, page], at };
+    });
   });
   const [folder, setFolder] = useState('');
   const mkdir = useAction(async () => {
@@ -259,13 +303,13 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
     const uri = uriOf(where, [...path, name]);
     if (!confirm(isDir ? `Delete the folder ${uri} and everything in it?` : `Delete ${uri}?`)) return;
     await (isDir ? client.dir(uri).delete({ force: true }) : client.file(uri).delete());
-    setVersion((v) => v + 1);
+    await latest.current.refresh.run();
   });
   const get = useAction(async (name: string) => download(where, [...path, name]));
-  // The rows call the latest handlers through one object that never changes, so that pages
-  // already shown are not drawn again (PageRows) when anything else on the page changes.
-  const latest = useRef({ remove, get });
-  latest.current = { remove, get };
+  // The rows call the latest handlers through one object that never changes, so that a page
+  // already shown is not drawn again (PageRows) when anything else on the page changes.
+  const latest = useRef({ remove, get, refresh });
+  latest.current = { remove, get, refresh };
   const actions = useMemo<RowActions>(
     () => ({
       link: (name) => href('data', where, ...path, name),
@@ -276,18 +320,25 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
   );
   if (first.error) return <ErrorBox error={first.error} />;
   if (!first.data) return <Loading what={uriOf(where, path)} />;
-  const folders = pages.flatMap((p) => p.folders ?? []);
-  const files = pages.flatMap((p) => p.files ?? []);
-  const marker = pages[pages.length - 1]?.marker;
+  const { pages, at } = paging;
+  const page = pages[at] ?? first.data;
+  const from = pages.slice(0, at).reduce((n, p) => n + entriesOf(p), 0);
+  const count = entriesOf(page);
+  const more = at + 1 < pages.length || Boolean(page.marker);
+  const paged = at > 0 || more;
+  const busy = forward.busy || refresh.busy;
   return (
     <>
       {isCollection ? <AclEditor where={where} path={path} acl={first.data.acl} onChanged={() => undefined} /> : null}
-      <ErrorBox error={remove.error ?? get.error} />
-      {folders.length + files.length === 0 ? (
+      <ErrorBox error={remove.error ?? get.error ?? refresh.error} />
+      {count === 0 ? (
         <p role="status">This folder is empty.</p>
       ) : (
-        <table class="listing">
-          <caption class="sr-only">Contents of {uriOf(where, path)}</caption>
+        <table class="listing" ref={tableRef}>
+          <caption class="sr-only">
+            Contents of {uriOf(where, path)}
+            {paged ? `, page ${at + 1}` : ''}
+          </caption>
           <thead>
             <tr>
               <th scope="col">Name</th>
@@ -298,21 +349,27 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
               </th>
             </tr>
           </thead>
-          {pages.map((p, i) => (
-            <PageRows key={i} page={p} actions={actions} />
-          ))}
+          <PageRows key={at} page={page} actions={actions} />
         </table>
       )}
       <p class="muted" role="status">
-        {folders.length} folder{folders.length === 1 ? '' : 's'}, {files.length} file{files.length === 1 ? '' : 's'}
-        {marker ? ' shown; more remain' : ''}
+        {count === 0
+          ? null
+          : paged
+            ? `Page ${at + 1}: ${count === 1 ? `entry ${(from + 1).toLocaleString('en')}` : `entries ${(from + 1).toLocaleString('en')}–${(from + count).toLocaleString('en')}`}${more ? '; more follow' : ', the last'}`
+            : `${(page.folders?.length ?? 0).toLocaleString('en')} folder${page.folders?.length === 1 ? '' : 's'}, ${(page.files?.length ?? 0).toLocaleString('en')} file${page.files?.length === 1 ? '' : 's'}`}
       </p>
-      {marker ? (
-        <button type="button" onClick={() => void more.run()} disabled={more.busy}>
-          {more.busy ? 'Loading…' : 'Load more'}
-        </button>
+      {paged ? (
+        <nav class="row pager" aria-label="Pages">
+          <button type="button" onClick={() => show((p) => ({ ...p, at: Math.max(0, p.at - 1) }))} disabled={at === 0 || busy}>
+            Previous page
+          </button>
+          <button type="button" onClick={() => void forward.run()} disabled={!more || busy}>
+            {forward.busy ? 'Loading…' : 'Next page'}
+          </button>
+        </nav>
       ) : null}
-      <ErrorBox error={more.error} />
+      <ErrorBox error={forward.error} />
       {path.length >= 1 ? (
         <form
           class="row"
