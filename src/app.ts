@@ -18,7 +18,7 @@ import { DirectCalls } from './http/directCalls.ts';
 import { Lingering } from './http/linger.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
-import { passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
+import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
 import { CSRF_HEADER, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
@@ -158,7 +158,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         if (cookie !== undefined) {
           refuseCrossSite(req);
           const csrf = req.headers[CSRF_HEADER];
-          req.principal = await services.sessions.authenticate(cookie, typeof csrf === 'string' ? csrf : undefined);
+          req.principal = await services.sessions.authenticate(cookie, typeof csrf === 'string' ? csrf : undefined, downloadOf(req));
           req.sessionCookie = cookie;
           return;
         }

@@ -12,6 +12,7 @@ export const ERROR_CODES = {
   invalid_credentials: 401,
   no_session: 401,
   csrf_token_invalid: 403,
+  download_link_invalid: 403,
   cross_site_request: 403,
   key_permission_denied: 403,
   forbidden: 403,

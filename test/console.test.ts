@@ -187,6 +187,8 @@ describe('the web console in Chromium', { skip }, () => {
     const got = fs.readFileSync((await download.path())!);
     assert.ok(got.equals(bytes), 'the download is the same bytes');
     assert.equal(download.suggestedFilename(), 'big.bin');
+    // The browser fetched it itself, by a download link (saved as it arrives), not from a blob the page held.
+    assert.match(download.url(), new RegExp(`^${s.url.replace(/[.]/g, '\\.')}/v1/data/\\.my/photos/big\\.bin\\?download=\\d+\\.[\\w-]{43}$`));
     await page.getByRole('button', { name: 'Delete big.bin' }).click();
     await page.getByText('This folder is empty.').waitFor(WAIT);
     // Dropped onto the drop zone, as from a file manager.

@@ -6,7 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hashPassword, verifyPassword } from '../src/auth/passwords.ts';
-import { SESSION_COOKIE } from '../src/auth/sessions.ts';
+import { SESSION_COOKIE, downloadTicket } from '../src/auth/sessions.ts';
 import { json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
 import { runCli } from './helpers/process.ts';
@@ -188,6 +188,78 @@ describe('console sessions over HTTP', () => {
     // With a full key, the contract's rule holds as before: the algorithm acts as its caller.
     const keyed = await json(await as(hal)('/v1/algo/bob/Toucher', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '1' }));
     assert.equal(keyed.result?.wrote, 'yes');
+  });
+
+  test('a download link reads one file, with the cookie, by GET, for a minute; nothing else', async () => {
+    const key = { authorization: `Simple ${aliceKey}` };
+    assert.equal((await fetch(`${s.url}/v1/data/.my`, { method: 'POST', headers: { ...key, 'content-type': 'application/json' }, body: '{"name":"dl"}' })).status, 200);
+    const bytes = Buffer.from('a file to save, not to show: <script>alert(1)</script>');
+    const name = 'ré port "1".html';
+    const filePath = `/v1/data/.my/dl/${encodeURIComponent(name)}`;
+    assert.equal((await fetch(`${s.url}${filePath}`, { method: 'PUT', headers: key, body: bytes })).status, 200);
+    assert.equal((await fetch(`${s.url}/v1/data/.my/dl/other.txt`, { method: 'PUT', headers: key, body: 'other' })).status, 200);
+    const x = await signIn('alice', 'alice password 1');
+    const y = await signIn('bob', 'bob password 12');
+    const ask = (who: Session, body: unknown, csrf: string | null = who.csrf) =>
+      fetch(`${s.url}/v1/session/downloads`, withSession(who, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }, csrf));
+
+    // Asking takes the session's token, and a file path of the data API.
+    const noToken = await ask(x, { path: filePath }, null);
+    assert.equal(noToken.status, 403);
+    assert.equal((await json(noToken)).error.code, 'csrf_token_invalid');
+    for (const path of ['/v1/algo/demo/Hello', '/v1/users/alice/keys', `${filePath}?acl=true`, 'v1/data/.my/dl/x', 42]) {
+      const r = await ask(x, { path });
+      assert.equal(r.status, 400, `path ${String(path)}`);
+      assert.equal((await json(r)).error.code, 'invalid_body');
+    }
+    const asked = await ask(x, { path: filePath });
+    assert.equal(asked.status, 200);
+    assert.equal(asked.headers.get('cache-control'), 'no-store');
+    const link = await json(asked);
+    assert.ok(link.url.startsWith(`${filePath}?download=`), link.url);
+    assert.ok(Math.abs(Date.parse(link.expires_at) - Date.now() - 60_000) < 5_000, link.expires_at);
+    assert.doesNotMatch(link.url, new RegExp(x.csrf), 'the token itself is not in the link');
+
+    // With the cookie and no token header: the file, as an attachment under its own name.
+    const got = await fetch(`${s.url}${link.url}`, withSession(x, {}, null));
+    assert.equal(got.status, 200);
+    assert.ok(Buffer.from(await got.arrayBuffer()).equals(bytes));
+    assert.equal(got.headers.get('content-disposition'), `attachment; filename="r_ port _1_.html"; filename*=UTF-8''r%C3%A9%20port%20%221%22.html`);
+    assert.equal((await fetch(`${s.url}${link.url}`, withSession(x, { method: 'HEAD' }, null))).status, 200);
+    const ranged = await fetch(`${s.url}${link.url}`, withSession(x, { headers: { range: 'bytes=0-5' } }, null));
+    assert.equal(ranged.status, 206, 'a resumed download');
+
+    const refused = async (what: string, r: Response, status: number, code: string) => {
+      assert.equal(r.status, status, what);
+      assert.equal((await json(r)).error.code, code, what);
+    };
+    const ticket = link.url.slice(link.url.indexOf('=') + 1);
+    // The link alone, without the cookie, is nothing.
+    await refused('no cookie', await fetch(`${s.url}${link.url}`), 401, 'auth_required');
+    // Another session's cookie: the ticket is keyed by this session's token.
+    await refused('bob\'s cookie', await fetch(`${s.url}${link.url}`, withSession(y, {}, null)), 403, 'download_link_invalid');
+    // Another file, the folder's listing, a write, the same ticket on another path.
+    await refused('another file', await fetch(`${s.url}/v1/data/.my/dl/other.txt?download=${ticket}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    await refused('the listing', await fetch(`${s.url}/v1/data/.my/dl?download=${ticket}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    await refused('a delete', await fetch(`${s.url}${link.url}`, withSession(x, { method: 'DELETE' }, null)), 403, 'csrf_token_invalid');
+    await refused('a keys listing', await fetch(`${s.url}/v1/users/alice/keys?download=${ticket}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    assert.equal((await fetch(`${s.url}${filePath}`, { method: 'HEAD', headers: key })).status, 200, 'the delete did nothing');
+    // A ticket changed, expired, or made to last longer than a minute.
+    const [exp, mac] = ticket.split('.') as [string, string];
+    await refused('a changed expiry', await fetch(`${s.url}${filePath}?download=${Number(exp) + 1}.${mac}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    await refused('a changed mac', await fetch(`${s.url}${filePath}?download=${exp}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    const nowS = Math.floor(Date.now() / 1000);
+    for (const [what, at] of [['expired', nowS - 1], ['an hour long', nowS + 3600]] as const) {
+      const forged = downloadTicket(x.csrf, filePath, at);
+      await refused(what, await fetch(`${s.url}${filePath}?download=${forged}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    }
+    // After signing out, the link is dead too.
+    assert.equal((await fetch(`${s.url}/v1/session`, withSession(x, { method: 'DELETE' }))).status, 204);
+    await refused('signed out', await fetch(`${s.url}${link.url}`, withSession(x, {}, null)), 401, 'no_session');
+    // A key's `?download` just asks for an attachment.
+    const byKey = await fetch(`${s.url}/v1/data/.my/dl/other.txt?download=1`, { headers: key });
+    assert.equal(byKey.status, 200);
+    assert.equal(byKey.headers.get('content-disposition'), `attachment; filename="other.txt"; filename*=UTF-8''other.txt`);
   });
 
   test('signing out ends the session everywhere; it takes the token, so another site cannot sign anyone out', async () => {

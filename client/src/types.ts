@@ -404,3 +404,14 @@ export interface SessionInfo {
   csrf_token: string;
   expires_at: string;
 }
+
+/**
+ * `POST /v1/session/downloads` (`{"path": "/v1/data/..."}`, console sessions only): a link that
+ * downloads that one file with this session for a minute, where a browser navigation (which
+ * cannot carry `X-CSRF-Token`) saves it to disk as it arrives.
+ */
+export interface DownloadLink {
+  /** The path with its `?download=` ticket: a GET of it needs the session's cookie too. */
+  url: string;
+  expires_at: string;
+}

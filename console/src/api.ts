@@ -1,7 +1,8 @@
 /**
  * How the console speaks to the API: the public HTTP API, same origin, authenticated by the
  * session cookie (HttpOnly: this code never sees it) plus the session's CSRF token, which lives
- * in this module's memory only: never in storage, never in a URL.
+ * in this module's memory only: never in storage, never in a URL. (A download link carries a
+ * ticket made from it for one file and one minute, which cannot be turned back into it.)
  */
 import { BrowserClient } from '../../client/src/browser.ts';
 import type { ErrorEnvelope, SessionInfo } from '../../client/src/types.ts';

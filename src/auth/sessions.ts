@@ -6,6 +6,13 @@
  * no CORS headers): a cookie alone, as a cross-site page can make the browser send it, opens
  * nothing. Sessions are read from the store on every request, never cached, so a sign-out or
  * an expiry holds on every node at once.
+ *
+ * One exception to the header, for downloads: a browser saves a file to disk as it arrives only
+ * when it navigates to it, and a navigation cannot carry a header. So the page asks for a
+ * download link (`POST /v1/session/downloads`, with the token) and the link carries a ticket in
+ * its query instead: an HMAC, keyed by the session's CSRF token, of that one path and an expiry
+ * a minute away. It reads that one file, for GET and HEAD only, and only with the session's
+ * cookie besides: in a log or a history it opens nothing, and it needs no state on any node.
  */
 import crypto from 'node:crypto';
 import type { MetadataStore } from '../store/db.ts';
@@ -20,6 +27,10 @@ export const SESSION_COOKIE = '__Host-algohost_session';
 export const CSRF_HEADER = 'x-csrf-token';
 /** The key id a session's principal carries (keys it made, calls it queued, say where they came from). */
 export const SESSION_KEY_PREFIX = 'session:';
+/** The query parameter of a download link (docs/console.md). */
+export const DOWNLOAD_PARAM = 'download';
+/** How long a download link stays good: long enough to start it, not to pass it around. */
+export const DOWNLOAD_TICKET_TTL_S = 60;
 
 /** Sign-in failures a user name may have per window before further tries are refused. */
 const MAX_FAILURES = 10;
@@ -145,11 +156,18 @@ export class SessionService {
 
   /**
    * The principal of a request the cookie authenticates. `csrf` is the X-CSRF-Token header;
-   * it must equal the session's token (compared in constant time).
+   * it must equal the session's token (compared in constant time). A GET or HEAD without the
+   * header may bring a download ticket instead (`download`: the raw path and the ticket).
    */
-  async authenticate(cookie: string, csrf: string | undefined): Promise<Principal> {
+  async authenticate(cookie: string, csrf: string | undefined, download?: { path: string; ticket: string }): Promise<Principal> {
     const found = await this.lookup(cookie);
     if (!found) throw new AppError('no_session', 'your console session has expired or ended; sign in again');
+    if (csrf === undefined && download !== undefined) {
+      if (!checkTicket(found.info.csrf_token, download.path, download.ticket, Date.now())) {
+        throw new AppError('download_link_invalid', 'this download link has expired or is for another file; download the file again from the console');
+      }
+      return found.principal;
+    }
     const expected = Buffer.from(found.info.csrf_token);
     const given = Buffer.from(csrf ?? '');
     if (given.length !== expected.length || !crypto.timingSafeEqual(given, expected)) {
@@ -161,6 +179,33 @@ export class SessionService {
   async signOut(cookie: string): Promise<void> {
     await this.store.write((trx) => trx.deleteFrom('sessions').where('id_hash', '=', sha256(cookie)).execute());
   }
+}
+
+/** Paths a download ticket may be made for: files in hosted data and connected storage. */
+const DOWNLOADABLE = /^\/v1\/(data|connector)\/[^?#]+$/;
+
+/** A download ticket for `path` (the raw request path, still percent-encoded), good until `expiresS`. */
+export function downloadTicket(csrf: string, path: string, expiresS: number): string {
+  if (typeof path !== 'string' || path.length > 8192 || !DOWNLOADABLE.test(path)) {
+    throw new AppError('invalid_body', 'send {"path": "/v1/data/..."}: the path of a file in hosted data or connected storage, as the API addresses it');
+  }
+  return `${expiresS}.${ticketMac(csrf, path, expiresS)}`;
+}
+
+function ticketMac(csrf: string, path: string, expiresS: number): string {
+  return crypto.createHmac('sha256', csrf).update(`algohost download\n${expiresS}\n${path}`).digest('base64url');
+}
+
+/** Whether `ticket` is good, at `nowMs`, for `path`. */
+export function checkTicket(csrf: string, path: string, ticket: string, nowMs: number): boolean {
+  const m = /^(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(ticket);
+  if (!m) return false;
+  const expiresS = Number(m[1]);
+  // Not past its expiry, and not made for further ahead than a ticket lives (clock skew aside).
+  if (expiresS * 1000 < nowMs || expiresS * 1000 > nowMs + (DOWNLOAD_TICKET_TTL_S + 60) * 1000) return false;
+  const expected = Buffer.from(ticketMac(csrf, path, expiresS));
+  const given = Buffer.from(m[2]!);
+  return given.length === expected.length && crypto.timingSafeEqual(given, expected);
 }
 
 /** The value of one cookie in a Cookie header (undefined when absent). */

@@ -7,8 +7,19 @@ import type { Connector, FileRead } from '../data/connector.ts';
 import { noneMatch, parseRange } from './range.ts';
 import { parseJsonObject, readSmallBody } from './body.ts';
 import type { DataUriResult, DeleteResult, ListingPage } from '../../client/src/types.ts';
+import { DOWNLOAD_PARAM } from '../auth/sessions.ts';
 
 export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+/**
+ * `Content-Disposition: attachment` for a file's name (RFC 6266): a plain-ASCII `filename` for
+ * old browsers, and the name itself, percent-encoded UTF-8, in `filename*`.
+ */
+export function attachment(name: string): string {
+  const ascii = name.replace(/[^\x20-\x7e]|["\\%]/g, '_');
+  const encoded = encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
+}
 
 export function methodNotAllowed(method: string): AppError {
   return new AppError('method_not_allowed', `${method} is not a data operation; use ${DATA_METHODS.join(', ')}`);
@@ -124,6 +135,8 @@ async function get(req: FastifyRequest, reply: FastifyReply, connector: Connecto
   reply.header('etag', info.etag);
   reply.header('last-modified', new Date(info.modified).toUTCString());
   reply.header('accept-ranges', 'bytes');
+  // A download link (the console's, sessions.ts) or any `?download`: saved, not shown.
+  if (query.has(DOWNLOAD_PARAM)) reply.header('content-disposition', attachment(segments[segments.length - 1] ?? 'download'));
   reply.type(negotiateContentType(req.headers.accept, info.contentType));
   if (notModified) return reply.code(304).send();
   if (range) {

@@ -1,8 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.ts';
-import { CSRF_HEADER, SESSION_COOKIE, readCookie, type SessionService } from '../auth/sessions.ts';
+import { CSRF_HEADER, DOWNLOAD_PARAM, DOWNLOAD_TICKET_TTL_S, SESSION_COOKIE, downloadTicket, readCookie, type SessionService } from '../auth/sessions.ts';
 import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
+import type { DownloadLink } from '../../client/src/types.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -21,6 +22,19 @@ export function refuseCrossSite(req: FastifyRequest): void {
   if (site === 'cross-site' || site === 'same-site') {
     throw new AppError('cross_site_request', 'a console session can only be used by pages of this server; other sites must call the API with a key');
   }
+}
+
+/**
+ * The download ticket a GET or HEAD brings in its query (`?download=...`), with the raw path it
+ * must be good for; undefined for every other request (sessions.ts).
+ */
+export function downloadOf(req: FastifyRequest): { path: string; ticket: string } | undefined {
+  if (req.method !== 'GET' && req.method !== 'HEAD') return undefined;
+  const url = req.raw.url ?? '';
+  const q = url.indexOf('?');
+  if (q < 0) return undefined;
+  const ticket = new URLSearchParams(url.slice(q + 1)).get(DOWNLOAD_PARAM);
+  return ticket === null ? undefined : { path: url.slice(0, q), ticket };
 }
 
 function setCookie(reply: FastifyReply, value: string, maxAgeS: number): void {
@@ -51,6 +65,22 @@ export async function sessionRoutes(app: FastifyInstance, opts: { sessions: Sess
     if (!found) throw new AppError('no_session', 'not signed in: sign in with your user name and password');
     reply.header('cache-control', 'no-store');
     return found.info;
+  });
+
+  // A link that downloads one file with this session (sessions.ts): the browser saves it to disk
+  // as it arrives, however large, where a fetch would hold it whole in the page.
+  app.post('/v1/session/downloads', async (req, reply) => {
+    refuseCrossSite(req);
+    const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+    if (cookie === undefined) throw new AppError('no_session', 'not signed in: sign in with your user name and password');
+    const csrf = req.headers[CSRF_HEADER];
+    await sessions.authenticate(cookie, typeof csrf === 'string' ? csrf : undefined);
+    const body = checkObject(req.body, ['path']);
+    const expiresS = Math.floor(Date.now() / 1000) + DOWNLOAD_TICKET_TTL_S;
+    // The token the request carried is the session's: authenticate compared them.
+    const ticket = downloadTicket(csrf as string, body.path as string, expiresS);
+    reply.header('cache-control', 'no-store');
+    return { url: `${body.path as string}?${DOWNLOAD_PARAM}=${ticket}`, expires_at: new Date(expiresS * 1000).toISOString() } satisfies DownloadLink;
   });
 
   app.delete('/v1/session', async (req, reply) => {

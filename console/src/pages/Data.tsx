@@ -1,8 +1,8 @@
 import { Component } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import type { DataAcl, ListingPage } from '../../../client/src/types.ts';
+import type { DataAcl, DownloadLink, ListingPage } from '../../../client/src/types.ts';
 import { dataPath, parseDataUri } from '../../../client/src/uri.ts';
-import { bytes, client, upload } from '../api.ts';
+import { bytes, client, request, upload } from '../api.ts';
 import { href, navigate } from '../router.ts';
 import { ErrorBox, Loading, Title, formatDate, useAction, useLoad } from '../ui.tsx';
 
@@ -136,15 +136,19 @@ function Uploads({ where, path, onUploaded }: { where: string; path: string[]; o
   );
 }
 
+/**
+ * Downloads a file by a link the browser follows itself (`POST /v1/session/downloads`), so it is
+ * saved to disk as it arrives, whatever its size, instead of being held whole in this page.
+ */
 async function download(where: string, path: string[]): Promise<void> {
-  const blob = new Blob([(await client.file(uriOf(where, path)).buffer()) as Uint8Array<ArrayBuffer>]);
+  const res = await request('/v1/session/downloads', { method: 'POST', json: { path: dataPath(parseDataUri(uriOf(where, path))) } });
+  const link = (await res.json()) as DownloadLink;
   const a = document.createElement('a');
-  a.href = URL.createObjectURL(blob);
+  a.href = link.url;
   a.download = path[path.length - 1] ?? 'download';
   document.body.append(a);
   a.click();
   a.remove();
-  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
 }
 
 interface RowActions {
