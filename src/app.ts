@@ -157,9 +157,13 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
         if (cookie !== undefined) {
           refuseCrossSite(req);
-          const csrf = req.headers[CSRF_HEADER];
-          req.principal = await services.sessions.authenticate(cookie, typeof csrf === 'string' ? csrf : undefined, downloadOf(req));
+          const header = req.headers[CSRF_HEADER];
+          const csrf = typeof header === 'string' ? header : undefined;
+          // A download link's GET brings a ticket in place of the header (sessions.ts).
+          const download = csrf === undefined ? downloadOf(req) : undefined;
+          req.principal = await services.sessions.authenticate(cookie, csrf, download);
           req.sessionCookie = cookie;
+          req.byDownloadLink = download !== undefined;
           return;
         }
       }

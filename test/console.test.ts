@@ -227,6 +227,12 @@ describe('the web console in Chromium', { skip }, () => {
     await page.getByText('Page 2: entries 1,001–1,002, the last').waitFor(WAIT);
     assert.deepEqual(await rows.locator('th').allTextContents(), ['f1000.txt', 'f1002.txt']);
     assert.equal((await call('/v1/data/.my/many/f1001.txt', { method: 'HEAD' })).status, 404);
+    // An upload on page 2 fetches page 2 again too: the user stays where they are.
+    await page.locator('input[type=file]').setInputFiles({ name: 'f1001b.txt', mimeType: 'text/plain', buffer: Buffer.from('again') });
+    await page.getByText('Page 2: entries 1,001–1,003, the last').waitFor(WAIT);
+    assert.deepEqual(await rows.locator('th').allTextContents(), ['f1000.txt', 'f1001b.txt', 'f1002.txt']);
+    await page.getByRole('button', { name: 'Delete f1001b.txt' }).click();
+    await page.getByText('Page 2: entries 1,001–1,002, the last').waitFor(WAIT);
 
     // Back is the page already fetched; forward again asks the API for the rest.
     await page.getByRole('button', { name: 'Previous page' }).click();

@@ -244,6 +244,10 @@ describe('console sessions over HTTP', () => {
     await refused('a delete', await fetch(`${s.url}${link.url}`, withSession(x, { method: 'DELETE' }, null)), 403, 'csrf_token_invalid');
     await refused('a keys listing', await fetch(`${s.url}/v1/users/alice/keys?download=${ticket}`, withSession(x, {}, null)), 403, 'download_link_invalid');
     assert.equal((await fetch(`${s.url}${filePath}`, { method: 'HEAD', headers: key })).status, 200, 'the delete did nothing');
+    // A link asked for a folder lists nothing: a link is for reading one file.
+    const folderLink = await json(await ask(x, { path: '/v1/data/.my/dl' }));
+    await refused('a folder\'s link', await fetch(`${s.url}${folderLink.url}`, withSession(x, {}, null)), 403, 'download_link_invalid');
+    await refused('a folder\'s link, paged', await fetch(`${s.url}${folderLink.url}&marker=x&acl=true`, withSession(x, {}, null)), 403, 'download_link_invalid');
     // A ticket changed, expired, or made to last longer than a minute.
     const [exp, mac] = ticket.split('.') as [string, string];
     await refused('a changed expiry', await fetch(`${s.url}${filePath}?download=${Number(exp) + 1}.${mac}`, withSession(x, {}, null)), 403, 'download_link_invalid');

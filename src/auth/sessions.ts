@@ -27,7 +27,7 @@ export const SESSION_COOKIE = '__Host-algohost_session';
 export const CSRF_HEADER = 'x-csrf-token';
 /** The key id a session's principal carries (keys it made, calls it queued, say where they came from). */
 export const SESSION_KEY_PREFIX = 'session:';
-/** The query parameter of a download link (docs/console.md). */
+/** The query parameter of a download link (docs/auth.md). */
 export const DOWNLOAD_PARAM = 'download';
 /** How long a download link stays good: long enough to start it, not to pass it around. */
 export const DOWNLOAD_TICKET_TTL_S = 60;

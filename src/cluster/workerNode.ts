@@ -20,6 +20,9 @@ import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
 import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 
+/** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
+const HOST_GRACE_MS = 2_000;
+
 /** What a worker node announces of its executor (WorkerPool.load). */
 export type LoadReport = () => { warm: Record<string, number>; free: number; running: number };
 
@@ -130,13 +133,21 @@ export class WorkerNode {
     }
   }
 
-  /** Sends the call's SDK requests to the API node that holds the call. */
+  /**
+   * Sends the call's SDK requests to the API node that holds the call. The wait runs a little
+   * past the call's own deadline: the API node bounds what a request does by the time the call
+   * has left (a nested call gets at most that), so its answer, a nested call's timeout
+   * included, comes just after it, and the algorithm should see that answer rather than this
+   * wait's end. The call itself still ends at its deadline (the worker stops it).
+   */
   private hostFor(request: RunRequest): HostHandler {
-    const deadline = Date.now() + request.job.timeoutMs;
+    const deadline = Date.now() + request.job.timeoutMs + HOST_GRACE_MS;
     return async (header, body) => {
       const { data, ref } = this.wire.pack(encodeHostRequest({ type: 'host', call: request.call, header, body }), Math.max(1, deadline - Date.now()));
       try {
-        const answer = await this.nc.request(request.api, data, { timeout: Math.max(1, deadline - Date.now()) });
+        const answer = await this.nc.request(request.api, data, { timeout: Math.max(1, deadline - Date.now()) }).catch((err: unknown) => {
+          throw new Error(`this request to the API node failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+        });
         const r = decodeHostReply(await this.wire.open(answer.data, deadline));
         return { header: r.header, body: r.body };
       } finally {

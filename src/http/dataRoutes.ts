@@ -16,7 +16,7 @@ export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as
  * old browsers, and the name itself, percent-encoded UTF-8, in `filename*`.
  */
 export function attachment(name: string): string {
-  const ascii = name.replace(/[^\x20-\x7e]|["\\%]/g, '_');
+  const ascii = Array.from(name, (c) => (/^[\x20-\x7e]$/.test(c) && !'"\\%'.includes(c) ? c : '_')).join('');
   const encoded = encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
 }
@@ -124,6 +124,8 @@ async function get(req: FastifyRequest, reply: FastifyReply, connector: Connecto
     },
   });
   if (found.info.kind === 'dir') {
+    // A download link reads one file; a listing takes the session's CSRF token as ever.
+    if (req.byDownloadLink) throw new AppError('download_link_invalid', 'a download link is for a file, and this is a directory');
     reply.header('x-data-type', 'directory');
     if (head) return reply.type('application/json').send();
     const marker = param(query, 'marker');

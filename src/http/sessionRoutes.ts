@@ -9,6 +9,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The session cookie's value, when the session (not an API key) authenticated the request. */
     sessionCookie?: string;
+    /** The session's cookie with a download link's ticket (not its CSRF token) authenticated it. */
+    byDownloadLink?: boolean;
   }
 }
 

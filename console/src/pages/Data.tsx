@@ -141,7 +141,10 @@ function Uploads({ where, path, onUploaded }: { where: string; path: string[]; o
  * saved to disk as it arrives, whatever its size, instead of being held whole in this page.
  */
 async function download(where: string, path: string[]): Promise<void> {
-  const res = await request('/v1/session/downloads', { method: 'POST', json: { path: dataPath(parseDataUri(uriOf(where, path))) } });
+  const uri = uriOf(where, path);
+  // The file's HEAD alongside: what would fail the download (gone, not readable) is said here,
+  // in the page, rather than only in the browser's list of downloads.
+  const [res] = await Promise.all([request('/v1/session/downloads', { method: 'POST', json: { path: dataPath(parseDataUri(uri)) } }), client.file(uri).stat()]);
   const link = (await res.json()) as DownloadLink;
   const a = document.createElement('a');
   a.href = link.url;
@@ -252,16 +255,29 @@ interface Paging {
   at: number;
 }
 
+/** A key for each page object fetched: a page fetched again is drawn anew (in slices). */
+const pageIds = new WeakMap<ListingPage, number>();
+let lastPageId = 0;
+function pageId(page: ListingPage): number {
+  let id = pageIds.get(page);
+  if (id === undefined) pageIds.set(page, (id = ++lastPageId));
+  return id;
+}
+
 function Listing({ me, where, path }: { me: string; where: string; path: string[] }) {
   const [paging, setPaging] = useState<Paging>({ pages: [], at: 0 });
   const [version, setVersion] = useState(0);
+  // Fetches of a page shown (the first, or one fetched again) are numbered: only the latest is
+  // shown, whichever answers last (uploads of several files each ask for one).
+  const fetches = useRef(0);
   const isCollection = where === 'data' && path.length === 2 && path[0]!.toLowerCase() === '.my';
   const canUpload = where !== 'data' ? path.length > 0 : path.length >= 2 && (path[0] === '.my' || path[0]!.toLowerCase() === me.toLowerCase());
   const dir = client.dir(uriOf(where, path));
   const tableRef = useRef<HTMLTableElement>(null);
   const first = useLoad(async () => {
+    const n = ++fetches.current;
     const page = await dir.page(undefined, { acl: isCollection });
-    setPaging({ pages: [page], at: 0 });
+    if (n === fetches.current) setPaging({ pages: [page], at: 0 });
     return page;
   }, [where, path.join('/'), version]);
   /** Shows page `at` (scrolled to the top of the table, if that is out of sight). */
@@ -280,20 +296,23 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
     show((p) => (p.pages.length === at + 1 && p.pages[at]?.marker === marker ? { pages: [...p.pages, page], at: at + 1 } : p));
   });
   /**
-   * After a deletion: the page shown is fetched again from where it starts, and the pages
-   * after it are forgotten (their markers may now skip or repeat entries). The first page
-   * is the listing's own load (it carries the ACL).
+   * After a change (a deletion, an upload, a new folder): the page shown is fetched again from
+   * where it starts, and the pages after it are forgotten (their markers may now skip or repeat
+   * entries); the user stays on their page. The first page is the listing's own load (it
+   * carries the ACL).
    */
   const refresh = useAction(async () => {
     const { pages, at } = paging;
     if (at === 0) return setVersion((v) => v + 1);
+    const n = ++fetches.current;
     const marker = pages[at - 1]?.marker;
     const page = await dir.page(marker);
+    if (n !== fetches.current) return;
     setPaging((p) => {
       if (p.pages[at - 1]?.marker !== marker) return p;
       const kept = p.pages.slice(0, at);
       // The last entries went: the page before is now the last.
-      if (entriesOf(page) === 0) return { pages: [...kept.slice(0, -1), { ...kept[at - 1]!, marker: undefined }], at: at - 1 };
+      if (entriesOf(page) === 0 && !page.marker) return { pages: [...kept.slice(0, -1), { ...kept[at - 1]!, marker: undefined }], at: at - 1 };
       return { pages: [...kept, page], at };
     });
   });
@@ -301,7 +320,7 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
   const mkdir = useAction(async () => {
     await dir.dir(folder).create();
     setFolder('');
-    setVersion((v) => v + 1);
+    await latest.current.refresh.run();
   });
   const remove = useAction(async (name: string, isDir: boolean) => {
     const uri = uriOf(where, [...path, name]);
@@ -330,13 +349,14 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
   const count = entriesOf(page);
   const more = at + 1 < pages.length || Boolean(page.marker);
   const paged = at > 0 || more;
-  const busy = forward.busy || refresh.busy;
+  // While the listing changes under it (a deletion, a page fetched again), the pager waits.
+  const busy = forward.busy || refresh.busy || remove.busy || first.loading;
   return (
     <>
       {isCollection ? <AclEditor where={where} path={path} acl={first.data.acl} onChanged={() => undefined} /> : null}
       <ErrorBox error={remove.error ?? get.error ?? refresh.error} />
       {count === 0 ? (
-        <p role="status">This folder is empty.</p>
+        <p role="status">{paged ? 'No entries on this page.' : 'This folder is empty.'}</p>
       ) : (
         <table class="listing" ref={tableRef}>
           <caption class="sr-only">
@@ -353,7 +373,7 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
               </th>
             </tr>
           </thead>
-          <PageRows key={at} page={page} actions={actions} />
+          <PageRows key={pageId(page)} page={page} actions={actions} />
         </table>
       )}
       <p class="muted" role="status">
@@ -392,7 +412,7 @@ function Listing({ me, where, path }: { me: string; where: string; path: string[
           <ErrorBox error={mkdir.error} />
         </form>
       ) : null}
-      {canUpload ? <Uploads where={where} path={path} onUploaded={() => setVersion((v) => v + 1)} /> : null}
+      {canUpload ? <Uploads where={where} path={path} onUploaded={() => void latest.current.refresh.run()} /> : null}
     </>
   );
 }
