@@ -14,7 +14,7 @@ export type { FailureMetadata };
 /** The server's error codes (docs/errors.md); a test keeps this list in step with the server's. */
 export const API_ERROR_CODES = [
   'auth_required', 'algo_not_allowed', 'invalid_authorization', 'invalid_api_key', 'api_key_revoked',
-  'invalid_credentials', 'no_session', 'csrf_token_invalid', 'cross_site_request',
+  'invalid_credentials', 'no_session', 'csrf_token_invalid', 'download_link_invalid', 'cross_site_request',
   'key_permission_denied', 'forbidden', 'permission_escalation', 'nested_call_refused', 'write_denied',
   'connector_denied', 'connector_address_refused', 'not_found', 'route_not_found', 'unknown_user',
   'unknown_connector', 'key_not_found', 'algorithm_not_found', 'build_not_found', 'version_not_found', 'request_not_found',
