@@ -35,17 +35,12 @@ export const DOWNLOAD_TICKET_TTL_S = 60;
 /** Sign-in failures a user name may have per window before further tries are refused. */
 const MAX_FAILURES = 10;
 const FAILURE_WINDOW_MS = 15 * 60_000;
-/** User names whose failures are remembered at once (this node's memory for it stays a few MiB). */
-const MAX_TRACKED = 100_000;
 
 export type { SessionInfo } from '../../client/src/types.ts';
 
 const sha256 = (value: string) => crypto.createHash('sha256').update(value).digest('hex');
 
 export class SessionService {
-  /** Recent failures per lower-cased user name, on this node: a brake on guessing, not a lock. */
-  private readonly failures = new Map<string, { count: number; since: number }>();
-
   constructor(
     private readonly store: MetadataStore,
     private readonly ttlMs: number,
@@ -107,32 +102,35 @@ export class SessionService {
   /**
    * Throws invalid_credentials (same message, about the same time, whatever was wrong). The
    * attempt is counted before the hash is computed, so that guesses sent all at once are
-   * counted all the same; a right password takes its own attempt back.
+   * counted all the same; a right password takes its own attempt back. The count is in the
+   * store (one upsert per attempt), so every API node of a cluster counts the same tries.
    */
   private async checkPassword(username: string, password: string, stored: string | null): Promise<void> {
     const key = username.toLowerCase();
     const now = Date.now();
-    let f = this.failures.get(key);
-    if (f && now - f.since > FAILURE_WINDOW_MS) {
-      this.failures.delete(key);
-      f = undefined;
-    }
-    if (f && f.count >= MAX_FAILURES) {
-      const waitMin = Math.ceil((f.since + FAILURE_WINDOW_MS - now) / 60_000);
+    const counted = await this.store.write(async (trx) => {
+      // Windows that have passed go first (an index range), this name's included: rows never
+      // outlive their window, however many names are tried.
+      await trx.deleteFrom('signin_failures').where('since', '<=', now - FAILURE_WINDOW_MS).execute();
+      return trx
+        .insertInto('signin_failures')
+        .values({ username_lc: key, since: now, count: 1 })
+        .onConflict((oc) => oc.column('username_lc').doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
+        .returning(['since', 'count'])
+        .executeTakeFirstOrThrow();
+    });
+    if (Number(counted.count) > MAX_FAILURES) {
+      const waitMin = Math.max(1, Math.ceil((Number(counted.since) + FAILURE_WINDOW_MS - now) / 60_000));
       throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
     }
-    if (!f) {
-      f = { count: 0, since: now };
-      this.failures.set(key, f);
-      // Bounded under a spray of names: the oldest records go first (a Map keeps insertion order).
-      if (this.failures.size > MAX_TRACKED) for (const old of this.failures.keys()) if (this.failures.size > MAX_TRACKED * 0.9) this.failures.delete(old);
-    }
-    f.count++;
     // A user without a password (or none at all) costs the same hash as a wrong password.
     const ok = await verifyPassword(password, stored ?? (await decoyHash()));
     if (ok && stored !== null) {
-      f.count--;
-      if (f.count <= 0 && this.failures.get(key) === f) this.failures.delete(key);
+      await this.store.write(async (trx) => {
+        const mine = { username_lc: key, since: counted.since };
+        await trx.updateTable('signin_failures').set((eb) => ({ count: eb('count', '-', 1) })).where((eb) => eb.and(mine)).execute();
+        await trx.deleteFrom('signin_failures').where((eb) => eb.and(mine)).where('count', '<=', 0).execute();
+      });
       return;
     }
     throw new AppError('invalid_credentials', 'wrong user name or password');

@@ -428,6 +428,26 @@ export const MIGRATIONS: readonly MigrationStep[] = [
     sqlite: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
     postgres: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
   },
+  // Failed console sign-ins per user name (auth/sessions.ts), counted in the store so that
+  // every API node of a cluster counts the same tries. Rows expire with their window.
+  {
+    sqlite: `
+  CREATE TABLE signin_failures (
+    username_lc TEXT PRIMARY KEY,
+    since INTEGER NOT NULL,
+    count INTEGER NOT NULL
+  );
+  CREATE INDEX signin_failures_since ON signin_failures(since);
+  `,
+    postgres: `
+  CREATE TABLE signin_failures (
+    username_lc TEXT COLLATE "C" PRIMARY KEY,
+    since BIGINT NOT NULL,
+    count BIGINT NOT NULL
+  );
+  CREATE INDEX signin_failures_since ON signin_failures(since);
+  `,
+  },
 ];
 
 /**

@@ -178,6 +178,18 @@ export interface AsyncRequestsTable {
   finished_at: number | null;
 }
 
+/**
+ * Recent failed sign-ins per user name (auth/sessions.ts), in the store so that every API node
+ * counts the same tries. A row lives for the window it counts; sign-ins remove expired rows.
+ */
+export interface SigninFailuresTable {
+  username_lc: string;
+  /** When the window began (the first failure in it), ms since the epoch. */
+  since: number;
+  /** Tries counted in the window, each as it arrived (a right password takes its own back). */
+  count: number;
+}
+
 export interface SessionsTable {
   /** SHA-256 of the session cookie's value, hex. The value itself is never stored. */
   id_hash: string;
@@ -207,6 +219,7 @@ export interface UsageTable {
 
 export interface Schema {
   sessions: SessionsTable;
+  signin_failures: SigninFailuresTable;
   usage: UsageTable;
   async_requests: AsyncRequestsTable;
   artifacts: ArtifactsTable;
