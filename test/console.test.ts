@@ -220,6 +220,7 @@ describe('the web console in Chromium', { skip }, () => {
     await page.getByRole('button', { name: 'Next page' }).click();
     await page.getByText('Page 2: entries 1,001–1,003, the last').waitFor(WAIT);
     assert.deepEqual(await rows.locator('th').allTextContents(), ['f1000.txt', 'f1001.txt', 'f1002.txt']);
+    await shot(page, 'data-pages');
     assert.equal(await page.getByRole('button', { name: 'Next page' }).isDisabled(), true);
 
     // Deleting on page 2 fetches page 2 again and stays there.
