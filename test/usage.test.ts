@@ -318,6 +318,8 @@ describe('durability', () => {
     const store = await openSqliteStore(file, { busyTimeoutMs: 20 });
     const usage = new UsageRecorder(store, { flushIntervalMs: 3_600_000 });
     const lock = new Database(file);
+    // The caller is a user of this store (calls of a user deleted since are dropped; below).
+    lock.prepare("INSERT INTO users (id, username, username_lc, created_at) VALUES (7, 'seven', 'seven', 0)").run();
     try {
       const target = (await s.services.releases.resolveCall({ userId: 0, username: 'alice', keyId: 'test', permissions: { allow_algo: true, algo_acl: ['algo://*'], allow_web_algo: false, referer_host: null, allow_data: false, allow_data_write: false, allow_algo_management: false } }, 'alice', 'Kinds', undefined)) satisfies CallTarget;
       const ok = (ms: number, bytes: number): Outcome => ({ kind: 'result', contentType: 'text', body: Buffer.alloc(bytes), stdout: '', stdoutTruncated: false, durationMs: ms });
@@ -350,6 +352,18 @@ describe('durability', () => {
       await usage.close();
       const okRow = (rows() as { outcome: string; calls: number; duration_ms: number; bytes_in: number }[]).find((r) => r.outcome === 'ok')!;
       assert.deepEqual([okRow.calls, okRow.duration_ms, okRow.bytes_in], [7, 6, 15]);
+
+      // A user deleted while their calls are still in a node's memory: deleting removed their
+      // rows, and the next flush drops those calls instead of writing them back.
+      const later = new UsageRecorder(store, { flushIntervalMs: 3_600_000 });
+      later.record(7, target, ok(2, 1), 1);
+      lock.prepare('INSERT INTO users (id, username, username_lc, created_at) VALUES (8, ?, ?, 0)').run('eight', 'eight');
+      later.record(8, target, ok(2, 1), 1);
+      lock.prepare('DELETE FROM usage WHERE caller_id = 7').run();
+      lock.prepare('DELETE FROM users WHERE id = 7').run();
+      await later.flush();
+      assert.deepEqual((rows() as { caller_id: number; calls: number }[]).map((r) => [r.caller_id, r.calls]), [[8, 1]]);
+      await later.close();
     } finally {
       lock.close();
       await store.close();

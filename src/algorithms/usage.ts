@@ -211,9 +211,18 @@ export class UsageRecorder {
           }
           // One row per primary key: two cells can meet in one (an algorithm deleted and made
           // again under its name the same day), and an upsert may not touch a row twice.
+          // Calls of a user deleted since (on any node) are dropped, not written: deleting a
+          // user removes their rows, and none may come back from a node's memory afterwards.
+          const callerIds = [...new Set(batch.map((b) => b.cell.callerId))];
+          const callers = new Set<number>();
+          for (let i = 0; i < callerIds.length; i += ROWS_PER_INSERT) {
+            const found = await trx.selectFrom('users').select('id').where('id', 'in', callerIds.slice(i, i + ROWS_PER_INSERT)).execute();
+            for (const u of found) callers.add(Number(u.id));
+          }
           const rows = new Map<string, { day: string; caller_id: number; owner_id: number; owner: string; name: string; version: string; outcome: string; calls: number; duration_ms: number; bytes_in: number; bytes_out: number }>();
           for (const b of batch) {
             const c = b.cell;
+            if (!callers.has(c.callerId)) continue;
             const ownerId = this.owners.get(c.algorithmId) ?? byName.get(c.owner.toLowerCase()) ?? 0;
             const key = `${c.day}\t${c.callerId}\t${ownerId}\t${c.name}\t${c.version}\t${c.outcome}`;
             const row = rows.get(key);
