@@ -355,6 +355,25 @@ describe('console sessions over HTTP', () => {
     assert.equal((await json(put)).error.code, 'key_permission_denied');
   });
 
+  test('a flood of sign-ins is turned away at once past what the hashes can follow, and costs the store no write', async () => {
+    const names = Array.from({ length: 200 }, (_, i) => `flood${String(i).padStart(3, '0')}`);
+    const answers = await Promise.all(
+      names.map(async (username) => {
+        const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, password: 'not this one' }) });
+        return { username, status: r.status, body: await json(r) };
+      }),
+    );
+    const busy = answers.filter((a) => a.status === 429);
+    const tried = answers.filter((a) => a.status === 401);
+    assert.equal(busy.length + tried.length, names.length, answers.map((a) => a.status).join(','));
+    assert.ok(busy.length > 0, 'two hashes at a time with 32 waiting cannot take 200 at once');
+    for (const a of busy) assert.match(a.body.error.message, /too many sign-ins at once/);
+    // Only the tries that were hashed were counted: one row each, none for those turned away.
+    const rows = await s.services.store.db.selectFrom('signin_failures').select(['username_lc', 'count']).where('username_lc', 'like', 'flood%').execute();
+    assert.deepEqual(rows.map((r) => r.username_lc).sort(), tried.map((a) => a.username).sort());
+    assert.ok(rows.every((r) => Number(r.count) === 1));
+  });
+
   test('after ten failed sign-ins a name is refused for a while, with a 429 saying so; when the window has passed, it may sign in', async () => {
     const node = s.url; // every API node, as above
     await s.user('erin');

@@ -37,11 +37,44 @@ const QUEUE = 32;
 let running = 0;
 const waiting: (() => void)[] = [];
 
-async function limited<T>(fn: () => Promise<T>): Promise<T> {
+/** Places taken by sign-ins that will hash soon (HashPlace), counted with those waiting. */
+let reserved = 0;
+const BUSY = () => new AppError('too_many_attempts', 'too many sign-ins at once on this server; try again in a few seconds');
+
+/** A place among the hashes, taken before a sign-in writes its attempt to the store. */
+export interface HashPlace {
+  /** Gives the place back unused (the sign-in ended before its hash); once only. */
+  release(): void;
+}
+
+/**
+ * Takes a place for one hash, or turns the sign-in away at once (429) when every place is taken:
+ * a sign-in takes it before it writes its attempt to the store, and hands it to
+ * verifyPassword, so that a flood of sign-ins costs the store no more writes than the hashes
+ * can follow.
+ */
+export function reserveHash(): HashPlace {
+  if (running + waiting.length + reserved >= CONCURRENT + QUEUE) throw BUSY();
+  reserved++;
+  let held = true;
+  return {
+    release: () => {
+      if (held) {
+        held = false;
+        reserved--;
+      }
+    },
+  };
+}
+
+async function limited<T>(fn: () => Promise<T>, place?: HashPlace): Promise<T> {
   if (running >= CONCURRENT) {
-    if (waiting.length >= QUEUE) throw new AppError('too_many_attempts', 'too many sign-ins at once on this server; try again in a few seconds');
+    // A reserved place was counted when it was taken: it is not turned away now.
+    if (!place && waiting.length + reserved >= QUEUE) throw BUSY();
+    place?.release();
     await new Promise<void>((resolve) => waiting.push(resolve));
   } else {
+    place?.release();
     running++;
   }
   try {
@@ -66,8 +99,19 @@ export async function hashPassword(password: string): Promise<string> {
   return ['scrypt', LOG_N, R, P, salt.toString('base64url'), hash.toString('base64url')].join('$');
 }
 
-/** Whether `password` matches `stored` (a hash from hashPassword); compares in constant time. */
-export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+/**
+ * Whether `password` matches `stored` (a hash from hashPassword); compares in constant time.
+ * `place`: one taken with reserveHash, used (or given back) here.
+ */
+export async function verifyPassword(password: string, stored: string, place?: HashPlace): Promise<boolean> {
+  try {
+    return await verifyWith(password, stored, place);
+  } finally {
+    place?.release();
+  }
+}
+
+async function verifyWith(password: string, stored: string, place: HashPlace | undefined): Promise<boolean> {
   const parts = stored.split('$');
   if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
   const [logN, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])];
@@ -76,7 +120,7 @@ export async function verifyPassword(password: string, stored: string): Promise<
   const salt = Buffer.from(parts[4]!, 'base64url');
   const expected = Buffer.from(parts[5]!, 'base64url');
   if (expected.length < 16) return false;
-  const actual = await limited(() => scrypt(password.normalize('NFC'), salt, expected.length, { N: 2 ** logN, r, p, maxmem: maxmem(logN, r) }));
+  const actual = await limited(() => scrypt(password.normalize('NFC'), salt, expected.length, { N: 2 ** logN, r, p, maxmem: maxmem(logN, r) }), place);
   return crypto.timingSafeEqual(actual, expected);
 }
 

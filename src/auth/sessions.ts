@@ -20,7 +20,7 @@ import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import type { Principal } from './principal.ts';
 import type { SessionInfo } from '../../client/src/types.ts';
-import { decoyHash, hashPassword, validatePassword, verifyPassword } from './passwords.ts';
+import { decoyHash, hashPassword, reserveHash, validatePassword, verifyPassword } from './passwords.ts';
 
 /** `__Host-`: the browser keeps it only if Secure, for Path=/ and this exact host (no Domain). */
 export const SESSION_COOKIE = '__Host-algohost_session';
@@ -108,23 +108,31 @@ export class SessionService {
   private async checkPassword(username: string, password: string, stored: string | null): Promise<void> {
     const key = username.toLowerCase();
     const now = Date.now();
-    const counted = await this.store.write(async (trx) => {
-      // Windows that have passed go first (an index range), this name's included: rows never
-      // outlive their window, however many names are tried.
-      await trx.deleteFrom('signin_failures').where('since', '<=', now - FAILURE_WINDOW_MS).execute();
-      return trx
-        .insertInto('signin_failures')
-        .values({ username_lc: key, since: now, count: 1 })
-        .onConflict((oc) => oc.column('username_lc').doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
-        .returning(['since', 'count'])
-        .executeTakeFirstOrThrow();
-    });
-    if (Number(counted.count) > MAX_FAILURES) {
-      const waitMin = Math.max(1, Math.ceil((Number(counted.since) + FAILURE_WINDOW_MS - now) / 60_000));
-      throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
+    // A place among the hashes first: a flood is turned away before it writes anything.
+    const place = reserveHash();
+    let ok: boolean;
+    let counted: { since: number; count: number };
+    try {
+      counted = await this.store.write(async (trx) => {
+        // Windows that have passed go first (an index range), this name's included: rows never
+        // outlive their window, however many names are tried.
+        await trx.deleteFrom('signin_failures').where('since', '<=', now - FAILURE_WINDOW_MS).execute();
+        return trx
+          .insertInto('signin_failures')
+          .values({ username_lc: key, since: now, count: 1 })
+          .onConflict((oc) => oc.column('username_lc').doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
+          .returning(['since', 'count'])
+          .executeTakeFirstOrThrow();
+      });
+      if (Number(counted.count) > MAX_FAILURES) {
+        const waitMin = Math.max(1, Math.ceil((Number(counted.since) + FAILURE_WINDOW_MS - now) / 60_000));
+        throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
+      }
+      // A user without a password (or none at all) costs the same hash as a wrong password.
+      ok = await verifyPassword(password, stored ?? (await decoyHash()), place);
+    } finally {
+      place.release();
     }
-    // A user without a password (or none at all) costs the same hash as a wrong password.
-    const ok = await verifyPassword(password, stored ?? (await decoyHash()));
     if (ok && stored !== null) {
       await this.store.write(async (trx) => {
         const mine = { username_lc: key, since: counted.since };
