@@ -217,7 +217,7 @@ export class UsageRecorder {
           const callers = new Set<number>();
           for (let i = 0; i < callerIds.length; i += ROWS_PER_INSERT) {
             const found = await trx.selectFrom('users').select('id').where('id', 'in', callerIds.slice(i, i + ROWS_PER_INSERT)).execute();
-            for (const u of found) callers.add(Number(u.id));
+            for (const u of found) callers.add(u.id);
           }
           const rows = new Map<string, { day: string; caller_id: number; owner_id: number; owner: string; name: string; version: string; outcome: string; calls: number; duration_ms: number; bytes_in: number; bytes_out: number }>();
           for (const b of batch) {

@@ -101,17 +101,9 @@ export async function hashPassword(password: string): Promise<string> {
 
 /**
  * Whether `password` matches `stored` (a hash from hashPassword); compares in constant time.
- * `place`: one taken with reserveHash, used (or given back) here.
+ * `place`: one taken with reserveHash, used by the hash (its taker releases it either way).
  */
 export async function verifyPassword(password: string, stored: string, place?: HashPlace): Promise<boolean> {
-  try {
-    return await verifyWith(password, stored, place);
-  } finally {
-    place?.release();
-  }
-}
-
-async function verifyWith(password: string, stored: string, place: HashPlace | undefined): Promise<boolean> {
   const parts = stored.split('$');
   if (parts.length !== 6 || parts[0] !== 'scrypt') return false;
   const [logN, r, p] = [Number(parts[1]), Number(parts[2]), Number(parts[3])];

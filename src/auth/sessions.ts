@@ -124,8 +124,8 @@ export class SessionService {
           .returning(['since', 'count'])
           .executeTakeFirstOrThrow();
       });
-      if (Number(counted.count) > MAX_FAILURES) {
-        const waitMin = Math.max(1, Math.ceil((Number(counted.since) + FAILURE_WINDOW_MS - now) / 60_000));
+      if (counted.count > MAX_FAILURES) {
+        const waitMin = Math.max(1, Math.ceil((counted.since + FAILURE_WINDOW_MS - now) / 60_000));
         throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
       }
       // A user without a password (or none at all) costs the same hash as a wrong password.
