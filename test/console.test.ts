@@ -96,6 +96,34 @@ describe('the web console in Chromium', { skip }, () => {
     await shot(page, 'algorithm');
   });
 
+  test('a search answered before the catalogue is not covered by the catalogue coming late', async () => {
+    const page = await signedIn('bob', 'bob password');
+    // Hold the catalogue the marketplace asks for as it opens (no q) until the search has answered.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    await page.route(
+      (u) => u.pathname === '/v1/algorithms' && !u.searchParams.has('q'),
+      async (route) => {
+        await held;
+        await route.continue();
+      },
+    );
+    await page.goto(`${s.url}/#/keys`);
+    await page.getByRole('heading', { level: 1, name: /keys/i }).waitFor(WAIT);
+    const late = page.waitForResponse((r) => new URL(r.url()).pathname === '/v1/algorithms' && !new URL(r.url()).searchParams.has('q'), WAIT);
+    await page.goto(`${s.url}/#/`);
+    await page.getByLabel('Search public algorithms').fill('Reverse');
+    await page.getByRole('button', { name: 'Search' }).click();
+    const status = page.getByRole('status').filter({ hasText: /^\d+\+? algorithms?$/ });
+    await status.waitFor(WAIT);
+    assert.equal(await status.textContent(), '1 algorithm');
+    release();
+    await late;
+    await page.waitForTimeout(300); // the late answer has had its chance to be drawn
+    assert.equal(await status.textContent(), '1 algorithm');
+    assert.equal(await page.locator('.card h2').textContent(), 'demo/Reverse');
+  });
+
   test('try it with a file: demo/Reverse answers bytes, which download whole', async () => {
     const page = await signedIn('bob', 'bob password');
     await page.goto(`${s.url}/#/algorithms/demo/Reverse`);
@@ -378,8 +406,11 @@ describe('the web console in Chromium', { skip }, () => {
     page.on('dialog', (d) => dialogs.push(d.message()));
     await page.getByLabel('Search public algorithms').fill('Evil');
     await page.getByRole('button', { name: 'Search' }).click();
-    await page.getByRole('link', { name: 'bob/Evil' }).waitFor(WAIT);
-    assert.ok((await page.locator('.card').textContent())!.includes('<img src=x onerror='), 'the summary shows as text');
+    // The full catalogue is drawn first, bob/Evil in it: wait for the search's own answer.
+    await page.getByRole('status').filter({ hasText: /^1 algorithm$/ }).waitFor(WAIT);
+    const card = page.locator('.card');
+    assert.equal(await card.count(), 1);
+    assert.ok((await card.textContent())!.includes('<img src=x onerror='), 'the summary shows as text');
     await page.getByRole('link', { name: 'bob/Evil' }).click();
     await page.locator('.markdown h1', { hasText: 'Nice' }).waitFor(WAIT);
     const html = await page.locator('.markdown').innerHTML();

@@ -56,16 +56,19 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T |
   return { ...state, reload: () => setN((x) => x + 1) };
 }
 
-/** A form's submit handler that shows its error and disables the button while it runs. */
+/**
+ * A form's submit handler that shows its error and disables the button while it runs.
+ * `busy` holds while any run is in flight, not only the first to finish.
+ */
 export function useAction<A extends unknown[]>(act: (...args: A) => Promise<void>): { run: (...args: A) => Promise<void>; busy: boolean; error: unknown; clear: () => void } {
-  const [busy, setBusy] = useState(false);
+  const [running, setRunning] = useState(0);
   const [error, setError] = useState<unknown>(undefined);
   return {
-    busy,
+    busy: running > 0,
     error,
     clear: () => setError(undefined),
     run: async (...args: A) => {
-      setBusy(true);
+      setRunning((n) => n + 1);
       setError(undefined);
       try {
         await act(...args);
@@ -73,7 +76,7 @@ export function useAction<A extends unknown[]>(act: (...args: A) => Promise<void
         noticeError(err);
         setError(err);
       } finally {
-        setBusy(false);
+        setRunning((n) => n - 1);
       }
     },
   };

@@ -58,15 +58,27 @@ export function Marketplace() {
   const [more, setMore] = useState(false);
   // The client pages through the catalogue; this holds the place for "More".
   const cursor = useRef<AsyncGenerator<Algorithm, void, undefined> | undefined>(undefined);
+  // Only the latest search is drawn: the catalogue opening the page, or a query typed before
+  // it came, may answer after a newer search, and must not cover its results.
+  const latest = useRef(0);
   const search = useAction(async (query: string, next?: boolean) => {
+    const mine = ++latest.current;
     if (!next || !cursor.current) cursor.current = client.searchAlgorithms(query);
+    const it = cursor.current;
     const got: Algorithm[] = [];
-    let r = await cursor.current.next();
-    while (!r.done) {
-      got.push(r.value);
-      if (got.length === SHOWN) break;
-      r = await cursor.current.next();
+    let r: IteratorResult<Algorithm, void>;
+    try {
+      r = await it.next();
+      while (!r.done) {
+        got.push(r.value);
+        if (got.length === SHOWN) break;
+        r = await it.next();
+      }
+    } catch (err) {
+      if (mine !== latest.current) return;
+      throw err;
     }
+    if (mine !== latest.current) return;
     setResults((old) => (next && old ? [...old, ...got] : got));
     setMore(!r.done);
   });
@@ -85,7 +97,7 @@ export function Marketplace() {
         <label for="q">Search public algorithms</label>
         <div class="row">
           <input id="q" type="search" value={q} onInput={(e) => setQ(e.currentTarget.value)} placeholder="name or description" />
-          <button type="submit" disabled={search.busy}>
+          <button type="submit">
             Search
           </button>
         </div>
