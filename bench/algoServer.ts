@@ -17,7 +17,7 @@
 import fs from 'node:fs';
 import inspector from 'node:inspector/promises';
 import pino from 'pino';
-import { buildApp, LOG_REDACT } from '../src/app.ts';
+import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { DEFAULT_POOL } from '../src/runtime/pool.ts';
 import { createServices, type ServiceOptions } from '../src/services.ts';
@@ -31,7 +31,7 @@ const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, {
 const options: ServiceOptions = perVersion ? { runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: perVersion } } } : {};
 const services = await createServices(config, options);
 await services.hosted.recover();
-const app = buildApp(services, { logger: pino({ level: 'silent', redact: LOG_REDACT }) });
+const app = buildApp(services, { logger: pino({ level: 'silent', ...LOG_OPTIONS }) });
 const url = await app.listen({ port: 0, host: '127.0.0.1' });
 process.stderr.write(`algo${perVersion ? ` (maxPerVersion ${perVersion})` : ''} is ready at ${url}\n`);
 process.stderr.write(`sandbox: ${services.sandbox.available ? 'bubblewrap' : `NONE (${services.sandbox.reason})`}\n`);

@@ -3,7 +3,7 @@ import { consoleAssets } from './console/assets.ts';
 import path from 'node:path';
 import pino from 'pino';
 import { ConfigError, type Config } from './config.ts';
-import { buildApp, LOG_REDACT } from './app.ts';
+import { buildApp, LOG_OPTIONS } from './app.ts';
 import { createServices, type Bus, type ServiceOptions, type Services } from './services.ts';
 import { publishDemoAlgorithms } from './algorithms/demo.ts';
 import { FULL_PERMISSIONS } from './auth/permissions.ts';
@@ -25,7 +25,7 @@ const DEMO_USER = 'demo';
  * home, listen, and on SIGTERM/SIGINT stop taking requests, finish the ones in flight, exit.
  */
 export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr, role: 'all' | 'api' = 'all'): Promise<void> {
-  const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
+  const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   // An API node sends every call to worker nodes over NATS (docs/cluster.md).
   const nc = role === 'api' ? await connectNats(requireCluster(config, 'serve --role api'), `algohost api ${os.hostname()}`) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
@@ -198,7 +198,7 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
  * builds it fetched, its lock). On SIGTERM it takes no new job, finishes the ones it has, exits.
  */
 export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr, healthPort?: number): Promise<void> {
-  const logger = pino({ level: config.logLevel, redact: LOG_REDACT });
+  const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   const nc = await connectNats(requireCluster(config, 'algohost worker'), `algohost worker ${os.hostname()}`);
   const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
   let health: http.Server | undefined;

@@ -22,7 +22,7 @@ import { isInternalAddress, publicOnlyLookup } from '../src/data/accounts/egress
 import { RemoteError } from '../src/data/connectors/remote.ts';
 import { S3Storage } from '../src/data/connectors/s3.ts';
 import { WebDavStorage } from '../src/data/connectors/webdav.ts';
-import { buildApp, LOG_REDACT } from '../src/app.ts';
+import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/services.ts';
 
@@ -236,7 +236,7 @@ describe('provider failures', () => {
       ),
     );
     const sink = new Writable({ write: (chunk, _e, done) => (lines.push(String(chunk)), done()) });
-    const app = buildApp(services, { logger: pino({ level: 'trace', redact: LOG_REDACT }, sink) });
+    const app = buildApp(services, { logger: pino({ level: 'trace', ...LOG_OPTIONS }, sink) });
     url = await app.listen({ port: 0, host: '127.0.0.1' });
     key = (await services.users.create('carol')).apiKey;
     close = async () => {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { buildApp, LOG_REDACT } from '../src/app.ts';
+import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/services.ts';
 import { tempHome } from './helpers/server.ts';
@@ -18,7 +18,7 @@ test('no log line contains an API key, even at trace level and on errors', async
   });
   const home = tempHome();
   const services = await createServices(loadConfig({ home, port: '0', demo: false }, {}));
-  const app = buildApp(services, { logger: pino({ level: 'trace', redact: LOG_REDACT }, sink) });
+  const app = buildApp(services, { logger: pino({ level: 'trace', ...LOG_OPTIONS }, sink) });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   try {
     const { apiKey } = await services.users.create('alice');
@@ -48,6 +48,52 @@ test('no log line contains an API key, even at trace level and on errors', async
       assert.equal(log.includes(secret), false, 'a key appears in the log');
       assert.equal(log.includes(secret.slice(3)), false, 'part of a key appears in the log');
     }
+  } finally {
+    await app.close();
+    await services.close();
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test('a download ticket in a URL is redacted from request lines', async () => {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(String(chunk));
+      done();
+    },
+  });
+  const home = tempHome();
+  const services = await createServices(loadConfig({ home, port: '0', demo: false }, {}));
+  const app = buildApp(services, { logger: pino({ level: 'info', ...LOG_OPTIONS }, sink) });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  try {
+    const { apiKey } = await services.users.create('alice');
+    await services.sessions.setPassword('alice', 'alice password');
+    const auth = { authorization: `Simple ${apiKey}` };
+    await fetch(`${url}/v1/data/.my`, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'c' });
+    await fetch(`${url}/v1/data/.my/c/f`, { method: 'PUT', headers: auth, body: 'bytes' });
+    const signedIn = await fetch(`${url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"username":"alice","password":"alice password"}' });
+    assert.equal(signedIn.status, 200);
+    const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!;
+    const { csrf_token: csrf } = (await signedIn.json()) as { csrf_token: string };
+    const asked = await fetch(`${url}/v1/session/downloads`, { method: 'POST', headers: { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, body: '{"path":"/v1/data/.my/c/f"}' });
+    assert.equal(asked.status, 200);
+    const link = ((await asked.json()) as { url: string }).url;
+    const ticket = new URL(link, url).searchParams.get('download')!;
+    assert.ok(ticket.length > 20, link);
+    const got = await fetch(new URL(link, url), { headers: { cookie } });
+    assert.equal(got.status, 200);
+    assert.equal(await got.text(), 'bytes');
+    // A ticket among other parameters, and a bare ?download, which is no credential.
+    assert.equal((await fetch(`${url}/v1/data/.my/c/f?x=1&download=${ticket}&y=2`, { method: 'HEAD', headers: { cookie } })).status, 200);
+    assert.equal((await fetch(`${url}/v1/data/.my/c/f?download`, { headers: auth })).status, 200);
+    const log = lines.join('');
+    assert.equal(log.includes(ticket), false, 'a ticket appears in the log');
+    assert.equal(log.includes(ticket.split('.')[1]!), false, 'a ticket\'s MAC appears in the log');
+    assert.ok(log.includes('"url":"/v1/data/.my/c/f?download=[Redacted]"'), log);
+    assert.ok(log.includes('"url":"/v1/data/.my/c/f?x=1&download=[Redacted]&y=2"'), log);
+    assert.ok(log.includes('"url":"/v1/data/.my/c/f?download"'), log);
   } finally {
     await app.close();
     await services.close();
