@@ -213,7 +213,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     throw err;
   }
   const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load());
-  node.start();
+  await node.start();
   const sweeper = startSweeper(services, logger, 'worker');
   const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';
   out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}${where}\n`);

@@ -52,7 +52,12 @@ export class WorkerNode {
     this.wire = new Wire(nc, this.node, log);
   }
 
-  start(): void {
+  /**
+   * Subscribes to jobs and starts the heartbeat. Resolves once the NATS server has the
+   * subscriptions (a flush's round trip): a node that says it is ready before then makes an
+   * API node's first call find no responder, and answer 503 no_workers.
+   */
+  async start(): Promise<void> {
     const callback = (err: Error | null, msg: Msg) => {
       if (err) return this.log.warn({ err }, 'the job subscription failed');
       // Nothing a message holds may take the node down: whatever escapes is logged.
@@ -62,6 +67,7 @@ export class WorkerNode {
     this.timer = setInterval(() => this.beat(), BEAT_MS);
     this.timer.unref();
     this.beat();
+    await this.nc.flush();
   }
 
   /** Jobs being run now. */
