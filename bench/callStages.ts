@@ -8,17 +8,11 @@
  *
  *   node --import tsx bench/callStages.ts [--rounds N]
  */
-import fs from 'node:fs';
-import path from 'node:path';
-import { buildApp } from '../src/app.ts';
-import { loadConfig } from '../src/config.ts';
 import { envelope } from '../src/algorithms/envelope.ts';
 import type { Worker } from '../src/runtime/worker.ts';
-import { createServices } from '../src/services.ts';
-import { release } from '../test/helpers/algorithms.ts';
-import { api } from '../test/helpers/server.ts';
 import { argOf } from './baseTree.ts';
 import { createBench, fmt } from './common.ts';
+import { openEchoHome } from './echoHome.ts';
 import { median } from './load.ts';
 
 const bench = createBench('callStages');
@@ -26,18 +20,9 @@ const ROUNDS = Number(argOf('--rounds') ?? 7);
 const INPUT = Buffer.from('hello, algohost', 'utf8');
 
 async function main(): Promise<void> {
-  const home = path.join(bench.work, 'home');
-  fs.mkdirSync(home, { recursive: true });
-  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, {});
-  const services = await createServices(config, { runtime: { pool: { maxWorkers: 4, maxPerVersion: 1, idleMs: 600_000, maxQueue: 100, queueTimeoutMs: 60_000 } } });
-  const apiKey = (await services.users.create('bench')).apiKey;
-  const app = buildApp(services);
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const { services, apiKey, principal, request, close } = await openEchoHome(bench, INPUT);
   try {
-    await release(api(url, apiKey), 'bench', 'Echo', { 'src/Echo.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
     const authorization = `Simple ${apiKey}`;
-    const principal = await services.keys.authenticate(authorization);
-    const request = { owner: 'bench', name: 'Echo', version: undefined, contentType: 'text' as const, input: INPUT, timeoutS: 300, stdout: false };
     const target = await services.releases.resolveCall(principal, 'bench', 'Echo', undefined);
     const result = await services.calls.call(principal, request);
     if (result.outcome.kind !== 'result') throw new Error(`the echo answered ${result.outcome.kind}`);
@@ -74,8 +59,7 @@ async function main(): Promise<void> {
     const lines = ['| Stage | CPU µs per call (median of rounds) |', '|---|---:|', ...stages.map(([name]) => `| ${name} | ${fmt(median(results.get(name)!), 1)} |`)];
     process.stdout.write(lines.join('\n') + '\n');
   } finally {
-    await app.close();
-    await services.close();
+    await close();
   }
 }
 

@@ -12,17 +12,11 @@
  *
  *   node --import tsx bench/usageCost.ts [--rounds N] [--calls N]
  */
-import fs from 'node:fs';
-import path from 'node:path';
-import { buildApp } from '../src/app.ts';
-import { loadConfig } from '../src/config.ts';
 import { CallService } from '../src/algorithms/calls.ts';
 import { UsageRecorder } from '../src/algorithms/usage.ts';
-import { createServices } from '../src/services.ts';
-import { release } from '../test/helpers/algorithms.ts';
-import { api } from '../test/helpers/server.ts';
 import { argOf } from './baseTree.ts';
 import { createBench, fmt } from './common.ts';
+import { openEchoHome } from './echoHome.ts';
 import { median } from './load.ts';
 
 const bench = createBench('usageCost');
@@ -32,19 +26,10 @@ const INPUT = Buffer.from('hello, algohost', 'utf8');
 const ON = 'counting, one flush per round';
 
 async function main(): Promise<void> {
-  const home = path.join(bench.work, 'home');
-  fs.mkdirSync(home, { recursive: true });
-  const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, {});
-  const services = await createServices(config, { runtime: { pool: { maxWorkers: 4, maxPerVersion: 1, idleMs: 600_000, maxQueue: 100, queueTimeoutMs: 60_000 } } });
-  const apiKey = (await services.users.create('bench')).apiKey;
-  const app = buildApp(services);
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const { services, principal, request, close } = await openEchoHome(bench, INPUT);
   // Flushed by hand at the end of each counting round, never by its timer.
   const counting = new UsageRecorder(services.store, { flushIntervalMs: 3_600_000 });
   try {
-    await release(api(url, apiKey), 'bench', 'Echo', { 'src/Echo.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
-    const principal = await services.keys.authenticate(`Simple ${apiKey}`);
-    const request = { owner: 'bench', name: 'Echo', version: undefined, contentType: 'text' as const, input: INPUT, timeoutS: 300, stdout: false };
     const variants: [string, CallService][] = [
       ['not counting', new CallService(services.releases, services.runtime, false)],
       [ON, new CallService(services.releases, services.runtime, false, counting)],
@@ -108,8 +93,7 @@ async function main(): Promise<void> {
     process.stdout.write(lines.join('\n') + '\n');
   } finally {
     await counting.close();
-    await app.close();
-    await services.close();
+    await close();
   }
 }
 
