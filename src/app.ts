@@ -102,6 +102,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const app = Fastify({
     ...(isInstance ? { loggerInstance: loggerOpt as FastifyServerOptions['loggerInstance'] } : { logger: loggerOpt as FastifyServerOptions['logger'] }),
     genReqId: nextRequestId,
+    // req.ip, req.protocol and req.host from the trusted proxies' X-Forwarded-* (ALGOHOST_TRUST_PROXY).
+    trustProxy: services.config.trustProxy,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
     bodyLimit: 1024 * 1024,
     return503OnClosing: false, // answered below, in our envelope

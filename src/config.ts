@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 /**
@@ -24,6 +25,12 @@ export interface Config {
   shutdownTimeoutMs: number;
   /** ALGOHOST_PUBLIC_URL: the address users reach us at, used in printed examples. */
   publicUrl: string | undefined;
+  /**
+   * ALGOHOST_TRUST_PROXY: the HTTP proxies in front of the server whose X-Forwarded-* headers
+   * are believed (fastify's `trustProxy`): their addresses or ranges. `false` (default): the
+   * client is the TCP peer.
+   */
+  trustProxy: false | string[];
   /** ALGOHOST_DEMO: create the `demo` user on first start of an empty home (`--no-demo`). */
   demo: boolean;
   /** ALGOHOST_SANDBOX: `required` refuses to start without a working bubblewrap; `auto` warns. */
@@ -385,6 +392,28 @@ function connectorNetwork(raw: string | undefined): 'public' | 'any' {
   throw new ConfigError(`ALGOHOST_CONNECTOR_NETWORK must be public or any, got "${raw}"`);
 }
 
+const PROXY_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal']);
+
+function trustProxy(raw: string | undefined): false | string[] {
+  const v = raw?.trim() ?? '';
+  if (v === '' || v === 'false') return false;
+  if (v === 'true' || /^\d+$/.test(v)) {
+    // fastify itself trusts no hop count (the nearest peer could be any client).
+    throw new ConfigError(`ALGOHOST_TRUST_PROXY=${v} would believe the X-Forwarded-For of a client that reaches the server directly; give the proxies' addresses or ranges instead (10.0.0.5, 10.0.0.0/8, loopback)`);
+  }
+  const entries = v.split(',').map((x) => x.trim());
+  for (const e of entries) {
+    if (PROXY_RANGES.has(e)) continue;
+    const [ip, bits, extra] = e.split('/');
+    const family = net.isIP(ip ?? '');
+    const prefixOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= (family === 6 ? 128 : 32));
+    if (family === 0 || !prefixOk || extra !== undefined) {
+      throw new ConfigError(`ALGOHOST_TRUST_PROXY must list IP addresses or CIDR ranges (10.0.0.0/8), loopback, linklocal or uniquelocal, comma-separated; "${e}" is none of those`);
+    }
+  }
+  return entries;
+}
+
 function httpUrl(name: string, raw: string | undefined, fallback: string): string {
   if (raw === undefined || raw === '') return fallback;
   let u: URL;
@@ -454,6 +483,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_SHUTDOWN_TIMEOUT_MS', env.ALGOHOST_SHUTDOWN_TIMEOUT_MS, DEFAULTS.shutdownTimeoutMs, 0, 3_600_000),
     docs: [
       { vars: ["ALGOHOST_SHUTDOWN_TIMEOUT_MS"], shown: code(DEFAULTS.shutdownTimeoutMs), meaning: "On SIGTERM/SIGINT the server stops accepting, finishes requests in flight and exits 0; if they are still running after this long it exits 1." },
+    ],
+  },
+  trustProxy: {
+    read: (env) => trustProxy(env.ALGOHOST_TRUST_PROXY),
+    docs: [
+      { vars: ["ALGOHOST_TRUST_PROXY"], shown: "unset: the client is the TCP peer", meaning: "The HTTP proxies (load balancers, TLS terminators) in front of the server, whose `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` are believed: their addresses or CIDR ranges, comma-separated (`10.0.0.0/8, fd00::/8`; the names `loopback`, `linklocal` and `uniquelocal` stand for those ranges). The client's address is then the nearest one in `X-Forwarded-For` that is not a trusted proxy, so a client cannot name its own; it is what console sign-ins are counted by (docs/auth.md) and what request lines log, and the proxy's scheme and host make the links the API writes (`self_link`, `next_link`). `true` and a number of proxies are refused: either would believe a client that reaches the server directly. A TCP (layer-4) balancer adds no header: leave it unset." },
     ],
   },
   publicUrl: {

@@ -6,8 +6,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hashPassword, verifyPassword } from '../src/auth/passwords.ts';
-import { SESSION_COOKIE, downloadTicket } from '../src/auth/sessions.ts';
-import { json, startServer, tempHome, type TestServer } from './helpers/server.ts';
+import { SESSION_COOKIE, addressKey, downloadTicket } from '../src/auth/sessions.ts';
+import { ConfigError, loadConfig } from '../src/config.ts';
+import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
 import { runCli } from './helpers/process.ts';
 
@@ -369,33 +370,98 @@ describe('console sessions over HTTP', () => {
     assert.ok(busy.length > 0, 'two hashes at a time with 32 waiting cannot take 200 at once');
     for (const a of busy) assert.match(a.body.error.message, /too many sign-ins at once/);
     // Only the tries that were hashed were counted: one row each, none for those turned away.
-    const rows = await s.services.store.db.selectFrom('signin_failures').select(['username_lc', 'count']).where('username_lc', 'like', 'flood%').execute();
+    const rows = await s.services.store.db.selectFrom('signin_failures').select(['username_lc', 'count']).where('username_lc', 'like', 'flood%').where('address', '=', '').execute();
     assert.deepEqual(rows.map((r) => r.username_lc).sort(), tried.map((a) => a.username).sort());
     assert.ok(rows.every((r) => Number(r.count) === 1));
   });
 
-  test('after ten failed sign-ins a name is refused for a while, with a 429 saying so; when the window has passed, it may sign in', async () => {
+  test('after ten failed sign-ins from an address a name is refused there for a while, with a 429 saying so; when the window has passed, it may sign in', async () => {
     const node = s.url; // every API node, as above
     await s.user('erin');
     await s.services.sessions.setPassword('erin', 'erin password');
+    // Without ALGOHOST_TRUST_PROXY, X-Forwarded-For is not believed: these are all one address.
     for (let i = 0; i < 10; i++) {
-      const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: `guess ${i}` }) });
+      const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': `198.51.100.${i}` }, body: JSON.stringify({ username: 'erin', password: `guess ${i}` }) });
       assert.equal(r.status, 401);
     }
-    const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
+    const r = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': '198.51.100.99' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
     assert.equal(r.status, 429);
     const body = await json(r);
     assert.equal(body.error.code, 'too_many_attempts');
-    assert.match(body.error.message, /try again in (15|14) minutes/);
+    assert.match(body.error.message, /from your address; try again in (15|14) minutes/);
     // Fifteen minutes on (the window's start moved back): the name may try again, and a right
-    // password leaves no count behind.
-    const failures = () => s.services.store.db.selectFrom('signin_failures').select(['count']).where('username_lc', '=', 'erin').execute();
-    assert.deepEqual((await failures()).map((r) => Number(r.count)), [11]);
+    // password leaves no count behind. The refused try counted for the address, not the name.
+    const failures = () => s.services.store.db.selectFrom('signin_failures').select(['address', 'count']).where('username_lc', '=', 'erin').orderBy('address').execute();
+    assert.deepEqual((await failures()).map((r) => [r.address, Number(r.count)]), [['', 10], ['127.0.0.1', 11]]);
     await s.services.store.write((trx) => trx.updateTable('signin_failures').set({ since: Date.now() - 15 * 60_000 - 1 }).where('username_lc', '=', 'erin').execute());
     const again = await fetch(`${node}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'erin', password: 'erin password' }) });
     assert.equal(again.status, 200);
     assert.deepEqual(await failures(), []);
   });
+});
+
+test('sign-ins are counted by address: IPv4 as it is, IPv6 by its /64', () => {
+  assert.equal(addressKey('203.0.113.7'), '203.0.113.7');
+  assert.equal(addressKey('::ffff:203.0.113.7'), '203.0.113.7');
+  assert.equal(addressKey('2001:db8:1:2::a'), '2001:db8:1:2::/64');
+  assert.equal(addressKey('2001:0db8:0001:0002:0000:0000:0000:00b'), '2001:db8:1:2::/64');
+  assert.equal(addressKey('2001:db8::1'), '2001:db8:0:0::/64');
+  assert.equal(addressKey('::1'), '0:0:0:0::/64');
+  assert.notEqual(addressKey('2001:db8:1:3::a'), addressKey('2001:db8:1:2::a'));
+  assert.equal(addressKey(undefined), 'unknown');
+});
+
+test('ALGOHOST_TRUST_PROXY takes proxy addresses and ranges; true, a hop count and anything else stop the start, naming the setting', () => {
+  const trust = (v: string) => loadConfig({}, { ALGOHOST_TRUST_PROXY: v }).trustProxy;
+  assert.equal(loadConfig({}, {}).trustProxy, false);
+  assert.equal(trust(''), false);
+  assert.deepEqual(trust('10.0.0.5, 10.0.0.0/8,fd00::/8, loopback'), ['10.0.0.5', '10.0.0.0/8', 'fd00::/8', 'loopback']);
+  for (const bad of ['true', '1', 'proxy.internal', '10.0.0.0/33', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.5,,10.0.0.6']) {
+    assert.throws(() => trust(bad), (e) => e instanceof ConfigError && e.message.startsWith('ALGOHOST_TRUST_PROXY'), bad);
+  }
+});
+
+test('with ALGOHOST_TRUST_PROXY, failures count per client address: ten from one lock that one out, not the name; a hundred from all lock the name', async () => {
+  // The test's own connections come from loopback: they play the trusted proxy.
+  const s = await startServer({ env: { ALGOHOST_TRUST_PROXY: 'loopback' } });
+  try {
+    await s.user('gail');
+    await s.services.sessions.setPassword('gail', 'gail password');
+    const signIn = (password: string, forwardedFor: string) =>
+      fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': forwardedFor }, body: JSON.stringify({ username: 'gail', password }) });
+    const rows = async () =>
+      (await s.services.store.db.selectFrom('signin_failures').select(['address', 'count']).where('username_lc', '=', 'gail').orderBy('address').execute()).map((r) => [r.address, Number(r.count)]);
+
+    for (let i = 0; i < 10; i++) assert.equal((await signIn(`guess ${i}`, '203.0.113.7')).status, 401);
+    // An address the client put before the proxy's own entry is not believed.
+    for (const from of ['203.0.113.7', '192.0.2.1, 203.0.113.7']) {
+      const r = await signIn('gail password', from);
+      assert.equal(r.status, 429, from);
+      assert.match((await json(r)).error.message, /too many failed sign-ins for "gail" from your address; try again in (15|14) minutes/);
+    }
+    // Another address signs in; the name counts only the tries the first address was allowed.
+    assert.equal((await signIn('gail password', '198.51.100.9')).status, 200);
+    assert.deepEqual(await rows(), [['', 10], ['203.0.113.7', 12]]);
+
+    // One IPv6 subscriber (a /64) is one address, whichever of its addresses it uses.
+    for (let i = 0; i < 10; i++) assert.equal((await signIn(`guess ${i}`, `2001:db8:1:2::${i + 1}`)).status, 401);
+    assert.equal((await signIn('gail password', '2001:db8:1:2::ff')).status, 429);
+    assert.equal((await signIn('gail password', '2001:db8:1:3::1')).status, 200);
+
+    // A hundred failures for the name over every address: now every address waits.
+    await s.services.store.write((trx) => trx.updateTable('signin_failures').set({ count: 100 }).where('username_lc', '=', 'gail').where('address', '=', '').execute());
+    const r = await signIn('gail password', '192.0.2.77');
+    assert.equal(r.status, 429);
+    assert.match((await json(r)).error.message, /^too many failed sign-ins for "gail"; try again in (15|14) minutes/);
+
+    // The trusted proxy's scheme and host make the links the API writes.
+    const gail = api(s.url, await s.user('gail2'));
+    assert.equal((await gail('/v1/algorithms/gail2', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Linked","settings":{"language":"python3"}}' })).status, 201);
+    const behind = await json(await gail('/v1/algorithms/gail2/Linked', { headers: { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'algo.example' } }));
+    assert.equal(behind.self_link, 'https://algo.example/v1/algorithms/gail2/Linked');
+  } finally {
+    await s.close();
+  }
 });
 
 test('the admin CLI: user create --password-stdin and user password set what the console signs in with', async () => {

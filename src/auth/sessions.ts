@@ -15,6 +15,7 @@
  * cookie besides: in a log or a history it opens nothing, and it needs no state on any node.
  */
 import crypto from 'node:crypto';
+import net from 'node:net';
 import type { MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
@@ -32,9 +33,34 @@ export const DOWNLOAD_PARAM = 'download';
 /** How long a download link stays good: long enough to start it, not to pass it around. */
 export const DOWNLOAD_TICKET_TTL_S = 60;
 
-/** Sign-in failures a user name may have per window before further tries are refused. */
+/** Sign-in failures a user name may have from one client address per window. */
 const MAX_FAILURES = 10;
+/**
+ * ... and from every address together: guesses spread over many addresses stop too, while
+ * one address failing ten times no longer locks the name for everyone else.
+ */
+const MAX_NAME_FAILURES = 100;
 const FAILURE_WINDOW_MS = 15 * 60_000;
+/** The `address` of a name's row over every address. */
+const ANY_ADDRESS = '';
+
+/**
+ * The address sign-ins are counted by: an IPv4 address as it is (an IPv4-mapped IPv6 one as
+ * IPv4), an IPv6 address as its /64, which one subscriber usually holds whole.
+ */
+export function addressKey(ip: string | undefined): string {
+  if (!ip) return 'unknown';
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1]!;
+  if (net.isIPv6(ip)) {
+    const [head = '', tail = ''] = ip.split('::');
+    const left = head ? head.split(':') : [];
+    const right = tail ? tail.split(':') : [];
+    const groups = ip.includes('::') ? [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right] : left;
+    return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(':')}::/64`;
+  }
+  return ip;
+}
 
 export type { SessionInfo } from '../../client/src/types.ts';
 
@@ -61,12 +87,12 @@ export class SessionService {
    * Changes a password from the console or the API: the current one is asked for again, so
    * that a session or key left open cannot lock its owner out. The session that asked stays.
    */
-  async changePassword(principal: Principal, current: unknown, next: unknown, keepSession?: string): Promise<void> {
+  async changePassword(principal: Principal, current: unknown, next: unknown, address: string | undefined, keepSession?: string): Promise<void> {
     if (typeof current !== 'string') throw new AppError('invalid_body', 'send {"current_password": "...", "password": "..."}');
     const hash = await hashPassword(validatePassword(next));
     const row = await this.store.db.selectFrom('users').select(['id', 'password_hash']).where('id', '=', principal.userId).executeTakeFirst();
     if (!row) throw new AppError('unknown_user', `no user named "${principal.username}"`);
-    await this.checkPassword(principal.username, current, row.password_hash);
+    await this.checkPassword(principal.username, current, row.password_hash, address);
     await this.store.write(async (trx) => {
       await trx.updateTable('users').set({ password_hash: hash }).where('id', '=', row.id).execute();
       let others = trx.deleteFrom('sessions').where('user_id', '=', row.id);
@@ -75,8 +101,11 @@ export class SessionService {
     });
   }
 
-  /** Signs in: the new session's cookie value (secret) and what the page may know of it. */
-  async signIn(username: unknown, password: unknown): Promise<{ cookie: string; info: SessionInfo; maxAgeS: number }> {
+  /**
+   * Signs in: the new session's cookie value (secret) and what the page may know of it.
+   * `address` is the client's (req.ip), which failures are counted by.
+   */
+  async signIn(username: unknown, password: unknown, address: string | undefined): Promise<{ cookie: string; info: SessionInfo; maxAgeS: number }> {
     if (typeof username !== 'string' || typeof password !== 'string' || username.length > 100 || password.length > 4096) {
       throw new AppError('invalid_body', 'send {"username": "...", "password": "..."} as JSON');
     }
@@ -85,7 +114,7 @@ export class SessionService {
       .select(['id', 'username', 'password_hash'])
       .where('username_lc', '=', username.toLowerCase())
       .executeTakeFirst();
-    await this.checkPassword(username, password, row?.password_hash ?? null);
+    await this.checkPassword(username, password, row?.password_hash ?? null, address);
     const user = row!;
     const cookie = crypto.randomBytes(32).toString('base64url');
     const csrf = crypto.randomBytes(24).toString('base64url');
@@ -102,31 +131,43 @@ export class SessionService {
   /**
    * Throws invalid_credentials (same message, about the same time, whatever was wrong). The
    * attempt is counted before the hash is computed, so that guesses sent all at once are
-   * counted all the same; a right password takes its own attempt back. The count is in the
-   * store (one upsert per attempt), so every API node of a cluster counts the same tries.
+   * counted all the same; a right password takes its own attempt back. It is counted twice:
+   * for the name from this address (at most MAX_FAILURES), then, if that allows it, for the
+   * name from every address (at most MAX_NAME_FAILURES). The counts are in the store (two
+   * upserts in one transaction per attempt), so every API node of a cluster counts the same
+   * tries.
    */
-  private async checkPassword(username: string, password: string, stored: string | null): Promise<void> {
+  private async checkPassword(username: string, password: string, stored: string | null, ip: string | undefined): Promise<void> {
     const key = username.toLowerCase();
+    const address = addressKey(ip);
     const now = Date.now();
     // A place among the hashes first: a flood is turned away before it writes anything.
     const place = reserveHash();
     let ok: boolean;
-    let counted: { since: number; count: number };
+    let counted: { address: string; since: number; count: number }[];
     try {
       counted = await this.store.write(async (trx) => {
         // Windows that have passed go first (an index range), this name's included: rows never
         // outlive their window, however many names are tried.
         await trx.deleteFrom('signin_failures').where('since', '<=', now - FAILURE_WINDOW_MS).execute();
-        return trx
-          .insertInto('signin_failures')
-          .values({ username_lc: key, since: now, count: 1 })
-          .onConflict((oc) => oc.column('username_lc').doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
-          .returning(['since', 'count'])
-          .executeTakeFirstOrThrow();
+        const count = (a: string) =>
+          trx
+            .insertInto('signin_failures')
+            .values({ username_lc: key, address: a, since: now, count: 1 })
+            .onConflict((oc) => oc.columns(['username_lc', 'address']).doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
+            .returning(['address', 'since', 'count'])
+            .executeTakeFirstOrThrow();
+        const here = await count(address);
+        // Tries this address may no longer make do not count for the name: one address alone
+        // adds at most MAX_FAILURES + 1 to it, and cannot lock the name for everyone.
+        return here.count > MAX_FAILURES ? [here] : [here, await count(ANY_ADDRESS)];
       });
-      if (counted.count > MAX_FAILURES) {
-        const waitMin = Math.max(1, Math.ceil((counted.since + FAILURE_WINDOW_MS - now) / 60_000));
-        throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
+      const [fromHere, fromAll] = counted as [(typeof counted)[0], (typeof counted)[0] | undefined];
+      const over = fromHere.count > MAX_FAILURES ? fromHere : fromAll && fromAll.count > MAX_NAME_FAILURES ? fromAll : undefined;
+      if (over) {
+        const waitMin = Math.max(1, Math.ceil((over.since + FAILURE_WINDOW_MS - now) / 60_000));
+        const where = over === fromHere ? ' from your address' : '';
+        throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"${where}; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
       }
       // A user without a password (or none at all) costs the same hash as a wrong password.
       ok = await verifyPassword(password, stored ?? (await decoyHash()), place);
@@ -135,9 +176,11 @@ export class SessionService {
     }
     if (ok && stored !== null) {
       await this.store.write(async (trx) => {
-        const mine = { username_lc: key, since: counted.since };
-        await trx.updateTable('signin_failures').set((eb) => ({ count: eb('count', '-', 1) })).where((eb) => eb.and(mine)).execute();
-        await trx.deleteFrom('signin_failures').where((eb) => eb.and(mine)).where('count', '<=', 0).execute();
+        for (const row of counted) {
+          const mine = { username_lc: key, address: row.address, since: row.since };
+          await trx.updateTable('signin_failures').set((eb) => ({ count: eb('count', '-', 1) })).where((eb) => eb.and(mine)).execute();
+          await trx.deleteFrom('signin_failures').where((eb) => eb.and(mine)).where('count', '<=', 0).execute();
+        }
       });
       return;
     }

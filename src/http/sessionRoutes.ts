@@ -54,7 +54,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { sessions: Sess
   app.post('/v1/session', async (req, reply) => {
     refuseCrossSite(req);
     const body = checkObject(req.body, ['username', 'password']);
-    const { cookie, info, maxAgeS } = await sessions.signIn(body.username, body.password);
+    const { cookie, info, maxAgeS } = await sessions.signIn(body.username, body.password, req.ip);
     setCookie(reply, cookie, maxAgeS);
     reply.header('cache-control', 'no-store');
     return info;
@@ -109,7 +109,7 @@ export async function passwordRoutes(app: FastifyInstance, opts: { sessions: Ses
       throw new AppError('key_permission_denied', 'this API key may not change the password (allow_algo_management is off)');
     }
     const body = checkObject(req.body, ['current_password', 'password']);
-    await opts.sessions.changePassword(principal, body.current_password, body.password, req.sessionCookie);
+    await opts.sessions.changePassword(principal, body.current_password, body.password, req.ip, req.sessionCookie);
     return reply.code(204).send();
   });
 }

@@ -448,6 +448,31 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX signin_failures_since ON signin_failures(since);
   `,
   },
+  // Sign-in failures counted per client address too (auth/sessions.ts): a row per name and
+  // address, and the name's row over every address has address ''. The counts of the window
+  // running come along as the name's rows.
+  {
+    sqlite: `
+  DROP INDEX signin_failures_since;
+  ALTER TABLE signin_failures RENAME TO signin_failures_by_name;
+  CREATE TABLE signin_failures (
+    username_lc TEXT NOT NULL,
+    address TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (username_lc, address)
+  );
+  INSERT INTO signin_failures (username_lc, address, since, count) SELECT username_lc, '', since, count FROM signin_failures_by_name;
+  DROP TABLE signin_failures_by_name;
+  CREATE INDEX signin_failures_since ON signin_failures(since);
+  `,
+    postgres: `
+  ALTER TABLE signin_failures ADD COLUMN address TEXT COLLATE "C" NOT NULL DEFAULT '';
+  ALTER TABLE signin_failures ALTER COLUMN address DROP DEFAULT;
+  ALTER TABLE signin_failures DROP CONSTRAINT signin_failures_pkey;
+  ALTER TABLE signin_failures ADD PRIMARY KEY (username_lc, address);
+  `,
+  },
 ];
 
 /**

@@ -179,11 +179,14 @@ export interface AsyncRequestsTable {
 }
 
 /**
- * Recent failed sign-ins per user name (auth/sessions.ts), in the store so that every API node
- * counts the same tries. A row lives for the window it counts; sign-ins remove expired rows.
+ * Recent failed sign-ins per user name and client address (auth/sessions.ts), in the store so
+ * that every API node counts the same tries. A row lives for the window it counts; sign-ins
+ * remove expired rows.
  */
 export interface SigninFailuresTable {
   username_lc: string;
+  /** The client's address (an IPv6 one as its /64), or '' for the name over every address. */
+  address: string;
   /** When the window began (the first failure in it), ms since the epoch. */
   since: number;
   /** Tries counted in the window, each as it arrived (a right password takes its own back). */
