@@ -228,6 +228,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     closing: () => closing,
     requestId: nextRequestId,
     log: app.log,
+    trustProxy: services.config.trustProxy,
   });
   app.decorate('directCalls', direct);
   const lingering = new Lingering();

@@ -6,7 +6,8 @@ import pino from 'pino';
 import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/services.ts';
-import { tempHome } from './helpers/server.ts';
+import { api, tempHome } from './helpers/server.ts';
+import { release } from './helpers/algorithms.ts';
 
 test('no log line contains an API key, even at trace level and on errors', async () => {
   const lines: string[] = [];
@@ -98,5 +99,40 @@ test('a download ticket in a URL is redacted from request lines', async () => {
     await app.close();
     await services.close();
     fs.rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test('request lines log the client behind a proxy named in ALGOHOST_TRUST_PROXY, on the fastify and the direct path, and the TCP peer otherwise', async () => {
+  for (const trust of ['loopback', undefined]) {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const home = tempHome();
+    const services = await createServices(loadConfig({ home, port: '0', demo: false }, trust ? { ALGOHOST_TRUST_PROXY: trust } : {}));
+    const app = buildApp(services, { logger: pino({ level: 'info', ...LOG_OPTIONS }, sink) });
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const { apiKey } = await services.users.create('alice');
+      const alice = api(url, apiKey);
+      await release(alice, 'alice', 'Echo', { 'src/Echo.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
+      const from = (client: string) => ({ 'x-forwarded-for': `192.0.2.1, ${client}` });
+      const before = app.directCalls.answered;
+      const called = await alice('/v1/algo/alice/Echo', { method: 'POST', headers: { 'content-type': 'text/plain', ...from('203.0.113.9') }, body: 'hi' });
+      assert.equal(called.status, 200);
+      assert.equal(app.directCalls.answered - before, 1, 'the call took the direct path');
+      assert.equal((await alice('/v1/data/.my', { headers: from('203.0.113.10') })).status, 200);
+      const arrived = lines.map((l) => JSON.parse(l) as { msg: string; req?: { url: string; remoteAddress: string } }).filter((l) => l.msg === 'incoming request');
+      const addressOf = (u: string) => arrived.find((l) => l.req!.url === u)?.req!.remoteAddress;
+      assert.equal(addressOf('/v1/algo/alice/Echo'), trust ? '203.0.113.9' : '127.0.0.1');
+      assert.equal(addressOf('/v1/data/.my'), trust ? '203.0.113.10' : '127.0.0.1');
+    } finally {
+      await app.close();
+      await services.close();
+      fs.rmSync(home, { recursive: true, force: true });
+    }
   }
 });

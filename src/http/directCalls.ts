@@ -1,3 +1,4 @@
+import proxyAddr from '@fastify/proxy-addr';
 import type { FastifyBaseLogger } from 'fastify';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.ts';
@@ -36,6 +37,8 @@ export interface DirectCallsOptions {
   requestId(): string;
   /** The app's logger (app.log): request lines and errors as fastify would log them. */
   log: FastifyBaseLogger;
+  /** ALGOHOST_TRUST_PROXY: the client's address in request lines, as fastify's req.ip has it. */
+  trustProxy: false | string[];
 }
 
 /**
@@ -51,7 +54,12 @@ export class DirectCalls {
   /** Requests this path answered itself (the rest went to fastify). */
   answered = 0;
 
-  constructor(private readonly o: DirectCallsOptions) {}
+  /** Whether a proxy in front is trusted (fastify's own check, compiled once). */
+  private readonly trusted: ((address: string, hop: number) => boolean) | undefined;
+
+  constructor(private readonly o: DirectCallsOptions) {
+    this.trusted = o.trustProxy ? proxyAddr.compile(o.trustProxy) : undefined;
+  }
 
   /** Whether this path may take the request (the app has already excluded internal ones). */
   static takes(req: IncomingMessage): boolean {
@@ -82,7 +90,7 @@ export class DirectCalls {
     }
     if (options.output === 'void' || Number(req.headers['content-length']) > MAX_INPUT_BYTES || this.o.closing()) return this.o.fallback(req, res);
 
-    const log = new RequestLog(this.o.log, this.o.requestId(), req, res);
+    const log = new RequestLog(this.o.log, this.o.requestId(), req, res, this.trusted);
     try {
       // A body that came with the headers has been parsed by the time this microtask runs: it
       // is taken as it is, and a warm call's frame leaves for its worker without another turn.
@@ -127,11 +135,13 @@ class RequestLog {
     readonly id: string,
     req: IncomingMessage,
     res: ServerResponse,
+    trusted: ((address: string, hop: number) => boolean) | undefined,
   ) {
     this.started = performance.now();
     if (!infoEnabled(parent)) return;
     // What fastify's req serializer reads from its request object.
-    const request = { method: req.method, url: req.url, headers: req.headers, host: req.headers.host ?? '', ip: req.socket.remoteAddress, socket: req.socket };
+    const ip = trusted ? proxyAddr(req, trusted) : req.socket.remoteAddress;
+    const request = { method: req.method, url: req.url, headers: req.headers, host: req.headers.host ?? '', ip, socket: req.socket };
     this.logger().info({ req: request }, 'incoming request');
     const finished = (err?: Error) => {
       res.off('finish', finished).off('error', finished);
