@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import net from 'node:net';
+import proxyAddr from '@fastify/proxy-addr';
 import path from 'node:path';
 
 /**
@@ -397,19 +398,27 @@ const PROXY_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal']);
 function trustProxy(raw: string | undefined): false | string[] {
   const v = raw?.trim() ?? '';
   if (v === '' || v === 'false') return false;
-  if (v === 'true' || /^\d+$/.test(v)) {
-    // fastify itself trusts no hop count (the nearest peer could be any client).
-    throw new ConfigError(`ALGOHOST_TRUST_PROXY=${v} would believe the X-Forwarded-For of a client that reaches the server directly; give the proxies' addresses or ranges instead (10.0.0.5, 10.0.0.0/8, loopback)`);
-  }
+  const everyone = (what: string) =>
+    new ConfigError(`ALGOHOST_TRUST_PROXY=${what} would believe the X-Forwarded-For of any client that reaches the server directly; give only the proxies' own addresses or ranges (10.0.0.5, 10.0.0.0/24, loopback)`);
+  // fastify itself trusts no hop count (the nearest peer could be any client).
+  if (v === 'true' || /^\d+$/.test(v)) throw everyone(v);
   const entries = v.split(',').map((x) => x.trim());
   for (const e of entries) {
+    if (e === '') throw new ConfigError(`ALGOHOST_TRUST_PROXY has an empty entry: "${v}"; list the proxies' addresses or ranges, comma-separated`);
     if (PROXY_RANGES.has(e)) continue;
-    const [ip, bits, extra] = e.split('/');
-    const family = net.isIP(ip ?? '');
+    const [ip = '', bits, extra] = e.split('/');
+    const family = net.isIP(ip);
     const prefixOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= (family === 6 ? 128 : 32));
     if (family === 0 || !prefixOk || extra !== undefined) {
       throw new ConfigError(`ALGOHOST_TRUST_PROXY must list IP addresses or CIDR ranges (10.0.0.0/8), loopback, linklocal or uniquelocal, comma-separated; "${e}" is none of those`);
     }
+    // Every address, or every IPv4 address written as IPv6 (::ffff:0.0.0.0/96 holds them all).
+    if (bits === '0' || (family === 6 && /^::ffff:/i.test(ip) && bits !== undefined && Number(bits) <= 96)) throw everyone(e);
+  }
+  try {
+    proxyAddr.compile(entries); // what fastify will make of it
+  } catch (err) {
+    throw new ConfigError(`ALGOHOST_TRUST_PROXY: ${(err as Error).message} ("${v}")`);
   }
   return entries;
 }
@@ -488,7 +497,7 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
   trustProxy: {
     read: (env) => trustProxy(env.ALGOHOST_TRUST_PROXY),
     docs: [
-      { vars: ["ALGOHOST_TRUST_PROXY"], shown: "unset: the client is the TCP peer", meaning: "The HTTP proxies (load balancers, TLS terminators) in front of the server, whose `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` are believed: their addresses or CIDR ranges, comma-separated (`10.0.0.0/8, fd00::/8`; the names `loopback`, `linklocal` and `uniquelocal` stand for those ranges). The client's address is then the nearest one in `X-Forwarded-For` that is not a trusted proxy, so a client cannot name its own; it is what console sign-ins are counted by (docs/auth.md) and what request lines log, and the proxy's scheme and host make the links the API writes (`self_link`, `next_link`). `true` and a number of proxies are refused: either would believe a client that reaches the server directly. A TCP (layer-4) balancer adds no header: leave it unset." },
+      { vars: ["ALGOHOST_TRUST_PROXY"], shown: "unset: the client is the TCP peer", meaning: "The HTTP proxies (load balancers, TLS terminators) in front of the server, whose `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` are believed: their own addresses or CIDR ranges, comma-separated (`10.0.0.5, fd00::/8`; the names `loopback`, `linklocal` and `uniquelocal` stand for those ranges). The client's address is then the nearest one in `X-Forwarded-For` that is not a trusted proxy; it is what console sign-ins are counted by (docs/auth.md) and what request lines log, and the proxy's scheme and host make the links the API writes (`self_link`, `next_link`). The proxy must append the address it saw to `X-Forwarded-For` (nginx: `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`) and set the other two, and no client may be inside a trusted range: a client there, or behind a proxy that passes a client's own headers on, can name any address. `true`, a number of proxies and ranges of every address are refused: each would believe a client that reaches the server directly. A TCP (layer-4) balancer adds no header: leave it unset." },
     ],
   },
   publicUrl: {

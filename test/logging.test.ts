@@ -103,7 +103,9 @@ test('a download ticket in a URL is redacted from request lines', async () => {
 });
 
 test('request lines log the client behind a proxy named in ALGOHOST_TRUST_PROXY, on the fastify and the direct path, and the TCP peer otherwise', async () => {
-  for (const trust of ['loopback', undefined]) {
+  // The test's connections come from loopback: trusted as `loopback`, a client past 10.0.0.1.
+  for (const trust of ['loopback', '10.0.0.1', undefined]) {
+    const trusted = trust === 'loopback';
     const lines: string[] = [];
     const sink = new Writable({
       write(chunk, _enc, done) {
@@ -119,16 +121,17 @@ test('request lines log the client behind a proxy named in ALGOHOST_TRUST_PROXY,
       const { apiKey } = await services.users.create('alice');
       const alice = api(url, apiKey);
       await release(alice, 'alice', 'Echo', { 'src/Echo.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
-      const from = (client: string) => ({ 'x-forwarded-for': `192.0.2.1, ${client}` });
+      const from = (client: string) => ({ 'x-forwarded-for': `192.0.2.1, ${client}`, 'x-forwarded-host': 'algo.example' });
       const before = app.directCalls.answered;
       const called = await alice('/v1/algo/alice/Echo', { method: 'POST', headers: { 'content-type': 'text/plain', ...from('203.0.113.9') }, body: 'hi' });
       assert.equal(called.status, 200);
       assert.equal(app.directCalls.answered - before, 1, 'the call took the direct path');
       assert.equal((await alice('/v1/data/.my', { headers: from('203.0.113.10') })).status, 200);
-      const arrived = lines.map((l) => JSON.parse(l) as { msg: string; req?: { url: string; remoteAddress: string } }).filter((l) => l.msg === 'incoming request');
-      const addressOf = (u: string) => arrived.find((l) => l.req!.url === u)?.req!.remoteAddress;
-      assert.equal(addressOf('/v1/algo/alice/Echo'), trust ? '203.0.113.9' : '127.0.0.1');
-      assert.equal(addressOf('/v1/data/.my'), trust ? '203.0.113.10' : '127.0.0.1');
+      const arrived = lines.map((l) => JSON.parse(l) as { msg: string; req?: { url: string; remoteAddress: string; host: string } }).filter((l) => l.msg === 'incoming request');
+      const logged = (u: string) => arrived.find((l) => l.req!.url === u)?.req;
+      const host = new URL(url).host;
+      assert.deepEqual(logged('/v1/algo/alice/Echo'), { ...logged('/v1/algo/alice/Echo'), remoteAddress: trusted ? '203.0.113.9' : '127.0.0.1', host: trusted ? 'algo.example' : host }, trust);
+      assert.deepEqual(logged('/v1/data/.my'), { ...logged('/v1/data/.my'), remoteAddress: trusted ? '203.0.113.10' : '127.0.0.1', host: trusted ? 'algo.example' : host }, trust);
     } finally {
       await app.close();
       await services.close();

@@ -8,9 +8,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import Database from 'better-sqlite3';
 import { sql } from 'kysely';
-import pg from 'pg';
 import { isUniqueViolation, type MetadataStore } from '../src/store/db.ts';
 import { openSqliteStore } from '../src/store/sqliteStore.ts';
 import { openPostgresStore } from '../src/store/postgresStore.ts';
@@ -216,44 +214,6 @@ for (const [name, backend] of Object.entries(BACKENDS)) {
         assert.equal(await a.isLive(b.instance), false);
       } finally {
         await a.close();
-        f.cleanup();
-      }
-    });
-
-    test('a store one step behind keeps its sign-in counts through the step that adds addresses', async () => {
-      const step = MIGRATIONS.findIndex((m) => m.sqlite.includes('signin_failures_by_name'));
-      assert.ok(step > 0);
-      const since = Date.now();
-      let f: { open(): Promise<MetadataStore>; cleanup(): void };
-      if (name === 'sqlite') {
-        const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-store-'));
-        const file = path.join(dir, 'metadata.sqlite');
-        const old = new Database(file);
-        for (const m of MIGRATIONS.slice(0, step)) old.exec(m.sqlite);
-        old.prepare('INSERT INTO signin_failures (username_lc, since, count) VALUES (?, ?, ?)').run('erin', since, 7);
-        old.pragma(`user_version = ${step}`);
-        old.close();
-        f = { open: () => openSqliteStore(file), cleanup: () => fs.rmSync(dir, { recursive: true, force: true }) };
-      } else {
-        const url = await createDatabase(adminUrl!, 'upgrade');
-        const old = new pg.Client({ connectionString: url });
-        await old.connect();
-        await old.query('CREATE TABLE algohost_schema (version INTEGER NOT NULL)');
-        for (const m of MIGRATIONS.slice(0, step)) await old.query(m.postgres);
-        await old.query('INSERT INTO algohost_schema (version) VALUES ($1)', [step]);
-        await old.query('INSERT INTO signin_failures (username_lc, since, count) VALUES ($1, $2, $3)', ['erin', since, 7]);
-        await old.end();
-        f = { open: () => openPostgresStore({ url }), cleanup: () => undefined };
-      }
-      const store = await f.open();
-      try {
-        const rows = await store.db.selectFrom('signin_failures').selectAll().execute();
-        assert.deepEqual(rows.map((r) => ({ ...r, since: Number(r.since), count: Number(r.count) })), [{ username_lc: 'erin', address: '', since, count: 7 }]);
-        // The key is now the name and the address.
-        await store.db.insertInto('signin_failures').values({ username_lc: 'erin', address: '203.0.113.7', since, count: 1 }).execute();
-        await assert.rejects(store.db.insertInto('signin_failures').values({ username_lc: 'erin', address: '', since, count: 1 }).execute(), (e) => isUniqueViolation(e));
-      } finally {
-        await store.close();
         f.cleanup();
       }
     });

@@ -400,15 +400,32 @@ describe('console sessions over HTTP', () => {
   });
 });
 
-test('sign-ins are counted by address: IPv4 as it is, IPv6 by its /64', () => {
-  assert.equal(addressKey('203.0.113.7'), '203.0.113.7');
-  assert.equal(addressKey('::ffff:203.0.113.7'), '203.0.113.7');
-  assert.equal(addressKey('2001:db8:1:2::a'), '2001:db8:1:2::/64');
-  assert.equal(addressKey('2001:0db8:0001:0002:0000:0000:0000:00b'), '2001:db8:1:2::/64');
-  assert.equal(addressKey('2001:db8::1'), '2001:db8:0:0::/64');
-  assert.equal(addressKey('::1'), '0:0:0:0::/64');
-  assert.notEqual(addressKey('2001:db8:1:3::a'), addressKey('2001:db8:1:2::a'));
-  assert.equal(addressKey(undefined), 'unknown');
+test('sign-ins are counted by address: IPv4 as it is, IPv6 by its /64, anything else as one', () => {
+  const cases: [string | undefined, string][] = [
+    ['203.0.113.7', '203.0.113.7'],
+    // IPv4 written as IPv6, however spelt.
+    ['::ffff:203.0.113.7', '203.0.113.7'],
+    ['::FFFF:cb00:7107', '203.0.113.7'],
+    ['0:0:0:0:0:ffff:203.0.113.7', '203.0.113.7'],
+    ['::203.0.113.7', '203.0.113.7'],
+    // IPv6 by its first 64 bits, however spelt.
+    ['2001:db8:1:2::a', '2001:db8:1:2::/64'],
+    ['2001:DB8:1:2::B', '2001:db8:1:2::/64'],
+    ['2001:0db8:0001:0002:0000:0000:0000:000b', '2001:db8:1:2::/64'],
+    ['2001:db8:1:3::a', '2001:db8:1:3::/64'],
+    ['2001:db8::1', '2001:db8:0:0::/64'],
+    ['::a:b:c:d:1.2.3.4', '0:0:a:b::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['::', '0:0:0:0::/64'],
+    // Not an address (a proxy passing on what a client wrote): one key for all of them.
+    ['1.2.3.4:5678', 'invalid'],
+    ['[2001:db8::1]', 'invalid'],
+    ['x'.repeat(5000), 'invalid'],
+    ['', 'invalid'],
+    [undefined, 'unknown'],
+  ];
+  for (const [ip, key] of cases) assert.equal(addressKey(ip), key, String(ip).slice(0, 40));
 });
 
 test('ALGOHOST_TRUST_PROXY takes proxy addresses and ranges; true, a hop count and anything else stop the start, naming the setting', () => {
@@ -416,7 +433,8 @@ test('ALGOHOST_TRUST_PROXY takes proxy addresses and ranges; true, a hop count a
   assert.equal(loadConfig({}, {}).trustProxy, false);
   assert.equal(trust(''), false);
   assert.deepEqual(trust('10.0.0.5, 10.0.0.0/8,fd00::/8, loopback'), ['10.0.0.5', '10.0.0.0/8', 'fd00::/8', 'loopback']);
-  for (const bad of ['true', '1', 'proxy.internal', '10.0.0.0/33', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.5,,10.0.0.6']) {
+  assert.deepEqual(trust('::ffff:10.0.0.5,::ffff:10.0.0.0/104'), ['::ffff:10.0.0.5', '::ffff:10.0.0.0/104']);
+  for (const bad of ['true', '1', 'proxy.internal', '10.0.0.0/33', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.5,,10.0.0.6', '10.0.0.5,', '0.0.0.0/0', '::/0', '::ffff:0.0.0.0/96']) {
     assert.throws(() => trust(bad), (e) => e instanceof ConfigError && e.message.startsWith('ALGOHOST_TRUST_PROXY'), bad);
   }
 });
@@ -447,12 +465,18 @@ test('with ALGOHOST_TRUST_PROXY, failures count per client address: ten from one
     for (let i = 0; i < 10; i++) assert.equal((await signIn(`guess ${i}`, `2001:db8:1:2::${i + 1}`)).status, 401);
     assert.equal((await signIn('gail password', '2001:db8:1:2::ff')).status, 429);
     assert.equal((await signIn('gail password', '2001:db8:1:3::1')).status, 200);
+    // The name counts the tries of both addresses that were allowed them.
+    assert.deepEqual(await rows(), [['', 20], ['2001:db8:1:2::/64', 11], ['203.0.113.7', 12]]);
 
     // A hundred failures for the name over every address: now every address waits.
     await s.services.store.write((trx) => trx.updateTable('signin_failures').set({ count: 100 }).where('username_lc', '=', 'gail').where('address', '=', '').execute());
     const r = await signIn('gail password', '192.0.2.77');
     assert.equal(r.status, 429);
     assert.match((await json(r)).error.message, /^too many failed sign-ins for "gail"; try again in (15|14) minutes/);
+    // An operator's new password lifts the lock, everywhere.
+    await s.services.sessions.setPassword('gail', 'gail new password');
+    assert.deepEqual(await rows(), []);
+    assert.equal((await signIn('gail new password', '203.0.113.7')).status, 200);
 
     // The trusted proxy's scheme and host make the links the API writes.
     const gail = api(s.url, await s.user('gail2'));

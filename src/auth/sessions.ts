@@ -45,21 +45,36 @@ const FAILURE_WINDOW_MS = 15 * 60_000;
 const ANY_ADDRESS = '';
 
 /**
- * The address sign-ins are counted by: an IPv4 address as it is (an IPv4-mapped IPv6 one as
- * IPv4), an IPv6 address as its /64, which one subscriber usually holds whole.
+ * The address sign-ins are counted by: an IPv4 address as it is (one written as IPv6, mapped
+ * or compatible, as IPv4), an IPv6 address as its /64, which one subscriber usually holds
+ * whole. Anything else (a proxy passing on whatever a client wrote) is one key, `invalid`.
  */
 export function addressKey(ip: string | undefined): string {
-  if (!ip) return 'unknown';
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return mapped[1]!;
-  if (net.isIPv6(ip)) {
-    const [head = '', tail = ''] = ip.split('::');
-    const left = head ? head.split(':') : [];
-    const right = tail ? tail.split(':') : [];
-    const groups = ip.includes('::') ? [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right] : left;
-    return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(':')}::/64`;
+  if (ip === undefined) return 'unknown';
+  if (net.isIPv4(ip)) return ip;
+  const bare = ip.replace(/%.*$/, ''); // a zone (fe80::1%eth0)
+  if (!net.isIPv6(bare)) return 'invalid';
+  const groups = ipv6Groups(bare);
+  // ::ffff:a.b.c.d (mapped) and ::a.b.c.d (compatible, deprecated) carry an IPv4 address.
+  if (groups.slice(0, 5).every((g) => g === 0) && (groups[5] === 0xffff || (groups[5] === 0 && groups[6] !== 0))) {
+    return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
   }
-  return ip;
+  return `${groups.slice(0, 4).map((g) => g.toString(16)).join(':')}::/64`;
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (net.isIPv6), a dotted IPv4 tail included. */
+function ipv6Groups(ip: string): number[] {
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(ip);
+  let text = ip;
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${ip.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const left = head ? head.split(':') : [];
+  const right = tail ? tail.split(':') : [];
+  const middle = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
+  return [...left, ...middle, ...right].map((g) => parseInt(g, 16));
 }
 
 export type { SessionInfo } from '../../client/src/types.ts';
@@ -72,7 +87,7 @@ export class SessionService {
     private readonly ttlMs: number,
   ) {}
 
-  /** Sets (or replaces) a user's console password; their other sessions end. */
+  /** Sets (or replaces) a user's console password; their sessions end, and failed sign-ins counted for the name are forgotten. */
   async setPassword(username: string, password: unknown): Promise<void> {
     const hash = await hashPassword(validatePassword(password));
     await this.store.write(async (trx) => {
@@ -80,6 +95,8 @@ export class SessionService {
       if (!user) throw new AppError('unknown_user', `no user named "${username}"`);
       await trx.updateTable('users').set({ password_hash: hash }).where('id', '=', user.id).execute();
       await trx.deleteFrom('sessions').where('user_id', '=', user.id).execute();
+      // A new password lifts any lock on the name (an operator's remedy for a user locked out).
+      await trx.deleteFrom('signin_failures').where('username_lc', '=', username.toLowerCase()).execute();
     });
   }
 
@@ -159,7 +176,7 @@ export class SessionService {
             .executeTakeFirstOrThrow();
         const here = await count(address);
         // Tries this address may no longer make do not count for the name: one address alone
-        // adds at most MAX_FAILURES + 1 to it, and cannot lock the name for everyone.
+        // adds at most MAX_FAILURES to it, and cannot lock the name for everyone.
         return here.count > MAX_FAILURES ? [here] : [here, await count(ANY_ADDRESS)];
       });
       const [fromHere, fromAll] = counted as [(typeof counted)[0], (typeof counted)[0] | undefined];

@@ -141,7 +141,12 @@ class RequestLog {
     if (!infoEnabled(parent)) return;
     // What fastify's req serializer reads from its request object.
     const ip = trusted ? proxyAddr(req, trusted) : req.socket.remoteAddress;
-    const request = { method: req.method, url: req.url, headers: req.headers, host: req.headers.host ?? '', ip, socket: req.socket };
+    // As fastify's req.host: a trusted proxy's X-Forwarded-Host (its last entry) over Host.
+    const forwarded = req.headers['x-forwarded-host'];
+    const forwardedHost = Array.isArray(forwarded) ? forwarded.join(',') : forwarded;
+    const peer = req.socket.remoteAddress;
+    const host = trusted && forwardedHost && peer !== undefined && trusted(peer, 0) ? forwardedHost.slice(forwardedHost.lastIndexOf(',') + 1).trim() : (req.headers.host ?? '');
+    const request = { method: req.method, url: req.url, headers: req.headers, host, ip, socket: req.socket };
     this.logger().info({ req: request }, 'incoming request');
     const finished = (err?: Error) => {
       res.off('finish', finished).off('error', finished);

@@ -428,33 +428,11 @@ export const MIGRATIONS: readonly MigrationStep[] = [
     sqlite: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
     postgres: `ALTER TABLE builds ADD COLUMN readme TEXT;`,
   },
-  // Failed console sign-ins per user name (auth/sessions.ts), counted in the store so that
-  // every API node of a cluster counts the same tries. Rows expire with their window.
+  // Failed console sign-ins per user name and client address (auth/sessions.ts), counted in
+  // the store so that every API node of a cluster counts the same tries; a name's row over
+  // every address has address ''. Rows expire with their window.
   {
     sqlite: `
-  CREATE TABLE signin_failures (
-    username_lc TEXT PRIMARY KEY,
-    since INTEGER NOT NULL,
-    count INTEGER NOT NULL
-  );
-  CREATE INDEX signin_failures_since ON signin_failures(since);
-  `,
-    postgres: `
-  CREATE TABLE signin_failures (
-    username_lc TEXT COLLATE "C" PRIMARY KEY,
-    since BIGINT NOT NULL,
-    count BIGINT NOT NULL
-  );
-  CREATE INDEX signin_failures_since ON signin_failures(since);
-  `,
-  },
-  // Sign-in failures counted per client address too (auth/sessions.ts): a row per name and
-  // address, and the name's row over every address has address ''. The counts of the window
-  // running come along as the name's rows.
-  {
-    sqlite: `
-  DROP INDEX signin_failures_since;
-  ALTER TABLE signin_failures RENAME TO signin_failures_by_name;
   CREATE TABLE signin_failures (
     username_lc TEXT NOT NULL,
     address TEXT NOT NULL,
@@ -462,15 +440,17 @@ export const MIGRATIONS: readonly MigrationStep[] = [
     count INTEGER NOT NULL,
     PRIMARY KEY (username_lc, address)
   );
-  INSERT INTO signin_failures (username_lc, address, since, count) SELECT username_lc, '', since, count FROM signin_failures_by_name;
-  DROP TABLE signin_failures_by_name;
   CREATE INDEX signin_failures_since ON signin_failures(since);
   `,
     postgres: `
-  ALTER TABLE signin_failures ADD COLUMN address TEXT COLLATE "C" NOT NULL DEFAULT '';
-  ALTER TABLE signin_failures ALTER COLUMN address DROP DEFAULT;
-  ALTER TABLE signin_failures DROP CONSTRAINT signin_failures_pkey;
-  ALTER TABLE signin_failures ADD PRIMARY KEY (username_lc, address);
+  CREATE TABLE signin_failures (
+    username_lc TEXT COLLATE "C" NOT NULL,
+    address TEXT COLLATE "C" NOT NULL,
+    since BIGINT NOT NULL,
+    count BIGINT NOT NULL,
+    PRIMARY KEY (username_lc, address)
+  );
+  CREATE INDEX signin_failures_since ON signin_failures(since);
   `,
   },
 ];
