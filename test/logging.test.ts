@@ -5,11 +5,17 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
-import { createServices } from '../src/services.ts';
+import type { FastifyInstance } from 'fastify';
+import { createServices, type Services } from '../src/services.ts';
 import { api, tempHome } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
 
-test('no log line contains an API key, even at trace level and on errors', async () => {
+/** A server on port 0 whose log lines (at `level`) are collected; stopped and removed after `run`. */
+async function withLoggedServer(
+  level: string,
+  env: Record<string, string>,
+  run: (o: { url: string; services: Services; app: FastifyInstance; lines: string[] }) => Promise<void>,
+): Promise<void> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -18,10 +24,20 @@ test('no log line contains an API key, even at trace level and on errors', async
     },
   });
   const home = tempHome();
-  const services = await createServices(loadConfig({ home, port: '0', demo: false }, {}));
-  const app = buildApp(services, { logger: pino({ level: 'trace', ...LOG_OPTIONS }, sink) });
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const services = await createServices(loadConfig({ home, port: '0', demo: false }, env));
+  const app = buildApp(services, { logger: pino({ level, ...LOG_OPTIONS }, sink) });
   try {
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    await run({ url, services, app, lines });
+  } finally {
+    await app.close();
+    await services.close();
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+}
+
+test('no log line contains an API key, even at trace level and on errors', async () => {
+  await withLoggedServer('trace', {}, async ({ url, services, lines }) => {
     const { apiKey } = await services.users.create('alice');
     const auth = { authorization: `Simple ${apiKey}` };
     await fetch(`${url}/v1/data/.my`, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'c' });
@@ -49,26 +65,11 @@ test('no log line contains an API key, even at trace level and on errors', async
       assert.equal(log.includes(secret), false, 'a key appears in the log');
       assert.equal(log.includes(secret.slice(3)), false, 'part of a key appears in the log');
     }
-  } finally {
-    await app.close();
-    await services.close();
-    fs.rmSync(home, { recursive: true, force: true });
-  }
+  });
 });
 
 test('a download ticket in a URL is redacted from request lines', async () => {
-  const lines: string[] = [];
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      lines.push(String(chunk));
-      done();
-    },
-  });
-  const home = tempHome();
-  const services = await createServices(loadConfig({ home, port: '0', demo: false }, {}));
-  const app = buildApp(services, { logger: pino({ level: 'info', ...LOG_OPTIONS }, sink) });
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
-  try {
+  await withLoggedServer('info', {}, async ({ url, services, lines }) => {
     const { apiKey } = await services.users.create('alice');
     await services.sessions.setPassword('alice', 'alice password');
     const auth = { authorization: `Simple ${apiKey}` };
@@ -95,29 +96,14 @@ test('a download ticket in a URL is redacted from request lines', async () => {
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?download=[Redacted]"'), log);
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?x=1&download=[Redacted]&y=2"'), log);
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?download"'), log);
-  } finally {
-    await app.close();
-    await services.close();
-    fs.rmSync(home, { recursive: true, force: true });
-  }
+  });
 });
 
 test('request lines log the client behind a proxy named in ALGOHOST_TRUST_PROXY, on the fastify and the direct path, and the TCP peer otherwise', async () => {
   // The test's connections come from loopback: trusted as `loopback`, a client past 10.0.0.1.
   for (const trust of ['loopback', '10.0.0.1', undefined]) {
     const trusted = trust === 'loopback';
-    const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    });
-    const home = tempHome();
-    const services = await createServices(loadConfig({ home, port: '0', demo: false }, trust ? { ALGOHOST_TRUST_PROXY: trust } : {}));
-    const app = buildApp(services, { logger: pino({ level: 'info', ...LOG_OPTIONS }, sink) });
-    const url = await app.listen({ port: 0, host: '127.0.0.1' });
-    try {
+    await withLoggedServer('info', trust ? { ALGOHOST_TRUST_PROXY: trust } : {}, async ({ url, services, app, lines }) => {
       const { apiKey } = await services.users.create('alice');
       const alice = api(url, apiKey);
       await release(alice, 'alice', 'Echo', { 'src/Echo.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
@@ -132,10 +118,6 @@ test('request lines log the client behind a proxy named in ALGOHOST_TRUST_PROXY,
       const host = new URL(url).host;
       assert.deepEqual(logged('/v1/algo/alice/Echo'), { ...logged('/v1/algo/alice/Echo'), remoteAddress: trusted ? '203.0.113.9' : '127.0.0.1', host: trusted ? 'algo.example' : host }, trust);
       assert.deepEqual(logged('/v1/data/.my'), { ...logged('/v1/data/.my'), remoteAddress: trusted ? '203.0.113.10' : '127.0.0.1', host: trusted ? 'algo.example' : host }, trust);
-    } finally {
-      await app.close();
-      await services.close();
-      fs.rmSync(home, { recursive: true, force: true });
-    }
+    });
   }
 });
