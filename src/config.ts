@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
-import proxyAddr from '@fastify/proxy-addr';
 import path from 'node:path';
+import proxyAddr from '@fastify/proxy-addr';
 
 /**
  * The only module that reads `process.env`. Everything else receives a `Config` (or the part
