@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import proxyAddr from '@fastify/proxy-addr';
 
@@ -393,8 +392,6 @@ function connectorNetwork(raw: string | undefined): 'public' | 'any' {
   throw new ConfigError(`ALGOHOST_CONNECTOR_NETWORK must be public or any, got "${raw}"`);
 }
 
-const PROXY_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal']);
-
 function trustProxy(raw: string | undefined): false | string[] {
   const v = raw?.trim() ?? '';
   if (v === '' || v === 'false') return false;
@@ -405,20 +402,15 @@ function trustProxy(raw: string | undefined): false | string[] {
   const entries = v.split(',').map((x) => x.trim());
   for (const e of entries) {
     if (e === '') throw new ConfigError(`ALGOHOST_TRUST_PROXY has an empty entry: "${v}"; list the proxies' addresses or ranges, comma-separated`);
-    if (PROXY_RANGES.has(e)) continue;
-    const [ip = '', bits, extra] = e.split('/');
-    const family = net.isIP(ip);
-    const prefixOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= (family === 6 ? 128 : 32));
-    if (family === 0 || !prefixOk || extra !== undefined) {
-      throw new ConfigError(`ALGOHOST_TRUST_PROXY must list IP addresses or CIDR ranges (10.0.0.0/8), loopback, linklocal or uniquelocal, comma-separated; "${e}" is none of those`);
+    let trusts: (address: string, hop: number) => boolean;
+    try {
+      trusts = proxyAddr.compile(e); // as fastify will read it
+    } catch (err) {
+      if (/\/0+$/.test(e)) throw everyone(e); // proxy-addr refuses a /0 range; say why
+      throw new ConfigError(`ALGOHOST_TRUST_PROXY must list IP addresses or CIDR ranges (10.0.0.0/8), loopback, linklocal or uniquelocal, comma-separated; "${e}": ${(err as Error).message}`);
     }
-    // Every address, or every IPv4 address written as IPv6 (::ffff:0.0.0.0/96 holds them all).
-    if (bits === '0' || (family === 6 && /^::ffff:/i.test(ip) && bits !== undefined && Number(bits) <= 96)) throw everyone(e);
-  }
-  try {
-    proxyAddr.compile(entries); // what fastify will make of it
-  } catch (err) {
-    throw new ConfigError(`ALGOHOST_TRUST_PROXY: ${(err as Error).message} ("${v}")`);
+    // A range that holds every IPv4 address (::ffff:0.0.0.0/96 does, and proxy-addr takes it).
+    if (trusts('1.0.0.1', 0) && trusts('223.255.255.254', 0)) throw everyone(e);
   }
   return entries;
 }
