@@ -19,7 +19,7 @@ import { Lingering } from './http/linger.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
 import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
-import { CSRF_HEADER, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
+import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 
@@ -57,11 +57,11 @@ export const LOG_REDACT = [
 ];
 
 /** A download ticket in a query (`?download=EXP.MAC`) is a credential for a minute. */
-const TICKET = /([?&]download=)[^&#]+/g;
+const TICKET = new RegExp(`([?&]${DOWNLOAD_PARAM}=)[^&#]+`, 'g');
 
 /** A request's URL as the log shows it: with a download ticket's value replaced. */
 export function logUrl(url: string): string {
-  return url.includes('download=') ? url.replace(TICKET, '$1[Redacted]') : url;
+  return url.includes(`${DOWNLOAD_PARAM}=`) ? url.replace(TICKET, '$1[Redacted]') : url;
 }
 
 interface LoggedRequest {

@@ -44,6 +44,13 @@ const FAILURE_WINDOW_MS = 15 * 60_000;
 /** The `address` of a name's row over every address. */
 const ANY_ADDRESS = '';
 
+/** A signin_failures row as an attempt's upsert returns it. */
+interface FailureRow {
+  address: string;
+  since: number;
+  count: number;
+}
+
 /**
  * The address sign-ins are counted by: an IPv4 address as it is (one written as IPv6, mapped
  * or compatible, as IPv4), an IPv6 address as its /64, which one subscriber usually holds
@@ -161,9 +168,10 @@ export class SessionService {
     // A place among the hashes first: a flood is turned away before it writes anything.
     const place = reserveHash();
     let ok: boolean;
-    let counted: { address: string; since: number; count: number }[];
+    let here: FailureRow;
+    let all: FailureRow | undefined;
     try {
-      counted = await this.store.write(async (trx) => {
+      ({ here, all } = await this.store.write(async (trx) => {
         // Windows that have passed go first (an index range), this name's included: rows never
         // outlive their window, however many names are tried.
         await trx.deleteFrom('signin_failures').where('since', '<=', now - FAILURE_WINDOW_MS).execute();
@@ -174,16 +182,15 @@ export class SessionService {
             .onConflict((oc) => oc.columns(['username_lc', 'address']).doUpdateSet((eb) => ({ count: eb('signin_failures.count', '+', 1) })))
             .returning(['address', 'since', 'count'])
             .executeTakeFirstOrThrow();
-        const here = await count(address);
+        const fromHere = await count(address);
         // Tries this address may no longer make do not count for the name: one address alone
         // adds at most MAX_FAILURES to it, and cannot lock the name for everyone.
-        return here.count > MAX_FAILURES ? [here] : [here, await count(ANY_ADDRESS)];
-      });
-      const [fromHere, fromAll] = counted as [(typeof counted)[0], (typeof counted)[0] | undefined];
-      const over = fromHere.count > MAX_FAILURES ? fromHere : fromAll && fromAll.count > MAX_NAME_FAILURES ? fromAll : undefined;
+        return { here: fromHere, all: fromHere.count > MAX_FAILURES ? undefined : await count(ANY_ADDRESS) };
+      }));
+      const over = here.count > MAX_FAILURES ? here : all && all.count > MAX_NAME_FAILURES ? all : undefined;
       if (over) {
         const waitMin = Math.max(1, Math.ceil((over.since + FAILURE_WINDOW_MS - now) / 60_000));
-        const where = over === fromHere ? ' from your address' : '';
+        const where = over === here ? ' from your address' : '';
         throw new AppError('too_many_attempts', `too many failed sign-ins for "${username.slice(0, 40)}"${where}; try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}`);
       }
       // A user without a password (or none at all) costs the same hash as a wrong password.
@@ -193,7 +200,7 @@ export class SessionService {
     }
     if (ok && stored !== null) {
       await this.store.write(async (trx) => {
-        for (const row of counted) {
+        for (const row of all ? [here, all] : [here]) {
           const mine = { username_lc: key, address: row.address, since: row.since };
           await trx.updateTable('signin_failures').set((eb) => ({ count: eb('count', '-', 1) })).where((eb) => eb.and(mine)).execute();
           await trx.deleteFrom('signin_failures').where((eb) => eb.and(mine)).where('count', '<=', 0).execute();
