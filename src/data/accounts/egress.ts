@@ -8,44 +8,110 @@ import { AppError } from '../../errors.ts';
  * operator allows it (ALGOHOST_CONNECTOR_NETWORK=any), those addresses must be public: a user
  * must not be able to point an "S3 endpoint" at the server's loopback, its LAN or a cloud
  * metadata service and read the answers back through the data API.
+ *
+ * `refusedRange` is the one rule; anything else that makes the server reach addresses users
+ * choose (webhooks, sandboxes' network) should ask it too. Documentation ranges (192.0.2.0/24,
+ * 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) are not refused: tests use them to stand in
+ * for the internet.
  */
-const INTERNAL = new net.BlockList();
-for (const [network, prefix] of [
-  ['0.0.0.0', 8],
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10],
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16],
-  ['172.16.0.0', 12],
-  ['192.0.0.0', 24],
-  ['192.168.0.0', 16],
-  ['198.18.0.0', 15],
-  ['224.0.0.0', 4],
-  ['240.0.0.0', 4],
-] as const) {
-  INTERNAL.addSubnet(network, prefix, 'ipv4');
-}
-for (const [network, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['fc00::', 7],
-  ['fe80::', 10],
-  ['ff00::', 8],
-] as const) {
-  INTERNAL.addSubnet(network, prefix, 'ipv6');
+const IPV4_REFUSED: [network: string, prefix: number, name: string][] = [
+  ['0.0.0.0', 8, '"this network"'],
+  ['10.0.0.0', 8, 'private'],
+  ['100.64.0.0', 10, 'CGNAT'],
+  ['127.0.0.0', 8, 'loopback'],
+  ['169.254.0.0', 16, 'link-local'],
+  ['172.16.0.0', 12, 'private'],
+  ['192.0.0.0', 24, 'IETF protocol assignments'],
+  ['192.168.0.0', 16, 'private'],
+  ['198.18.0.0', 15, 'benchmarking'],
+  ['224.0.0.0', 4, 'multicast'],
+  ['240.0.0.0', 4, 'reserved'],
+];
+
+/** IPv6 ranges refused whole; those that carry an IPv4 address are judged by it below. */
+const IPV6_REFUSED: [network: string, prefix: number, name: string][] = [
+  ['::', 128, 'unspecified'],
+  ['::1', 128, 'loopback'],
+  ['64:ff9b:1::', 48, 'local-use NAT64'],
+  ['100::', 64, 'discard-only'],
+  ['2001::', 32, 'Teredo'],
+  ['fc00::', 7, 'unique-local'],
+  ['fe80::', 10, 'link-local'],
+  ['fec0::', 10, 'site-local'],
+  ['ff00::', 8, 'multicast'],
+];
+
+/** IPv6 ranges that carry an IPv4 address: the address at `at` (its first byte) is judged. */
+const IPV6_EMBEDDING: [network: string, prefix: number, name: string, at: number][] = [
+  ['::', 96, 'IPv4-compatible', 12],
+  ['::ffff:0:0', 96, 'IPv4-mapped', 12],
+  ['::ffff:0:0:0', 96, 'IPv4-translated', 12],
+  ['64:ff9b::', 96, 'NAT64', 12],
+  ['2002::', 16, '6to4', 2],
+];
+
+/** The 4 or 16 bytes of an IP address, or undefined when it is none (a zone, fe80::1%eth0, is dropped). */
+function ipBytes(address: string): number[] | undefined {
+  if (net.isIPv4(address)) return address.split('.').map(Number);
+  const bare = address.replace(/%.*$/, '');
+  if (!net.isIPv6(bare)) return undefined;
+  let text = bare;
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const left = head ? head.split(':') : [];
+  const right = tail ? tail.split(':') : [];
+  const middle = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
+  return [...left, ...middle, ...right].flatMap((g) => {
+    const n = parseInt(g, 16);
+    return [n >> 8, n & 0xff];
+  });
 }
 
-/** Is this IP address one a user's account may not make the server reach? */
-export function isInternalAddress(address: string): boolean {
-  const family = net.isIP(address);
-  if (family === 4) return INTERNAL.check(address, 'ipv4');
-  if (family === 6) {
-    // IPv4-mapped (::ffff:a.b.c.d) and NAT64 addresses carry an IPv4 address: judge that one.
-    const mapped = /^(?:::ffff:|64:ff9b::)(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    if (mapped) return INTERNAL.check(mapped[1]!, 'ipv4');
-    return INTERNAL.check(address, 'ipv6');
+function within(bytes: number[], network: number[], prefix: number): boolean {
+  for (let bit = 0; bit < prefix; bit += 8) {
+    const mask = prefix - bit >= 8 ? 0xff : (0xff << (8 - (prefix - bit))) & 0xff;
+    if ((bytes[bit / 8]! & mask) !== (network[bit / 8]! & mask)) return false;
   }
   return true;
+}
+
+const compile = <T extends [string, number, ...unknown[]]>(list: T[]) => list.map(([network, prefix, ...rest]) => ({ network: ipBytes(network)!, prefix, range: `${network}/${prefix}`, rest }));
+const V4 = compile(IPV4_REFUSED);
+const V6 = compile(IPV6_REFUSED);
+const V6_EMBEDDING = compile(IPV6_EMBEDDING);
+
+/**
+ * The range that makes this IP address one a user's account may not make the server reach,
+ * as "link-local 169.254.0.0/16", or undefined for a public address. An
+ * IPv6 address that carries an IPv4 address (mapped, compatible, translated, NAT64, 6to4) is
+ * judged by that address; anything that is not an IP address is refused.
+ */
+export function refusedRange(address: string): string | undefined {
+  const bytes = ipBytes(address);
+  if (!bytes) return 'not an IP address';
+  if (bytes.length === 4) {
+    const hit = V4.find((r) => within(bytes, r.network, r.prefix));
+    return hit && `${String(hit.rest[0])} ${hit.range}`;
+  }
+  const hit = V6.find((r) => within(bytes, r.network, r.prefix));
+  if (hit) return `${String(hit.rest[0])} ${hit.range}`;
+  const embedding = V6_EMBEDDING.find((r) => within(bytes, r.network, r.prefix));
+  if (embedding) {
+    const at = embedding.rest[1] as number;
+    const ipv4 = bytes.slice(at, at + 4).join('.');
+    const inner = refusedRange(ipv4);
+    return inner && `${String(embedding.rest[0])} ${embedding.range} carrying ${ipv4}, ${inner}`;
+  }
+  return undefined;
+}
+
+/** Is this IP address one a user's account may not make the server reach? (`refusedRange` names why.) */
+export function isInternalAddress(address: string): boolean {
+  return refusedRange(address) !== undefined;
 }
 
 /**
@@ -65,11 +131,12 @@ export async function checkPublicEndpoint(url: string, label: string): Promise<v
       throw new AppError('connector_unreachable', `the account "${label}" could not be reached: its host ${host} does not resolve`);
     }
   }
-  const internal = addresses.find(isInternalAddress);
-  if (internal !== undefined) {
+  for (const address of addresses) {
+    const range = refusedRange(address);
+    if (range === undefined) continue;
     throw new AppError(
       'connector_address_refused',
-      `the account "${label}" points at ${host} (${internal}), an internal address; this server only connects accounts to public addresses unless its operator sets ALGOHOST_CONNECTOR_NETWORK=any`,
+      `the account "${label}" points at ${host} (${address}), an internal address (${range}); this server only connects accounts to public addresses unless its operator sets ALGOHOST_CONNECTOR_NETWORK=any`,
     );
   }
 }
@@ -90,7 +157,7 @@ export function publicOnlyLookup(hostname: string, options: LookupOptions, callb
     if (err) return callback(err, []);
     const internal = addresses.find((a) => isInternalAddress(a.address));
     if (internal) {
-      const refused: NodeJS.ErrnoException = new Error(`${hostname} resolved to ${internal.address}, an internal address`);
+      const refused: NodeJS.ErrnoException = new Error(`${hostname} resolved to ${internal.address}, an internal address (${refusedRange(internal.address)})`);
       refused.code = INTERNAL_ADDRESS;
       return callback(refused, []);
     }
