@@ -88,6 +88,17 @@ export interface Config {
    * nodes (`algohost worker`); unset for the all-in-one server (docs/cluster.md).
    */
   natsUrl: string | undefined;
+  /**
+   * How a node proves itself to the NATS server and checks it (ALGOHOST_NATS_CREDS,
+   * ALGOHOST_NATS_CA, ALGOHOST_NATS_CERT, ALGOHOST_NATS_KEY); a user and password or a token
+   * come in ALGOHOST_NATS_URL itself.
+   */
+  natsAuth: NatsAuthConfig;
+  /**
+   * ALGOHOST_CLUSTER_SECRET: the key every message between the nodes of a cluster is sealed
+   * with (src/cluster/seal.ts); needed by every node of one.
+   */
+  clusterSecret: string | undefined;
   /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
   asyncResultTtlS: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
@@ -99,6 +110,17 @@ export interface Config {
    * removes what a dead one left in flight (pending file contents, builds it was running).
    */
   sweepIntervalMs: number;
+}
+
+/** Files a node gives the NATS server or checks it with; each a path, read at connection time. */
+export interface NatsAuthConfig {
+  /** A .creds file (a user JWT and its NKey seed), as `nsc` makes them. */
+  creds: string | undefined;
+  /** PEM: the CA the NATS server's certificate must chain to (TLS then required). */
+  ca: string | undefined;
+  /** PEM: this node's client certificate and key, for a server that verifies clients. */
+  cert: string | undefined;
+  key: string | undefined;
 }
 
 /** Where hosted file contents live on S3: a bucket, a key prefix and how to reach them. */
@@ -256,6 +278,21 @@ function natsUrl(raw: string): string {
     }
     if (u.protocol !== 'nats:' && u.protocol !== 'tls:') throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${u.protocol}//..."`);
   }
+  return raw;
+}
+
+/** The files beside ALGOHOST_NATS_URL, each checked readable at start (a typo stops the node in one line). */
+function natsAuth(env: NodeJS.ProcessEnv): NatsAuthConfig {
+  const file = (name: string) => (env[name] ? readableFile(name, env[name]) : undefined);
+  const auth = { creds: file('ALGOHOST_NATS_CREDS'), ca: file('ALGOHOST_NATS_CA'), cert: file('ALGOHOST_NATS_CERT'), key: file('ALGOHOST_NATS_KEY') };
+  if ((auth.cert === undefined) !== (auth.key === undefined)) throw new ConfigError('ALGOHOST_NATS_CERT and ALGOHOST_NATS_KEY go together: a client certificate and its key');
+  return auth;
+}
+
+/** At least 32 characters: `openssl rand -hex 32`. */
+function clusterSecret(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw.length < 32) throw new ConfigError(`ALGOHOST_CLUSTER_SECRET must have at least 32 characters (openssl rand -hex 32 gives 64), got ${raw.length}`);
   return raw;
 }
 
@@ -613,7 +650,21 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
   natsUrl: {
     read: (env) => (env.ALGOHOST_NATS_URL ? natsUrl(env.ALGOHOST_NATS_URL) : undefined),
     docs: [
-      { vars: ["ALGOHOST_NATS_URL"], shown: "unset: no cluster", meaning: "`nats://host:4222` (or `tls://`, with `user:password@` if the server wants them; several servers separated by commas): the NATS server (with JetStream) that joins the nodes of a cluster (docs/cluster.md). Needed by `algohost serve --role api` and `algohost worker`, which also need `ALGOHOST_DATABASE_URL` and `ALGOHOST_BLOBS`; ignored by a plain `algohost serve`, which runs everything itself. A URL that is not nats:// or tls://, or a server that does not answer at start, stops the node with one line naming this setting; once connected, a node reconnects by itself for as long as the server is away." },
+      { vars: ["ALGOHOST_NATS_URL"], shown: "unset: no cluster", meaning: "`nats://host:4222` (or `tls://`, with `user:password@` or `token@` if the server wants them; several servers separated by commas, with the same credentials): the NATS server (with JetStream) that joins the nodes of a cluster (docs/cluster.md). Needed by `algohost serve --role api` and `algohost worker`, which also need `ALGOHOST_DATABASE_URL` and `ALGOHOST_BLOBS`; ignored by a plain `algohost serve`, which runs everything itself. A URL that is not nats:// or tls://, or a server that does not answer at start, stops the node with one line naming this setting; once connected, a node reconnects by itself for as long as the server is away." },
+    ],
+  },
+  natsAuth: {
+    read: (env) => natsAuth(env),
+    docs: [
+      { vars: ["ALGOHOST_NATS_CREDS"], shown: "unset", meaning: "A `.creds` file (a user JWT and its NKey seed, as `nsc` makes them) this node signs in to the NATS server with. Or put `user:password@` (or a `token@`) in `ALGOHOST_NATS_URL`. docs/cluster.md has the server configuration (accounts, users, permissions per role) to use them with. A server that refuses the node's credentials stops it at start with one line." },
+      { vars: ["ALGOHOST_NATS_CA"], shown: "unset: the system's CAs", meaning: "A PEM file of the CA the NATS server's certificate must chain to. Set, or with a `tls://` URL, the connection must be TLS: a server that offers none is refused." },
+      { vars: ["ALGOHOST_NATS_CERT", "ALGOHOST_NATS_KEY"], shown: "unset", meaning: "PEM files of this node's client certificate and its key, for a NATS server that verifies clients (`verify: true`). Set both or neither." },
+    ],
+  },
+  clusterSecret: {
+    read: (env) => clusterSecret(env.ALGOHOST_CLUSTER_SECRET),
+    docs: [
+      { vars: ["ALGOHOST_CLUSTER_SECRET"], shown: "unset", meaning: "At least 32 characters (`openssl rand -hex 32`), the same on every node of a cluster: every message between nodes is sealed with a key derived from it (an HMAC over subject, time and bytes), and a node drops any message not sealed with it, for its subject, within 30 seconds, once (docs/security.md). Needed by `serve --role api`, `algohost worker` and `algohost cluster status`, which stop at start without it. Keep it like a password: whoever has it (and can reach the bus) can give workers jobs. The nodes' clocks must agree to within 30 seconds (NTP)." },
     ],
   },
   asyncResultTtlS: {

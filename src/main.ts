@@ -10,7 +10,7 @@ import { FULL_PERMISSIONS } from './auth/permissions.ts';
 import { HomeLock } from './home.ts';
 import os from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { connectNats, requireCluster } from './cluster/nats.ts';
+import { connectNats, requireCluster, requireClusterKey } from './cluster/nats.ts';
 import { NatsExecutor } from './cluster/natsExecutor.ts';
 import { WorkerNode } from './cluster/workerNode.ts';
 import { JetStreamQueue } from './cluster/asyncQueue.ts';
@@ -27,7 +27,8 @@ const DEMO_USER = 'demo';
 export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr, role: 'all' | 'api' = 'all'): Promise<void> {
   const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   // An API node sends every call to worker nodes over NATS (docs/cluster.md).
-  const nc = role === 'api' ? await connectNats(requireCluster(config, 'serve --role api'), `algohost api ${os.hostname()}`) : undefined;
+  const cluster = role === 'api' ? requireCluster(config, 'serve --role api') : undefined;
+  const nc = cluster ? await connectNats(cluster.url, config.natsAuth, `algohost api ${os.hostname()}`, 'api') : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
   const { lock, services } = await openNode(config, nc, async () => (nc ? apiNodeParts(nc, config, logger) : {}));
@@ -170,7 +171,8 @@ async function openNode(config: Config, nc: NatsConnection | undefined, options:
  * API nodes with it too (test/helpers/cluster.ts).
  */
 export async function apiNodeParts(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<ServiceOptions> {
-  return { executor: new NatsExecutor(nc, logger), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
+  const key = requireClusterKey(config, 'serve --role api');
+  return { executor: new NatsExecutor(nc, logger, key), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
 }
 
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */
@@ -199,7 +201,8 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
  */
 export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr, healthPort?: number): Promise<void> {
   const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
-  const nc = await connectNats(requireCluster(config, 'algohost worker'), `algohost worker ${os.hostname()}`);
+  const cluster = requireCluster(config, 'algohost worker');
+  const nc = await connectNats(cluster.url, config.natsAuth, `algohost worker ${os.hostname()}`, 'worker');
   const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
   let health: http.Server | undefined;
   try {
@@ -212,7 +215,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     lock.release();
     throw err;
   }
-  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load());
+  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, config.algorithmNetwork !== 'none');
   await node.start();
   const sweeper = startSweeper(services, logger, 'worker');
   const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';

@@ -13,6 +13,7 @@ import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node'
 import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
 import { Wire } from '../src/cluster/wire.ts';
 import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
+import { ClusterKey } from '../src/cluster/seal.ts';
 import {
   BEAT_SUBJECT,
   decodeHostReply,
@@ -31,7 +32,7 @@ import {
   type RunRequest,
 } from '../src/cluster/messages.ts';
 import { MAX_SDK_BODY } from '../src/algorithms/hostRequests.ts';
-import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type Job } from '../src/runtime/contract.ts';
+import { BuildMissingError, ExecutorBusyError, targetKey, WorkerLostError, WorkerStartError, type Job } from '../src/runtime/contract.ts';
 
 // NATS alone, no store: run once, in test:unit, not again in test:shared.
 const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'needs no shared backend: runs in test:unit' : undefined) ?? natsUnavailable();
@@ -49,8 +50,19 @@ function logger() {
   return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined };
 }
 
-function job(key: string, input = Buffer.from('"hi"')): Job {
-  return { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key, runner: 'node', entry: 'x', network: false }, contentType: 'json', input, timeoutMs: 20_000, nesting: 0 };
+/** The cluster's key, as every node here holds it. */
+const KEY = new ClusterKey('test cluster secret of 32 characters or more');
+
+/** A build of its own for each name (its hash made from the name): the key it runs under is derived from it. */
+function build(name: string) {
+  return { algorithmId: 1, hash: crypto.createHash('sha1').update(name).digest('hex') };
+}
+
+/** The key a worker keeps the warm workers of `name`'s build under. */
+const keyOf = (name: string) => targetKey(build(name), false);
+
+function job(name: string, input = Buffer.from('"hi"')): Job {
+  return { target: { build: build(name), key: keyOf(name), runner: 'node', entry: 'x', network: false }, contentType: 'json', input, timeoutMs: 20_000, nesting: 0 };
 }
 
 const ok = (body: Buffer): RunReply => ({ type: 'outcome', outcome: { kind: 'result', contentType: 'json', body, stdout: '', stdoutTruncated: false, durationMs: 1 } });
@@ -59,17 +71,17 @@ const ok = (body: Buffer): RunReply => ({ type: 'outcome', outcome: { kind: 'res
  * A worker node played by the test: listens on its own subject (and the queue group if asked),
  * records the jobs it gets, answers each with `answer` (or not at all when it returns undefined).
  */
-async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | undefined, queue = false) {
+async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | undefined, queue = false, key = KEY) {
   const nc = await conn();
-  const wire = new Wire(nc, name, logger());
+  const wire = new Wire(nc, name, logger(), key);
   const got: RunRequest[] = [];
   const onMsg = async (msg: Msg) => {
-    const r = decodeRunRequest(await wire.open(msg.data));
+    const r = decodeRunRequest(await wire.open(wire.unseal(msg)));
     got.push(r);
-    nc.publish(r.api, encodeTaken({ type: 'taken', call: r.call, worker: name }));
+    wire.send(r.api, encodeTaken({ type: 'taken', call: r.call, worker: name }));
     const reply = answer(r);
     if (!reply) return;
-    msg.respond(wire.pack(encodeRunReply(reply), 10_000).data);
+    wire.respond(msg, wire.pack(encodeRunReply(reply, { call: r.call, worker: name }), 10_000).data);
   };
   const subs = [nc.subscribe(`${WORKER_PREFIX}.${name}.run`, { callback: (_e, m) => void onMsg(m) })];
   if (queue) subs.push(nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback: (_e, m) => void onMsg(m) }));
@@ -77,7 +89,7 @@ async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | un
   return {
     got,
     beat(free: number, warm: Record<string, number> = {}, draining = false) {
-      nc.publish(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: name, role: 'worker', host: 'test', running: 0, free, warm, draining }));
+      wire.send(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: name, role: 'worker', host: 'test', running: 0, free, warm, draining }));
     },
     stop: async () => {
       for (const s of subs) s.unsubscribe();
@@ -98,11 +110,11 @@ after(async () => {
 describe('bodies bigger than one NATS message', { skip }, () => {
   test('cross whole in parts; small ones go inline; a kept body is dropped once fetched', async () => {
     const [a, b] = [await conn(), await conn()];
-    const sender = new Wire(a, 'sender', logger());
+    const sender = new Wire(a, 'sender', logger(), KEY);
     // Its parts subject is known to the server before the receiver asks (in a node, the message
     // that names it goes through the same connection after the subscription; here it is handed over).
     await a.flush();
-    const receiver = new Wire(b, 'receiver', logger());
+    const receiver = new Wire(b, 'receiver', logger(), KEY);
     const max = sender.maxPayload;
     for (const size of [0, 10, max - 5000, max, 5 * 1024 * 1024 + 3]) {
       const body = crypto.randomBytes(size);
@@ -121,17 +133,18 @@ describe('bodies bigger than one NATS message', { skip }, () => {
   test('a kept body expires; a receiver asking after that gets a clear error; bad part requests are dropped and logged', async () => {
     const [a, b] = [await conn(), await conn()];
     const log = logger();
-    const sender = new Wire(a, 'sender2', log);
+    const sender = new Wire(a, 'sender2', log, KEY);
     // Its parts subject is known to the server before the receiver asks (in a node, the message
     // that names it goes through the same connection after the subscription; here it is handed over).
     await a.flush();
-    const receiver = new Wire(b, 'receiver2', logger());
+    const receiver = new Wire(b, 'receiver2', logger(), KEY);
     const { data } = sender.pack({ header: { type: 'x' }, body: crypto.randomBytes(3 * 1024 * 1024) }, 50);
     await new Promise((r) => setTimeout(r, 150));
     assert.equal(sender.kept, 0);
     await assert.rejects(async () => receiver.open(data), (err: Error) => err instanceof MessageError && /no longer there/.test(err.message));
     await assert.rejects(b.request(sender.subject, crypto.randomBytes(40), { timeout: 300 }));
-    assert.ok(log.lines.some((l) => /malformed message on the bus/.test(l)), log.lines.join('\n'));
+    await assert.rejects(b.request(sender.subject, KEY.seal(sender.subject, crypto.randomBytes(40)), { timeout: 300 }));
+    assert.equal(log.lines.filter((l) => /malformed or unsealed message on the bus/.test(l)).length, 2, log.lines.join('\n'));
     // A reference to a body bigger than the receiver allows is refused before a byte is fetched.
     const big = sender.pack({ header: { type: 'x' }, body: crypto.randomBytes(2 * 1024 * 1024) }, 10_000);
     await assert.rejects(async () => receiver.open(big.data, Date.now() + 5000, 1024 * 1024), /over this message's limit/);
@@ -141,11 +154,11 @@ describe('bodies bigger than one NATS message', { skip }, () => {
 
   test('a header too big for one message (a megabyte of stdout) crosses whole, wrapped', async () => {
     const [a, b] = [await conn(), await conn()];
-    const sender = new Wire(a, 'sender4', logger());
+    const sender = new Wire(a, 'sender4', logger(), KEY);
     // Its parts subject is known to the server before the receiver asks (in a node, the message
     // that names it goes through the same connection after the subscription; here it is handed over).
     await a.flush();
-    const receiver = new Wire(b, 'receiver4', logger());
+    const receiver = new Wire(b, 'receiver4', logger(), KEY);
     const stdout = 'é"\\\n'.repeat(400_000);
     const body = crypto.randomBytes(100);
     const { data, ref } = sender.pack({ header: { type: 'outcome', stdout }, body }, 10_000);
@@ -164,14 +177,14 @@ describe('bodies bigger than one NATS message', { skip }, () => {
       call: 'c',
       api: 'algohost.v1.host.a b',
       sdk: false,
-      job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key: 'k', runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1, nesting: 0 },
+      job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1, nesting: 0 },
     });
     assert.throws(() => decodeRunRequest(unframe(bad)), MessageError);
   });
 
   test('a forged reference to another subject is refused', async () => {
     const b = await conn();
-    const receiver = new Wire(b, 'receiver3', logger());
+    const receiver = new Wire(b, 'receiver3', logger(), KEY);
     const forged = frame({ type: 'x', ref: { subject: 'algohost.v1.host.someone', id: 'a', size: 10, parts: 1 } });
     await assert.rejects(async () => receiver.open(forged), /not a parts subject/);
     receiver.close();
@@ -181,10 +194,11 @@ describe('bodies bigger than one NATS message', { skip }, () => {
 describe("the API node's executor", { skip }, () => {
   test('routes a job to a worker warm for its version, else to the one with the most room', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
-    const warm = await fakeWorker('w-warm', (r) => ok(Buffer.from(JSON.stringify('warm:' + r.job.target.key))));
-    const roomy = await fakeWorker('w-roomy', (r) => ok(Buffer.from(JSON.stringify('roomy:' + r.job.target.key))));
-    warm.beat(1, { K: 1 });
+    const exec = new NatsExecutor(nc, logger(), KEY);
+    const name = (r: RunRequest) => ['K', 'L'].find((n) => keyOf(n) === r.job.target.key);
+    const warm = await fakeWorker('w-warm', (r) => ok(Buffer.from(JSON.stringify('warm:' + name(r)))));
+    const roomy = await fakeWorker('w-roomy', (r) => ok(Buffer.from(JSON.stringify('roomy:' + name(r)))));
+    warm.beat(1, { [keyOf('K')]: 1 });
     roomy.beat(8);
     await nc.flush();
     await new Promise((r) => setTimeout(r, 100));
@@ -200,14 +214,14 @@ describe("the API node's executor", { skip }, () => {
     assert.equal(c1.kind === 'result' && c1.body.toString(), '"warm:K"');
     assert.equal(c2.kind === 'result' && c2.body.toString(), '"roomy:K"');
     // A draining worker gets nothing, even when warm.
-    warm.beat(4, { K: 4 }, true);
+    warm.beat(4, { [keyOf('K')]: 4 }, true);
     await nc.flush();
     await new Promise((r) => setTimeout(r, 100));
     const d = await exec.run(job('K'));
     assert.equal(d.kind === 'result' && d.body.toString(), '"roomy:K"');
     assert.deepEqual(
       warm.got.map((r) => r.job.target.key),
-      ['K', 'K', 'K'],
+      [keyOf('K'), keyOf('K'), keyOf('K')],
     );
     await exec.close();
     await warm.stop();
@@ -216,7 +230,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('a big input and a big result cross in parts', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
+    const exec = new NatsExecutor(nc, logger(), KEY);
     const w = await fakeWorker('w-echo', (r) => ok(Buffer.concat([r.job.input, r.job.input])), true);
     const input = crypto.randomBytes(4 * 1024 * 1024);
     const out = await exec.run(job('E', input));
@@ -227,7 +241,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('a worker that took a call and then goes silent fails it with WorkerLostError, not at its timeout', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
+    const exec = new NatsExecutor(nc, logger(), KEY);
     const mute = await fakeWorker('w-mute', () => undefined);
     mute.beat(2);
     await nc.flush();
@@ -243,7 +257,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('a job refused by a worker that began to stop goes to another; with nobody listening, a call is refused at once', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
+    const exec = new NatsExecutor(nc, logger(), KEY);
     const stopping = await fakeWorker('w-stopping', () => ({ type: 'refused', reason: 'draining', message: 'stopping' }));
     const other = await fakeWorker('w-other', () => ok(Buffer.from('"other"')), true);
     stopping.beat(16);
@@ -266,7 +280,7 @@ describe("the API node's executor", { skip }, () => {
 
   test("a worker's refusals come back as the local executor's errors (a runtime that cannot start, a build it cannot find, its queue full)", async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
+    const exec = new NatsExecutor(nc, logger(), KEY);
     const answers: RunReply[] = [
       { type: 'refused', reason: 'start_failed', message: 'bwrap: cannot start' },
       { type: 'refused', reason: 'build_missing', message: 'gone' },
@@ -282,28 +296,28 @@ describe("the API node's executor", { skip }, () => {
 
   test("an SDK request over the SDK's size, or unreadable, is answered at once with 400, never served", async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger());
+    const exec = new NatsExecutor(nc, logger(), KEY);
     let served = 0;
     const answers: { status: unknown; took: number }[] = [];
     const wnc = await conn();
-    const wire = new Wire(wnc, 'w-sdk-wire', logger());
+    const wire = new Wire(wnc, 'w-sdk-wire', logger(), KEY);
     // The worker, once it has the job, sends two bad SDK requests for it, then answers the job.
     const sub = wnc.subscribe(`${WORKER_PREFIX}.w-sdk-2.run`, {
       callback: (_e, msg) =>
         void (async () => {
-          const r = decodeRunRequest(await wire.open(msg.data));
-          const big = wire.pack(encodeHostRequest({ type: 'host', call: r.call, header: { method: 'PUT', path: '/v1/data/.my/c/x' }, body: Buffer.alloc(MAX_SDK_BODY + 2) }), 10_000);
+          const r = decodeRunRequest(await wire.open(wire.unseal(msg)));
+          const big = wire.pack(encodeHostRequest({ type: 'host', call: r.call, worker: 'w-sdk-2', header: { method: 'PUT', path: '/v1/data/.my/c/x' }, body: Buffer.alloc(MAX_SDK_BODY + 2) }), 10_000);
           for (const data of [big.data, frame({ type: 'host', call: r.call })]) {
             const t0 = Date.now();
-            const answer = decodeHostReply(await wire.open((await wnc.request(r.api, data, { timeout: 5_000 })).data));
+            const answer = decodeHostReply(await wire.open(await wire.request(r.api, data, 5_000)));
             answers.push({ status: answer.header.status, took: Date.now() - t0 });
           }
           wire.withdraw(big.ref);
-          msg.respond(wire.pack(encodeRunReply(ok(Buffer.from('"done"'))), 10_000).data);
+          wire.respond(msg, wire.pack(encodeRunReply(ok(Buffer.from('"done"')), { call: r.call, worker: 'w-sdk-2' }), 10_000).data);
         })(),
     });
     await wnc.flush();
-    wnc.publish(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: 'w-sdk-2', role: 'worker', host: 'test', running: 0, free: 4, warm: {}, draining: false }));
+    wire.send(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: 'w-sdk-2', role: 'worker', host: 'test', running: 0, free: 4, warm: {}, draining: false }));
     await wnc.flush();
     await new Promise((r) => setTimeout(r, 100));
     const out = await exec.run(job('S'), async () => {
@@ -325,15 +339,16 @@ describe("the API node's executor", { skip }, () => {
   test('malformed messages to its subjects are dropped and logged; it goes on', async () => {
     const nc = await conn();
     const log = logger();
-    const exec = new NatsExecutor(nc, log);
+    const exec = new NatsExecutor(nc, log, KEY);
     const w = await fakeWorker('w-fine', () => ok(Buffer.from('"fine"')), true);
     const other = await conn();
-    other.publish(`algohost.v1.host.${exec.node}`, crypto.randomBytes(30));
-    other.publish(`algohost.v1.host.${exec.node}`, frame({ type: 'host', call: 5 }));
-    other.publish(BEAT_SUBJECT, Buffer.from('\0\0\0\u0002{}'));
+    const host = `algohost.v1.host.${exec.node}`;
+    other.publish(host, crypto.randomBytes(30));
+    other.publish(host, KEY.seal(host, frame({ type: 'host', call: 5 })));
+    other.publish(BEAT_SUBJECT, KEY.seal(BEAT_SUBJECT, Buffer.from('\0\0\0\u0002{}')));
     await other.flush();
     await new Promise((r) => setTimeout(r, 200));
-    assert.ok(log.lines.filter((l) => /malformed message on the bus/.test(l)).length >= 3, log.lines.join('\n'));
+    assert.ok(log.lines.filter((l) => /(malformed|forged|replayed).* message on the bus/.test(l)).length >= 3, log.lines.join('\n'));
     const r = await exec.run(job('F'));
     assert.equal(r.kind === 'result' && r.body.toString(), '"fine"');
     assert.equal(unframe(frame({ type: 'x' })).header.type, 'x');

@@ -19,6 +19,8 @@ import { createDatabase, postgresAvailable, startPostgres, type PostgresCluster 
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
 import { frame, RUN_SUBJECT, unframe } from '../src/cluster/messages.ts';
+import { ClusterKey } from '../src/cluster/seal.ts';
+import { natsOptions } from '../src/cluster/nats.ts';
 
 // It starts its own PostgreSQL, S3 and NATS: run once, in test:unit, not again in test:shared.
 const skip = (process.env.ALGOHOST_TEST_BACKENDS ? 'starts its own backends: runs in test:unit' : undefined) ?? natsUnavailable() ?? postgresAvailable();
@@ -27,7 +29,11 @@ const BUCKET = 'cluster';
 let pg: PostgresCluster;
 let s3: S3Server;
 let nats: NatsServer;
+/** The backends and the cluster's secret and CA: every node's settings but its NATS user. */
 let env: Record<string, string>;
+/** An API node's settings (its NATS user: algohost-api). */
+let apiEnv: Record<string, string>;
+const SECRET = crypto.randomBytes(32).toString('hex');
 let apiNode: ServerProcess;
 let worker: WorkerProcess | undefined;
 let alice: ReturnType<typeof api>;
@@ -40,22 +46,30 @@ function home(): string {
   return h;
 }
 
+/** What a node is given besides its URL to reach the bus: the test server's CA. */
+function busFiles() {
+  return { creds: undefined, ca: nats.ca, cert: undefined, key: undefined };
+}
+
 /** `algohost worker` with the cluster's settings (and `extra`); resolves once it says it is ready. */
 function startWorker(extra: Record<string, string> = {}, args: string[] = []): Promise<WorkerProcess> {
-  return startClusterWorker({ ...env, ...extra }, args);
+  return startClusterWorker({ ...env, ALGOHOST_NATS_URL: nats.urlFor('worker'), ...extra }, args);
 }
 
 before(async () => {
   if (skip) return;
-  [pg, s3, nats] = await Promise.all([startPostgres(), startS3([BUCKET]), startNats()]);
+  // The bus as docs/cluster.md says to run it: a user per role, TLS, every message sealed.
+  [pg, s3, nats] = await Promise.all([startPostgres(), startS3([BUCKET]), startNats({ secure: true })]);
   env = {
     ALGOHOST_DATABASE_URL: await createDatabase(pg.adminUrl, 'cluster'),
     ALGOHOST_BLOBS: `s3://${BUCKET}/c?endpoint=${encodeURIComponent(s3.endpoint)}&force_path_style=true`,
     AWS_ACCESS_KEY_ID: S3RVER_KEY.access_key_id,
     AWS_SECRET_ACCESS_KEY: S3RVER_KEY.secret_access_key,
-    ALGOHOST_NATS_URL: nats.url,
+    ALGOHOST_NATS_CA: nats.ca!,
+    ALGOHOST_CLUSTER_SECRET: SECRET,
   };
-  apiNode = await startServerProcess({ home: home(), env, args: ['--role', 'api'] });
+  apiEnv = { ...env, ALGOHOST_NATS_URL: nats.urlFor('api') };
+  apiNode = await startServerProcess({ home: home(), env: apiEnv, args: ['--role', 'api'] });
   worker = await startWorker();
   const created = await runCli(['user', 'create', 'alice'], home(), WAIT_MS, env);
   assert.equal(created.code, 0, created.stderr);
@@ -174,22 +188,29 @@ describe('an API node and a worker node over NATS', { skip }, () => {
   });
 
   test('a malformed message on the bus is refused and logged, never run; the worker goes on', async () => {
-    const nc: NatsConnection = await connect({ servers: nats.url });
+    // As an API node would send them (its user, sealed with the cluster's key).
+    const nc: NatsConnection = await connect(natsOptions(nats.urlFor('api'), busFiles(), 'test', 'api'));
+    const key = new ClusterKey(SECRET);
     const job = (api: string) =>
       frame({
         type: 'run',
         call: 'c',
         api,
         sdk: false,
-        job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key: 'k', runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1000, nesting: 0 },
+        job: { target: { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, runner: 'node', entry: 'x', network: false }, contentType: 'text', timeoutMs: 1000, nesting: 0 },
       });
     try {
-      // Garbage, a header of another protocol version, and a job naming a subject nobody may
-      // publish to (it once crashed the worker): each is answered with a refusal at once.
-      for (const bad of [crypto.randomBytes(64), Buffer.from('\0\0\0\u0002{}'), job('algohost.v1.host.x y')]) {
-        const answer = unframe((await nc.request(RUN_SUBJECT, bad, { timeout: 5000 })).data);
+      // A header of another protocol version, and a job naming a subject nobody may publish to
+      // (it once crashed the worker): each is answered with a refusal at once.
+      const newer = Buffer.from(JSON.stringify({ v: 2, type: 'run', call: 'c' }));
+      const length = Buffer.alloc(4);
+      length.writeUInt32BE(newer.length);
+      for (const bad of [Buffer.concat([length, newer]), job('algohost.v1.host.x y')]) {
+        const m = await nc.request(RUN_SUBJECT, key.seal(RUN_SUBJECT, bad), { timeout: 5000 });
+        const answer = unframe(key.open(m.subject, m.data));
         assert.equal(answer.header.type, 'refused');
         assert.equal(answer.header.reason, 'internal');
+        assert.equal(answer.header.call, 'c');
       }
     } finally {
       await nc.close();
@@ -257,7 +278,7 @@ describe('an API node and a worker node over NATS', { skip }, () => {
   });
 
   test('async calls: an API node killed mid-call fails none of them; NATS restarted loses none', async () => {
-    const second = await startServerProcess({ home: home(), env, args: ['--role', 'api'] });
+    const second = await startServerProcess({ home: home(), env: apiEnv, args: ['--role', 'api'] });
     const viaSecond = api(second.url, aliceKey);
     const ids = await Promise.all(Array.from({ length: 4 }, () => accept(viaSecond, 'sleep 2500')));
     await new Promise((r) => setTimeout(r, 1000));
@@ -310,14 +331,15 @@ describe('an API node and a worker node over NATS', { skip }, () => {
       assert.equal((await fetch(`http://127.0.0.1:${port}/v1/algo/x/y`)).status, 404);
 
       await call('warm me');
-      const status = await runCli(['cluster', 'status', '--json'], home(), WAIT_MS, env);
+      const admin = { ...env, ALGOHOST_NATS_URL: nats.urlFor('admin') };
+      const status = await runCli(['cluster', 'status', '--json'], home(), WAIT_MS, admin);
       assert.equal(status.code, 0, status.stderr);
       const s = JSON.parse(status.stdout) as { nodes: { role: string; free: number; warm: Record<string, number> }[]; async: { waiting: number; running: number } | null };
       assert.equal(s.nodes.filter((n) => n.role === 'api').length, 1);
       assert.equal(s.nodes.filter((n) => n.role === 'worker').length, 2);
       assert.ok(s.nodes.some((n) => Object.keys(n.warm).length > 0), 'no worker says it is warm after a call');
       assert.deepEqual(s.async, { waiting: 0, running: 0 });
-      const table = await runCli(['cluster', 'status'], home(), WAIT_MS, env);
+      const table = await runCli(['cluster', 'status'], home(), WAIT_MS, admin);
       assert.match(table.stdout, /1 API node\(s\), 2 worker node\(s\)/);
       assert.match(table.stdout, /async queue: 0 waiting, 0 running/);
     } finally {
@@ -345,7 +367,7 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     assert.equal((await json(await call('still'))).result, 'still');
   });
 
-  test('NATS unreachable, or not set, stops a node at start with one line naming the setting', async () => {
+  test('NATS unreachable, not set, or refusing the credentials, and no cluster secret, each stop a node at start with one line naming the setting', async () => {
     const down = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: 'nats://127.0.0.1:1' });
     assert.notEqual(down.code, 0);
     assert.match(down.stderr, /ALGOHOST_NATS_URL \(nats:\/\/127\.0\.0\.1:1\): no NATS server answers/);
@@ -354,5 +376,20 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     assert.match(unset.stderr, /serve --role api needs ALGOHOST_NATS_URL/);
     const bad = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: 'http://127.0.0.1:4222' });
     assert.match(bad.stderr, /ALGOHOST_NATS_URL must be nats:\/\/HOST:PORT/);
+    // Credentials the NATS server refuses, none at all, and no cluster secret: one line each.
+    const wrong = new URL(nats.urlFor('worker'));
+    wrong.password = 'not-the-password';
+    for (const url of [wrong.toString(), nats.url]) {
+      const refused = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: url });
+      assert.notEqual(refused.code, 0);
+      assert.match(refused.stderr, /the NATS server refused this node's credentials/);
+      assert.doesNotMatch(refused.stderr, /not-the-password/);
+      assert.equal(refused.stderr.trim().split('\n').length, 1, refused.stderr);
+    }
+    const noSecret = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.urlFor('worker'), ALGOHOST_CLUSTER_SECRET: '' });
+    assert.notEqual(noSecret.code, 0);
+    assert.match(noSecret.stderr, /algohost worker needs ALGOHOST_CLUSTER_SECRET/);
+    const short = await runCli(['serve', '--role', 'api'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.urlFor('api'), ALGOHOST_CLUSTER_SECRET: 'too short' });
+    assert.match(short.stderr, /ALGOHOST_CLUSTER_SECRET must have at least 32 characters/);
   });
 });

@@ -1,7 +1,7 @@
 import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
-import { BuildMissingError, ExecutorBusyError, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
+import { BuildMissingError, ExecutorBusyError, targetKey, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 import type { UsageRecorder } from './usage.ts';
@@ -187,13 +187,9 @@ export class CallService {
   private runTarget(target: CallTarget): RunTarget {
     let t = this.runTargets.get(target);
     if (t === undefined) {
-      t = {
-        build: { algorithmId: target.algorithm.id, hash: target.build.hash },
-        key: `${target.algorithm.id}:${target.build.hash}`,
-        runner: target.build.runner!,
-        entry: target.build.entry!,
-        network: this.allowNetwork && target.settings.network_access === 'full',
-      };
+      const build = { algorithmId: target.algorithm.id, hash: target.build.hash };
+      const network = this.allowNetwork && target.settings.network_access === 'full';
+      t = { build, key: targetKey(build, network), runner: target.build.runner!, entry: target.build.entry!, network };
       this.runTargets.set(target, t);
     }
     return t;

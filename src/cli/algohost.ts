@@ -126,11 +126,12 @@ async function main(argv: string[]): Promise<number> {
 async function clusterStatusCommand(asJson: boolean): Promise<number> {
   const config = loadConfig({});
   if (!config.natsUrl) throw new UsageError('cluster status needs ALGOHOST_NATS_URL: the NATS server of the cluster');
-  const { connectNats } = await import('../cluster/nats.ts');
+  const { connectNats, requireClusterKey } = await import('../cluster/nats.ts');
   const { clusterStatus, formatStatus } = await import('../cluster/status.ts');
-  const nc = await connectNats(config.natsUrl, 'algohost cluster status');
+  const key = requireClusterKey(config, 'cluster status');
+  const nc = await connectNats(config.natsUrl, config.natsAuth, 'algohost cluster status', 'admin');
   try {
-    const status = await clusterStatus(nc);
+    const status = await clusterStatus(nc, key);
     process.stdout.write((asJson ? JSON.stringify(status) : formatStatus(status)) + '\n');
     return 0;
   } finally {

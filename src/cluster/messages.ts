@@ -1,4 +1,4 @@
-import type { AlgorithmErrorInfo, ContentType, Job, Outcome, RunnerKind, RunTarget } from '../runtime/contract.ts';
+import { targetKey, type AlgorithmErrorInfo, type ContentType, type Job, type Outcome, type RunnerKind, type RunTarget } from '../runtime/contract.ts';
 
 /**
  * The messages API nodes and worker nodes exchange over NATS (docs/cluster.md). Each is one
@@ -7,7 +7,10 @@ import type { AlgorithmErrorInfo, ContentType, Job, Outcome, RunnerKind, RunTarg
  * that would make the message bigger than the NATS server allows stays with its sender, and the
  * header names it (`ref`, a BodyRef) for the receiver to fetch in parts (wire.ts). Every header
  * names the protocol version `v`; a node ignores (and logs) a message it cannot read, never
- * crashes on one.
+ * crashes on one. On the bus, every message is sealed with the cluster's key (seal.ts).
+ *
+ * What a message says is never more than it must: a job names its build, and the worker
+ * derives the key its warm workers are kept under from that (targetKey), never from the job.
  */
 
 export const PROTOCOL_VERSION = 1;
@@ -63,9 +66,17 @@ const REFUSALS = new Set<string>(['busy_queue_full', 'busy_queue_timeout', 'star
 
 export type RunReply = { type: 'outcome'; outcome: Outcome } | { type: 'refused'; reason: RunRefusal; message: string };
 
+/** Who answers a job: the call it answers, and the worker node that ran it (checked by the API node). */
+export interface ReplyFrom {
+  call: string;
+  worker: string;
+}
+
 export interface HostRequest {
   type: 'host';
   call: string;
+  /** The worker node running the call: the API node answers only that one. */
+  worker: string;
   header: Record<string, unknown>;
   body: Buffer;
 }
@@ -167,8 +178,9 @@ function obj(h: Record<string, unknown>, key: string): Record<string, unknown> {
 }
 
 export function encodeRunRequest(r: RunRequest): Message {
-  const { input, ...job } = r.job;
-  return { header: { type: 'run', call: r.call, api: r.api, sdk: r.sdk, job }, body: input };
+  const { input, target, ...job } = r.job;
+  const { key: _derived, ...named } = target;
+  return { header: { type: 'run', call: r.call, api: r.api, sdk: r.sdk, job: { ...job, target: named } }, body: input };
 }
 
 export function decodeRunRequest({ header, body }: Message): RunRequest {
@@ -184,13 +196,11 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   if (!/^[0-9a-f]{8,128}$/.test(hash)) throw new MessageError('the build hash is not hexadecimal');
   const api = str(header, 'api');
   if (!api.startsWith(`${HOST_PREFIX}.`) || !SUBJECT.test(api)) throw new MessageError('a run request names an API subject that is not one');
-  const target: RunTarget = {
-    build: { algorithmId: num(build, 'algorithmId'), hash },
-    key: str(t, 'key'),
-    runner: runner as RunnerKind,
-    entry: str(t, 'entry'),
-    network: t.network === true,
-  };
+  const algorithmId = num(build, 'algorithmId');
+  if (!Number.isSafeInteger(algorithmId) || algorithmId < 1) throw new MessageError('the build names no algorithm id');
+  const ref = { algorithmId, hash };
+  const network = t.network === true;
+  const target: RunTarget = { build: ref, key: targetKey(ref, network), runner: runner as RunnerKind, entry: str(t, 'entry'), network };
   return {
     type: 'run',
     call: str(header, 'call'),
@@ -200,13 +210,18 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   };
 }
 
-export function encodeRunReply(r: RunReply): Message {
-  if (r.type === 'refused') return { header: { type: 'refused', reason: r.reason, message: r.message }, body: EMPTY };
+export function encodeRunReply(r: RunReply, from: ReplyFrom): Message {
+  if (r.type === 'refused') return { header: { type: 'refused', ...from, reason: r.reason, message: r.message }, body: EMPTY };
   if (r.outcome.kind === 'result') {
     const { body, ...outcome } = r.outcome;
-    return { header: { type: 'outcome', outcome }, body };
+    return { header: { type: 'outcome', ...from, outcome }, body };
   }
-  return { header: { type: 'outcome', outcome: r.outcome }, body: EMPTY };
+  return { header: { type: 'outcome', ...from, outcome: r.outcome }, body: EMPTY };
+}
+
+/** Who says they answered a job (a reply's `call` and `worker`). */
+export function replyFrom({ header }: Message): ReplyFrom {
+  return { call: str(header, 'call'), worker: str(header, 'worker') };
 }
 
 const OUTCOME_KINDS = new Set(['result', 'algorithm_error', 'timeout', 'out_of_memory', 'crashed']);
@@ -243,12 +258,12 @@ export function decodeRunReply({ header, body }: Message): RunReply {
 }
 
 export function encodeHostRequest(r: HostRequest): Message {
-  return { header: { type: 'host', call: r.call, header: r.header }, body: r.body };
+  return { header: { type: 'host', call: r.call, worker: r.worker, header: r.header }, body: r.body };
 }
 
 export function decodeHostRequest({ header, body }: Message): HostRequest {
   if (header.type !== 'host') throw new MessageError(`expected an SDK request, got ${JSON.stringify(header.type)}`);
-  return { type: 'host', call: str(header, 'call'), header: obj(header, 'header'), body };
+  return { type: 'host', call: str(header, 'call'), worker: str(header, 'worker'), header: obj(header, 'header'), body };
 }
 
 export function encodeHostReply(r: HostReply): Message {

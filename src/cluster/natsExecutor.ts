@@ -25,6 +25,7 @@ import {
   encodeRunRequest,
   HOST_PREFIX,
   MessageError,
+  replyFrom,
   RUN_SUBJECT,
   unframe,
   WORKER_PREFIX,
@@ -32,6 +33,7 @@ import {
   type RunReply,
 } from './messages.ts';
 import { Wire } from './wire.ts';
+import type { ClusterKey } from './seal.ts';
 import { MAX_SDK_BODY } from '../algorithms/hostRequests.ts';
 import type { ClusterLog } from './log.ts';
 
@@ -51,7 +53,7 @@ interface Pending {
   worker: string | undefined;
   lost: (err: WorkerLostError) => void;
   /** The attempt waiting for its answer on this node's reply subject (ask). */
-  answer?: { resolve: (msg: Msg) => void; reject: (err: Error) => void } | undefined;
+  answer?: { resolve: (data: Buffer) => void; reject: (err: Error) => void } | undefined;
 }
 
 /** The NATS server's answer to a request nobody is subscribed to (a status message, code 503). */
@@ -80,6 +82,11 @@ interface WorkerView {
  *
  * Loss: a worker that took a call and then stays silent past LOST_AFTER_MS fails that call with
  * WorkerLostError; nothing else waits on it.
+ *
+ * Trust (docs/security.md): every message is sealed with the cluster's key (Wire, seal.ts), and
+ * bound to its call: an answer counts only from the worker node the call went to (or that said
+ * it took it), and an SDK request is answered only while its call runs, only for the worker
+ * running it. Anything else is dropped and logged.
  */
 export class NatsExecutor implements Executor {
   /** This node's name on the bus. */
@@ -97,8 +104,9 @@ export class NatsExecutor implements Executor {
   constructor(
     private readonly nc: NatsConnection,
     private readonly log: ClusterLog,
+    key: ClusterKey,
   ) {
-    this.wire = new Wire(nc, this.node, log);
+    this.wire = new Wire(nc, this.node, log, key);
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
       nc.subscribe(BEAT_SUBJECT, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
@@ -144,9 +152,9 @@ export class NatsExecutor implements Executor {
     try {
       for (let attempt = 0; ; attempt++) {
         const subject = pending.worker ? `${WORKER_PREFIX}.${pending.worker}.run` : RUN_SUBJECT;
-        let msg: Msg;
+        let answer: Buffer;
         try {
-          msg = await Promise.race([this.ask(subject, data, call, pending), lost]);
+          answer = await Promise.race([this.ask(subject, data, call, pending), lost]);
         } catch (err) {
           if (!pending.worker || !(err instanceof NoRespondersError) || attempt > 0) throw err;
           // The worker it was routed to is gone: any other may take it.
@@ -154,8 +162,13 @@ export class NatsExecutor implements Executor {
           pending.worker = undefined;
           continue;
         }
-        const opened = this.wire.open(msg.data, deadline);
-        reply = decodeRunReply(opened instanceof Promise ? await Promise.race([opened, lost]) : opened);
+        const opened = this.wire.open(answer, deadline);
+        const m = opened instanceof Promise ? await Promise.race([opened, lost]) : opened;
+        const from = replyFrom(m);
+        if (from.call !== call || (pending.worker !== undefined && from.worker !== pending.worker)) {
+          throw new MessageError(`an answer for call ${from.call} from worker node ${from.worker} came for call ${call} sent to ${pending.worker ?? 'the queue'}`);
+        }
+        reply = decodeRunReply(m);
         // A worker that began to stop before it started the job: another may take it.
         if (reply.type === 'refused' && reply.reason === 'draining' && attempt === 0) {
           const w = pending.worker ? this.workers.get(pending.worker) : undefined;
@@ -199,11 +212,11 @@ export class NatsExecutor implements Executor {
    * deadline) and no Error objects made per call for traces (the client's request made three,
    * half of this node's CPU per warm call; docs/performance.md).
    */
-  private ask(subject: string, data: Uint8Array, call: string, pending: Pending): Promise<Msg> {
-    return new Promise<Msg>((resolve, reject) => {
+  private ask(subject: string, data: Uint8Array, call: string, pending: Pending): Promise<Buffer> {
+    return new Promise<Buffer>((resolve, reject) => {
       pending.answer = { resolve, reject };
       try {
-        this.nc.publish(subject, data, { reply: `${this.replies}.${call}` });
+        this.wire.send(subject, data, `${this.replies}.${call}`);
       } catch (err) {
         pending.answer = undefined;
         reject(err as Error);
@@ -216,9 +229,22 @@ export class NatsExecutor implements Executor {
     const answer = pending?.answer;
     // The call ended already (it timed out, its worker was lost): nothing waits for this.
     if (!answer) return;
+    // The NATS server's own word that nobody took the job (a status, not a node's message).
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      pending.answer = undefined;
+      answer.reject(new NoRespondersError(`no subscriber for the job`));
+      return;
+    }
+    let data: Buffer;
+    try {
+      data = this.wire.unseal(msg, true);
+    } catch (err) {
+      // Not from a node of this cluster: the call still waits for its worker's answer.
+      this.log.warn({ err, subject: msg.subject }, 'dropped an answer that is not sealed by this cluster (a forged or replayed message on the bus)');
+      return;
+    }
     pending.answer = undefined;
-    if (msg.data.length === 0 && msg.headers?.code === 503) answer.reject(new NoRespondersError(`no subscriber for the job`));
-    else answer.resolve(msg);
+    answer.resolve(data);
   }
 
   /**
@@ -278,7 +304,7 @@ export class NatsExecutor implements Executor {
   private beat(): void {
     const b: Beat = { type: 'beat', node: this.node, role: 'api', host: os.hostname(), running: this.calls.size, free: 0, warm: {}, draining: false };
     try {
-      this.nc.publish(BEAT_SUBJECT, encodeBeat(b));
+      this.wire.send(BEAT_SUBJECT, encodeBeat(b));
     } catch {
       // Closed or reconnecting: the next beat goes out once it is back.
     }
@@ -287,9 +313,9 @@ export class NatsExecutor implements Executor {
   private onBeat(msg: Msg): void {
     let b: Beat;
     try {
-      b = decodeBeat(msg.data);
+      b = decodeBeat(this.wire.unseal(msg));
     } catch (err) {
-      this.log.warn({ err }, 'dropped a beat that is not one (malformed message on the bus)');
+      this.log.warn({ err }, 'dropped a beat that is not one (a malformed, forged or replayed message on the bus)');
       return;
     }
     if (b.role !== 'worker') return;
@@ -298,13 +324,22 @@ export class NatsExecutor implements Executor {
 
   /** A `taken` notice, or an SDK request of one of this node's calls from the worker running it. */
   private async onApiMessage(msg: Msg): Promise<void> {
+    let data: Buffer;
+    try {
+      data = this.wire.unseal(msg, true);
+    } catch (err) {
+      // Not from a node of this cluster: dropped unanswered (an answer would only tell its sender what is here).
+      this.log.warn({ err, subject: msg.subject }, 'dropped an SDK request or notice that is not sealed by this cluster (a forged or replayed message on the bus)');
+      return;
+    }
     let request;
     try {
-      const m = unframe(msg.data);
+      const m = unframe(data);
       if (m.header.type === 'taken') {
         const t = decodeTaken(m);
         const p = this.calls.get(t.call);
-        if (p) {
+        // Only a call sent to the queue, and only once: a call routed to one worker stays with it.
+        if (p && p.worker === undefined) {
           p.worker = t.worker;
           // Heard from now, if its first beat has not come yet.
           if (!this.workers.has(t.worker)) this.workers.set(t.worker, { seen: Date.now(), free: 0, warm: {}, draining: false });
@@ -316,12 +351,20 @@ export class NatsExecutor implements Executor {
       const call = typeof m.header.call === 'string' ? this.calls.get(m.header.call) : undefined;
       request = decodeHostRequest(await this.wire.read(m, call?.deadline, MAX_SDK_BODY + 1));
     } catch (err) {
-      this.log.warn({ err }, 'dropped an SDK request that is not one (malformed message on the bus)');
+      this.log.warn({ err }, 'dropped an SDK request that is not one (a malformed, forged or replayed message on the bus)');
       // Its sender waits for an answer: it gets one now rather than at its call's end.
       this.answer(msg, refusal(400, 'invalid_body', `this API node could not read the SDK request: ${(err as Error).message}`));
       return;
     }
-    const host = this.calls.get(request.call)?.host;
+    const pending = this.calls.get(request.call);
+    // Only the worker node running the call speaks for it: a request naming a call that node
+    // was not given is refused (and logged), whoever sealed it.
+    if (pending !== undefined && pending.worker !== request.worker) {
+      this.log.warn({ call: request.call, from: request.worker, runner: pending.worker ?? null }, 'refused an SDK request from a worker node that does not run its call');
+      this.answer(msg, refusal(403, 'forbidden', 'this worker node does not run the call this request names'));
+      return;
+    }
+    const host = pending?.host;
     let answer: HostAnswer;
     try {
       answer = host ? await host(request.header, request.body) : refusal(403, 'forbidden', 'the call this request belongs to has ended');
@@ -334,7 +377,7 @@ export class NatsExecutor implements Executor {
 
   private answer(msg: Msg, answer: HostAnswer): void {
     try {
-      if (msg.reply) msg.respond(this.wire.pack(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body }), BODY_TTL_MS).data);
+      this.wire.respond(msg, this.wire.pack(encodeHostReply({ type: 'host_answer', header: answer.header, body: answer.body }), BODY_TTL_MS).data);
     } catch (err) {
       this.log.warn({ err }, 'could not answer an SDK request');
     } finally {

@@ -3,6 +3,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { BEAT_SUBJECT, decodeBeat, type Beat } from './messages.ts';
 import { ASYNC_CONSUMER, ASYNC_STREAM } from './asyncQueue.ts';
 import { BEAT_MS } from './natsExecutor.ts';
+import type { ClusterKey } from './seal.ts';
 
 export interface ClusterStatus {
   nodes: Omit<Beat, 'type'>[];
@@ -14,16 +15,16 @@ export interface ClusterStatus {
  * What `algohost cluster status` shows: every node heard beating within `listenMs` (a beat a
  * second), and the async queue's depth from JetStream.
  */
-export async function clusterStatus(nc: NatsConnection, listenMs = BEAT_MS * 1.6): Promise<ClusterStatus> {
+export async function clusterStatus(nc: NatsConnection, key: ClusterKey, listenMs = BEAT_MS * 1.6): Promise<ClusterStatus> {
   const nodes = new Map<string, Omit<Beat, 'type'>>();
   const sub = nc.subscribe(BEAT_SUBJECT, {
     callback: (err, msg) => {
       if (err) return;
       try {
-        const { type: _type, ...b } = decodeBeat(msg.data);
+        const { type: _type, ...b } = decodeBeat(key.open(msg.subject, msg.data));
         nodes.set(b.node, b);
       } catch {
-        // Not a beat: not a node.
+        // Not a beat, or not sealed by this cluster: not one of its nodes.
       }
     },
   });

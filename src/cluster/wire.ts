@@ -1,9 +1,10 @@
 import crypto from 'node:crypto';
-import type { NatsConnection, Subscription } from '@nats-io/transport-node';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import { frame, MessageError, PARTS_PREFIX, readRef, unframe, type BodyRef, type Message } from './messages.ts';
 import type { ClusterLog } from './log.ts';
+import { SEAL_BYTES, type ClusterKey } from './seal.ts';
 
-/** Room left in a message for its header. */
+/** Room left in a message for its header (and its seal). */
 const HEADER_ROOM = 4096;
 /** Parts of one body asked for at once. */
 const WINDOW = 4;
@@ -29,6 +30,10 @@ interface Offer {
  *
  * A kept body is dropped once each of its parts has been served, or when its time is up (the
  * receiver died, or never needed it).
+ *
+ * It is also where a node's messages meet the bus: everything sent goes out sealed for its
+ * subject with the cluster's key (send, respond, request; seal.ts), and everything received is
+ * opened (its seal checked) before it is read (unseal), the parts of bodies included.
  */
 export class Wire {
   readonly subject: string;
@@ -40,6 +45,7 @@ export class Wire {
     private readonly nc: NatsConnection,
     node: string,
     private readonly log: ClusterLog,
+    private readonly key: ClusterKey,
   ) {
     this.subject = `${PARTS_PREFIX}.${node}`;
     this.subscription = nc.subscribe(this.subject, {
@@ -47,18 +53,41 @@ export class Wire {
         if (err) return log.warn({ err }, 'the parts subscription failed');
         let answer: Uint8Array;
         try {
-          answer = this.part(unframe(msg.data).header);
+          answer = this.part(unframe(this.unseal(msg)).header);
         } catch (e) {
-          log.warn({ err: e }, 'dropped a part request that is not one (malformed message on the bus)');
+          log.warn({ err: e }, 'dropped a part request that is not one (a malformed or unsealed message on the bus)');
           return;
         }
         try {
-          msg.respond(answer);
+          this.respond(msg, answer);
         } catch (e) {
           log.warn({ err: e }, 'could not send a part');
         }
       },
     });
+  }
+
+  /** Publishes `data` on `subject`, sealed for it; answers, if any, go to `reply`. */
+  send(subject: string, data: Uint8Array, reply?: string): void {
+    this.nc.publish(subject, this.key.seal(subject, data), reply === undefined ? undefined : { reply });
+  }
+
+  /** Answers `msg` with `data`, sealed for its reply subject (nothing, if it asked for no answer). */
+  respond(msg: Msg, data: Uint8Array): void {
+    if (msg.reply) this.nc.publish(msg.reply, this.key.seal(msg.reply, data));
+  }
+
+  /** Sends a request and gives its answer's bytes, seal checked. */
+  async request(subject: string, data: Uint8Array, timeout: number): Promise<Buffer> {
+    return this.unseal(await this.nc.request(subject, this.key.seal(subject, data), { timeout }));
+  }
+
+  /**
+   * A received message's bytes, once its seal is checked (MessageError if it is not sealed by
+   * this cluster for the subject it came on, now). `once`: a copy seen before is refused too.
+   */
+  unseal(msg: Msg, once = false): Buffer {
+    return this.key.open(msg.subject, msg.data, once);
   }
 
   /** The largest message the NATS server takes. */
@@ -73,7 +102,7 @@ export class Wire {
   pack(m: Message, ttlMs: number): { data: Buffer; ref?: string } {
     const max = this.maxPayload;
     const data = frame(m.header, m.body);
-    if (data.length <= max) return { data };
+    if (data.length + SEAL_BYTES <= max) return { data };
     if (data.length - m.body.length + HEADER_ROOM > max) {
       // The header itself is too big (a megabyte of stdout in an outcome): the whole message
       // is kept, and a `wrapped` one names it.
@@ -164,7 +193,7 @@ export class Wire {
     let offset = 0;
     const get = async (index: number): Promise<Buffer> => {
       const timeout = Math.max(1, Math.min(PART_TIMEOUT_MS, deadline - Date.now()));
-      const answer = unframe((await this.nc.request(ref.subject, frame({ type: 'part', id: ref.id, index }), { timeout })).data);
+      const answer = unframe(await this.request(ref.subject, frame({ type: 'part', id: ref.id, index }), timeout));
       if (answer.header.type !== 'part_data') throw new MessageError(`part ${index} of a body is no longer there (${String(answer.header.type)})`);
       return answer.body;
     };

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import os from 'node:os';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import { BuildMissingError, ExecutorBusyError, WorkerStartError, type Executor, type HostHandler } from '../runtime/contract.ts';
+import { BuildMissingError, ExecutorBusyError, targetKey, WorkerStartError, type Executor, type HostHandler } from '../runtime/contract.ts';
 import {
   BEAT_SUBJECT,
   decodeHostReply,
@@ -19,6 +19,7 @@ import {
 import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
 import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
+import type { ClusterKey } from './seal.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -33,6 +34,12 @@ export type LoadReport = () => { warm: Record<string, number>; free: number; run
  * job's SDK requests go back over the bus to the API node that sent it, which answers them as
  * the call's caller; nothing here can act as anyone (docs/cluster.md). It beats once a second
  * with its free slots and warm versions.
+ *
+ * It runs nothing it is not sure an API node of its cluster sent (docs/security.md): a job must
+ * be sealed with the cluster's key, for the subject it came on, within the window, and only
+ * once (seal.ts). What it runs is what the job's build is: the key its warm workers are kept
+ * under is derived from the build (targetKey), and the network is this node's to give, never
+ * the job's: with `allowNetwork` false, no job gets it.
  */
 export class WorkerNode {
   readonly node = crypto.randomBytes(8).toString('hex');
@@ -48,8 +55,11 @@ export class WorkerNode {
     private readonly executor: Executor,
     private readonly log: ClusterLog,
     private readonly load: LoadReport,
+    key: ClusterKey,
+    /** Whether this node lets algorithms have the network at all (ALGOHOST_ALGORITHM_NETWORK). */
+    private readonly allowNetwork: boolean,
   ) {
-    this.wire = new Wire(nc, this.node, log);
+    this.wire = new Wire(nc, this.node, log, key);
   }
 
   /**
@@ -78,7 +88,7 @@ export class WorkerNode {
   private beat(): void {
     const { warm, free } = this.load();
     try {
-      this.nc.publish(
+      this.wire.send(
         BEAT_SUBJECT,
         encodeBeat({ type: 'beat', node: this.node, role: 'worker', host: os.hostname(), running: this.running, free: this.draining ? 0 : free, warm, draining: this.draining }),
       );
@@ -92,21 +102,35 @@ export class WorkerNode {
     let reply: RunReply;
     this.running++;
     try {
+      let data: Buffer;
       try {
-        const opened = this.wire.open(msg.data, Date.now() + 10_000, 64 * 1024 * 1024);
+        data = this.wire.unseal(msg, true);
+      } catch (err) {
+        // Not from an API node of this cluster: never run, never answered (an answer would
+        // tell its sender what this node is).
+        this.log.warn({ err, subject: msg.subject }, 'refused a job that is not sealed by this cluster (a forged or replayed message on the bus)');
+        return;
+      }
+      try {
+        const opened = this.wire.open(data, Date.now() + 10_000, 64 * 1024 * 1024);
         request = decodeRunRequest(opened instanceof Promise ? await opened : opened);
       } catch (err) {
         this.log.warn({ err }, 'dropped a job that is not one (malformed message on the bus)');
         // Its sender, if it waits for an answer, gets one now rather than at its timeout.
-        if (msg.reply) {
+        const call = tryCall(data);
+        if (msg.reply && call !== undefined) {
           try {
-            const r = encodeRunReply({ type: 'refused', reason: 'internal', message: `this worker node could not read the job: ${(err as Error).message}` });
-            msg.respond(this.wire.pack(r, BODY_TTL_MS).data);
+            const r = encodeRunReply({ type: 'refused', reason: 'internal', message: `this worker node could not read the job: ${(err as Error).message}` }, { call, worker: this.node });
+            this.wire.respond(msg, this.wire.pack(r, BODY_TTL_MS).data);
           } catch {
             // Nobody to tell.
           }
         }
         return;
+      }
+      const target = request.job.target;
+      if (target.network && !this.allowNetwork) {
+        request.job.target = { ...target, network: false, key: targetKey(target.build, false) };
       }
       if (this.draining) {
         reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
@@ -114,7 +138,7 @@ export class WorkerNode {
         // A job from the queue group: its API node learns who took it (one routed here knows).
         if (msg.subject === RUN_SUBJECT) {
           try {
-            this.nc.publish(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+            this.wire.send(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
           } catch (err) {
             this.log.warn({ err }, 'could not say which worker took a job');
           }
@@ -126,9 +150,9 @@ export class WorkerNode {
           if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
         }
       }
-      const { data, ref } = this.wire.pack(encodeRunReply(reply), BODY_TTL_MS);
+      const { data: answer, ref } = this.wire.pack(encodeRunReply(reply, { call: request.call, worker: this.node }), BODY_TTL_MS);
       try {
-        msg.respond(data);
+        this.wire.respond(msg, answer);
       } catch (err) {
         this.wire.withdraw(ref);
         this.log.warn({ err }, 'could not answer a job');
@@ -149,12 +173,12 @@ export class WorkerNode {
   private hostFor(request: RunRequest): HostHandler {
     const deadline = Date.now() + request.job.timeoutMs + HOST_GRACE_MS;
     return async (header, body) => {
-      const { data, ref } = this.wire.pack(encodeHostRequest({ type: 'host', call: request.call, header, body }), Math.max(1, deadline - Date.now()));
+      const { data, ref } = this.wire.pack(encodeHostRequest({ type: 'host', call: request.call, worker: this.node, header, body }), Math.max(1, deadline - Date.now()));
       try {
-        const answer = await this.nc.request(request.api, data, { timeout: Math.max(1, deadline - Date.now()) }).catch((err: unknown) => {
+        const answer = await this.wire.request(request.api, data, Math.max(1, deadline - Date.now())).catch((err: unknown) => {
           throw new Error(`this request to the API node failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
         });
-        const r = decodeHostReply(await this.wire.open(answer.data, deadline));
+        const r = decodeHostReply(await this.wire.open(answer, deadline));
         return { header: r.header, body: r.body };
       } finally {
         this.wire.withdraw(ref);
@@ -174,6 +198,21 @@ export class WorkerNode {
     await this.wire.whenEmpty();
     clearInterval(this.timer);
     this.wire.close();
+  }
+}
+
+/**
+ * The call a sealed job that could not be read names, if its header says, whatever its protocol
+ * version (an API node of a newer version, in a rolling upgrade): its refusal goes to that call
+ * rather than leaving the API node to wait out its time.
+ */
+function tryCall(data: Buffer): string | undefined {
+  try {
+    const length = data.readUInt32BE(0);
+    const call = (JSON.parse(data.subarray(4, 4 + length).toString('utf8')) as { call?: unknown }).call;
+    return typeof call === 'string' ? call : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -58,12 +58,21 @@ export interface BuildRef {
 /** One runnable build and how to start it. */
 export interface RunTarget {
   build: BuildRef;
-  /** `${algorithmId}:${hash}`: warm workers are kept per key and never shared between builds. */
+  /** targetKey(build, network): warm workers are kept per key and never shared between builds. */
   key: string;
   runner: RunnerKind;
   entry: string;
   /** Whether the algorithm may reach the network. */
   network: boolean;
+}
+
+/**
+ * The key warm workers of a build are kept under: its algorithm and content hash, and whether
+ * it has the network (a worker started with it never serves a call without). Always derived,
+ * never taken from a message (a worker node computes it from the job's build itself).
+ */
+export function targetKey(build: BuildRef, network: boolean): string {
+  return network ? `${build.algorithmId}:${build.hash}:net` : `${build.algorithmId}:${build.hash}`;
 }
 
 /** One call to run. */

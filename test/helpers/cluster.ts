@@ -10,6 +10,7 @@
  * databases would be asked for builds it cannot find.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -18,7 +19,7 @@ import pino from 'pino';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { connectNats } from '../../src/cluster/nats.ts';
 import { apiNodeParts } from '../../src/main.ts';
-import type { Config } from '../../src/config.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
 import type { ServiceOptions } from '../../src/services.ts';
 import { BIN, childEnv, NODE, startServerProcess, within, WAIT_MS, type ServerProcess } from './process.ts';
 import { startNats, type NatsServer } from './nats.ts';
@@ -159,13 +160,18 @@ export interface TestCluster {
  * workers and, unless `single`, a second API node on a home of its own with the same backends.
  */
 export async function startTestCluster(config: Config, env: Record<string, string>, secondHome: string, single: boolean): Promise<TestCluster> {
-  const nats = await startNats();
+  // As docs/cluster.md says to run one: each role signs in as its own user, over TLS, and every
+  // message is sealed with the cluster's secret.
+  const nats = await startNats({ secure: true });
   natsPids.add(nats);
   const workers: WorkerProcess[] = [];
   let nc: NatsConnection | undefined;
   let second: ServerProcess | undefined;
   let balancer: Awaited<ReturnType<typeof roundRobin>> | undefined;
-  const clusterEnv = { ...env, ALGOHOST_NATS_URL: nats.url };
+  const secret = crypto.randomBytes(32).toString('hex');
+  const common = { ...env, ALGOHOST_NATS_CA: nats.ca!, ALGOHOST_CLUSTER_SECRET: secret };
+  const workerEnv = { ...common, ALGOHOST_NATS_URL: nats.urlFor('worker') };
+  const apiEnv = { ...common, ALGOHOST_NATS_URL: nats.urlFor('api') };
   const close = async () => {
     await balancer?.close();
     await second?.kill();
@@ -177,9 +183,9 @@ export async function startTestCluster(config: Config, env: Record<string, strin
   };
   try {
     const [w1, w2, api] = await Promise.allSettled([
-      startWorker(clusterEnv),
-      startWorker(clusterEnv),
-      single ? undefined : startServerProcess({ home: secondHome, env: clusterEnv, args: ['--role', 'api'], timeoutMs: START_MS }),
+      startWorker(workerEnv),
+      startWorker(workerEnv),
+      single ? undefined : startServerProcess({ home: secondHome, env: apiEnv, args: ['--role', 'api'], timeoutMs: START_MS }),
     ]);
     for (const w of [w1, w2]) if (w.status === 'fulfilled') workers.push(w.value);
     if (api.status === 'fulfilled' && api.value) {
@@ -187,8 +193,9 @@ export async function startTestCluster(config: Config, env: Record<string, strin
       detach(second.child);
     }
     for (const r of [w1, w2, api]) if (r.status === 'rejected') throw r.reason;
-    nc = await connectNats(nats.url, 'algohost test api');
-    const parts = await apiNodeParts(nc, { ...config, natsUrl: nats.url }, pino({ level: 'error' }));
+    const apiConfig = loadConfig({ home: config.home }, apiEnv);
+    nc = await connectNats(apiConfig.natsUrl!, apiConfig.natsAuth, 'algohost test api', 'api');
+    const parts = await apiNodeParts(nc, { ...config, natsUrl: apiConfig.natsUrl, natsAuth: apiConfig.natsAuth, clusterSecret: secret }, pino({ level: 'error' }));
     return {
       parts,
       nats,

@@ -1,12 +1,21 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { within, WAIT_MS } from './process.ts';
+import { makeCa } from './tls.ts';
+
+/** The roles of docs/cluster.md's NATS configuration, each a user of its own on a secure server. */
+export type NatsUser = 'api' | 'worker' | 'admin';
 
 export interface NatsServer {
-  /** nats://127.0.0.1:PORT */
+  /** nats://127.0.0.1:PORT, or tls://127.0.0.1:PORT for a secure one (no credentials: anonymous). */
   url: string;
+  /** The URL with a role's user and password (a secure server), else `url`. */
+  urlFor(user: NatsUser): string;
+  /** A secure server's CA (ALGOHOST_NATS_CA), else undefined. */
+  ca: string | undefined;
   port: number;
   pid: number;
   /** Kills it (its JetStream files stay)... */
@@ -23,15 +32,36 @@ export function natsUnavailable(): string | undefined {
   return fs.existsSync(NATS_SERVER) ? undefined : `${NATS_SERVER} is missing (apt-get install nats-server)`;
 }
 
+/** The nats-server configuration docs/cluster.md ships (its users and their permissions), as the docs have it. */
+export function documentedNatsConf(): string {
+  const doc = fs.readFileSync(path.join(import.meta.dirname, '..', '..', 'docs', 'cluster.md'), 'utf8');
+  const m = /<!-- nats-conf:begin -->\n```\n([\s\S]*?)```\n<!-- nats-conf:end -->/.exec(doc);
+  if (!m) throw new Error('docs/cluster.md has no nats-conf block');
+  return m[1]!;
+}
+
 /**
  * Debian's nats-server with JetStream, on a loopback port, its storage in a temp directory,
- * in a process of its own (stopped by pid).
+ * in a process of its own (stopped by pid). `secure`: as docs/cluster.md says to run it, with
+ * its users and permissions per role, and TLS (a throwaway CA's certificate) required.
  */
-export async function startNats(): Promise<NatsServer> {
+export async function startNats(options: { secure?: boolean } = {}): Promise<NatsServer> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-nats-'));
+  const passwords = { api: crypto.randomBytes(12).toString('hex'), worker: crypto.randomBytes(12).toString('hex'), admin: crypto.randomBytes(12).toString('hex') };
+  const tls = options.secure ? makeCa(dir, 'nats') : undefined;
+  const env: Record<string, string> = tls
+    ? { ALGOHOST_NATS_API_PASSWORD: passwords.api, ALGOHOST_NATS_WORKER_PASSWORD: passwords.worker, ALGOHOST_NATS_ADMIN_PASSWORD: passwords.admin }
+    : {};
+  if (tls) {
+    fs.writeFileSync(
+      path.join(dir, 'nats.conf'),
+      [`tls {\n  cert_file: "${tls.cert}"\n  key_file: "${tls.key}"\n  timeout: 5\n}`, documentedNatsConf()].join('\n'),
+    );
+  }
   let child: ChildProcess;
   const launch = async (port: number): Promise<number> => {
-    child = spawn(NATS_SERVER, ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dir], { stdio: ['ignore', 'ignore', 'pipe'], env: {} });
+    const args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dir, ...(tls ? ['-c', path.join(dir, 'nats.conf')] : [])];
+    child = spawn(NATS_SERVER, args, { stdio: ['ignore', 'ignore', 'pipe'], env });
     let log = '';
     const listening = new Promise<number>((resolve, reject) => {
       child.stderr!.setEncoding('utf8').on('data', (s: string) => {
@@ -56,8 +86,11 @@ export async function startNats(): Promise<NatsServer> {
     }
   };
   const port = await launch(-1);
+  const scheme = tls ? 'tls' : 'nats';
   const server: NatsServer = {
-    url: `nats://127.0.0.1:${port}`,
+    url: `${scheme}://127.0.0.1:${port}`,
+    urlFor: (user) => (tls ? `${scheme}://algohost-${user}:${passwords[user]}@127.0.0.1:${port}` : `${scheme}://127.0.0.1:${port}`),
+    ca: tls?.ca,
     port,
     pid: child!.pid!,
     halt: kill,

@@ -1,0 +1,294 @@
+/**
+ * What the nodes of a cluster take from the bus (docs/cluster.md, "Trust on the bus";
+ * docs/security.md): the attacks of issue 22 on a real nats-server, against the real API node
+ * executor (NatsExecutor) and a real worker node (WorkerNode) running real sandboxed algorithms
+ * on the local runtime. Each attack is tried twice: on an open bus, where the attacker can read
+ * and publish anything but has not the cluster's secret, and on the bus as docs/cluster.md says
+ * to run it (a NATS user per role, TLS), where the attacker holds a worker's NATS credentials.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { natsUnavailable, startNats, type NatsServer, type NatsUser } from './helpers/nats.ts';
+import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
+import { WorkerNode } from '../src/cluster/workerNode.ts';
+import { ClusterKey } from '../src/cluster/seal.ts';
+import { natsOptions } from '../src/cluster/nats.ts';
+import { BEAT_SUBJECT, encodeBeat, frame, RUN_SUBJECT, unframe, WORKER_PREFIX } from '../src/cluster/messages.ts';
+import { AlgorithmRuntime, DEFAULT_RUNTIME, type BuildFiles } from '../src/runtime/runtime.ts';
+import { probeSandbox } from '../src/runtime/sandbox.ts';
+import { targetKey, type Executor, type HostHandler, type Job, type Outcome } from '../src/runtime/contract.ts';
+
+// NATS and the sandbox alone, no store: run once, in test:unit.
+const skip =
+  (process.env.ALGOHOST_TEST_BACKENDS ? 'needs no shared backend: runs in test:unit' : undefined) ??
+  natsUnavailable() ??
+  (probeSandbox().available ? undefined : `no sandbox: ${probeSandbox().reason}`);
+
+const SECRET = crypto.randomBytes(32).toString('hex');
+const KEY = new ClusterKey(SECRET);
+
+/** Builds on this disk, as a worker node keeps the ones it fetched: `<root>/<algorithm>/<hash>/index.mjs`. */
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-trust-'));
+const builds: BuildFiles = {
+  dir: (id, _kind, hash) => path.join(root, String(id), hash),
+  isPresent: (id, _kind, hash) => fs.existsSync(path.join(root, String(id), hash)),
+  ensure: async () => false,
+};
+function addBuild(id: number, source: string) {
+  const hash = crypto.createHash('sha256').update(source).digest('hex');
+  fs.mkdirSync(path.join(root, String(id), hash), { recursive: true });
+  fs.writeFileSync(path.join(root, String(id), hash, 'index.mjs'), source);
+  return { algorithmId: id, hash };
+}
+/** alice/Echo: answers its input, after `ms` if asked to wait. */
+const ECHO = addBuild(1, 'export async function apply(x) { if (x && x.wait) await new Promise((r) => setTimeout(r, x.wait)); return x; }\n');
+/** A build that says which network interfaces it sees. */
+const NET = addBuild(2, "import os from 'node:os';\nexport const apply = () => Object.keys(os.networkInterfaces()).sort();\n");
+
+function job(build: { algorithmId: number; hash: string }, input: unknown, network = false): Job {
+  return { target: { build, key: targetKey(build, network), runner: 'node', entry: 'index.mjs', network }, contentType: 'json', input: Buffer.from(JSON.stringify(input)), timeoutMs: 20_000, nesting: 0 };
+}
+
+const result = (o: Outcome): unknown => (o.kind !== 'result' ? `<${o.kind}>` : o.contentType === 'json' ? JSON.parse(o.body.toString()) : o.body.toString());
+
+function logger() {
+  const lines: string[] = [];
+  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined };
+}
+
+/** The local runtime, counting the jobs that reach it. */
+class Counted implements Executor {
+  jobs: Job[] = [];
+  constructor(readonly runtime: AlgorithmRuntime) {}
+  run(j: Job, host?: HostHandler): Promise<Outcome> {
+    this.jobs.push(j);
+    return this.runtime.run(j, host);
+  }
+  close(): Promise<void> {
+    return this.runtime.close();
+  }
+}
+
+const until = async (what: () => boolean, ms = 5000) => {
+  const end = Date.now() + ms;
+  while (!what() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+};
+
+interface Bus {
+  nats: NatsServer;
+  /** A connection as `user` would make it (anonymous on the open bus). */
+  conn(user: NatsUser): Promise<NatsConnection>;
+  exec: NatsExecutor;
+  execLog: ReturnType<typeof logger>;
+  worker: WorkerNode;
+  workerLog: ReturnType<typeof logger>;
+  counted: Counted;
+  /** The attacker's connection: anonymous on the open bus, a worker's credentials on the secure one. */
+  mallory: NatsConnection;
+  close(): Promise<void>;
+}
+
+async function startBus(secure: boolean): Promise<Bus> {
+  const nats = await startNats({ secure });
+  const conns: NatsConnection[] = [];
+  const conn = async (user: NatsUser) => {
+    const nc = await connect(natsOptions(nats.urlFor(user), { creds: undefined, ca: nats.ca, cert: undefined, key: undefined }, `test ${user}`, user));
+    conns.push(nc);
+    return nc;
+  };
+  const counted = new Counted(new AlgorithmRuntime(builds, { ...DEFAULT_RUNTIME, pool: { ...DEFAULT_RUNTIME.pool, maxWorkers: 4 } }));
+  const workerLog = logger();
+  const worker = new WorkerNode(await conn('worker'), counted, workerLog, () => counted.runtime.pool.load(), KEY, false);
+  await worker.start();
+  const execLog = logger();
+  const exec = new NatsExecutor(await conn('api'), execLog, KEY);
+  const mallory = await conn('worker');
+  // The executor has heard the worker beat: calls are routed to it by name.
+  await until(() => (exec as unknown as { workers: Map<string, unknown> }).workers.size > 0);
+  return {
+    nats,
+    conn,
+    exec,
+    execLog,
+    worker,
+    workerLog,
+    counted,
+    mallory,
+    async close() {
+      await exec.close();
+      await worker.drain();
+      await counted.close();
+      await Promise.all(conns.map((c) => c.close().catch(() => undefined)));
+      await nats.stop();
+    },
+  };
+}
+
+/** A NATS permission error on `nc` (the server refuses a publish or a subscription), or undefined within `ms`. */
+async function permissionError(nc: NatsConnection, act: () => void, ms = 1000): Promise<string | undefined> {
+  let seen: string | undefined;
+  const watch = (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === 'error' && /permission/i.test(String(s.error?.message ?? ''))) seen = String(s.error?.message);
+    }
+  })();
+  void watch;
+  act();
+  await nc.flush().catch(() => undefined);
+  await until(() => seen !== undefined, ms);
+  return seen;
+}
+
+after(() => fs.rmSync(root, { recursive: true, force: true }));
+
+for (const secure of [false, true]) {
+  describe(secure ? 'on the bus as docs/cluster.md runs it (users per role, TLS), mallory holding a worker password' : 'on an open bus, mallory reading and publishing anything', { skip }, () => {
+    let bus: Bus;
+    before(async () => {
+      bus = await startBus(secure);
+    });
+    after(async () => {
+      await bus?.close();
+    });
+
+    test('a genuine call runs: sealed, routed to the worker, answered', async () => {
+      assert.deepEqual(result(await bus.exec.run(job(ECHO, 'hello'))), 'hello');
+      assert.equal(bus.counted.jobs.length, 1);
+    });
+
+    test('a forged job is never run: unsealed, sealed with another key, or a real one replayed (again, or onto another subject)', async () => {
+      const before = bus.counted.jobs.length;
+      const sniffed: Msg[] = [];
+      // What mallory can read of a real job: everything on the open bus; nothing on the secure one.
+      const spy = secure ? undefined : await bus.conn('api');
+      spy?.subscribe(`${WORKER_PREFIX}.*.run`, { callback: (_e, m) => void sniffed.push(m) });
+      await spy?.flush();
+      assert.deepEqual(result(await bus.exec.run(job(ECHO, 'genuine'))), 'genuine');
+      const forged = frame({ type: 'run', call: 'forged', api: 'algohost.v1.host.mallory', sdk: true, job: { target: { build: ECHO, runner: 'node', entry: 'index.mjs', network: true }, contentType: 'json', timeoutMs: 1000, nesting: 0 } }, Buffer.from('"pwned"'));
+      const other = new ClusterKey(crypto.randomBytes(32).toString('hex'));
+      const attempts: [string, Uint8Array][] = [
+        [RUN_SUBJECT, forged],
+        [RUN_SUBJECT, other.seal(RUN_SUBJECT, forged)],
+        [`${WORKER_PREFIX}.${bus.worker.node}.run`, other.seal(`${WORKER_PREFIX}.${bus.worker.node}.run`, forged)],
+      ];
+      if (!secure) {
+        await until(() => sniffed.length > 0);
+        assert.equal(sniffed.length, 1, 'the spy read the real job on the open bus');
+        attempts.push([sniffed[0]!.subject, sniffed[0]!.data], [RUN_SUBJECT, sniffed[0]!.data]);
+      }
+      const refused = await permissionError(bus.mallory, () => {
+        for (const [subject, data] of attempts) bus.mallory.publish(subject, data, { reply: 'algohost.v1.host.mallory.reply.x' });
+      });
+      if (secure) assert.match(refused ?? '', /Permissions Violation for Publish to "algohost\.v1\.(run|worker)/, 'a worker user may not send jobs');
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(bus.counted.jobs.length, before + 1, 'only the genuine job reached the runtime');
+      if (!secure) {
+        const refusals = bus.workerLog.lines.filter((l) => /refused a job that is not sealed by this cluster/.test(l));
+        assert.equal(refusals.length, attempts.length, bus.workerLog.lines.join('\n'));
+      }
+      spy?.close();
+    });
+
+    test('a forged beat draws no call: calls still go to the worker that beats with the seal', async () => {
+      const evil = 'evil-worker';
+      const got: Msg[] = [];
+      // On the open bus mallory listens where a job routed to her would come; on the secure one her
+      // worker user may listen there too (all workers may): the seal is what keeps jobs from her.
+      const sub = bus.mallory.subscribe(`${WORKER_PREFIX}.${evil}.run`, { callback: (_e, m) => void got.push(m) });
+      await bus.mallory.flush();
+      const beat = encodeBeat({ type: 'beat', node: evil, role: 'worker', host: 'x', running: 0, free: 1000, warm: { [targetKey(ECHO, false)]: 1000 }, draining: false });
+      const other = new ClusterKey(crypto.randomBytes(32).toString('hex'));
+      for (let i = 0; i < 5; i++) {
+        bus.mallory.publish(BEAT_SUBJECT, beat);
+        bus.mallory.publish(BEAT_SUBJECT, other.seal(BEAT_SUBJECT, beat));
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const outs = await Promise.all([1, 2, 3, 4, 5].map((i) => bus.exec.run(job(ECHO, `call ${i}`))));
+      assert.deepEqual(outs.map(result), ['call 1', 'call 2', 'call 3', 'call 4', 'call 5']);
+      assert.equal(got.length, 0, 'a job was routed to the forged worker');
+      assert.ok(bus.execLog.lines.filter((l) => /dropped a beat/.test(l)).length >= 10, bus.execLog.lines.join('\n'));
+      sub.unsubscribe();
+    });
+
+    test("an SDK request naming a running call is answered only from the worker running it; a forged answer is not the call's", async () => {
+      let served = 0;
+      const host: HostHandler = async () => {
+        served++;
+        return { header: { status: 200 }, body: Buffer.from('{}') };
+      };
+      // A call that runs for a while, so its id can be used against it meanwhile.
+      let call: string | undefined;
+      const spy = secure ? undefined : await bus.conn('api');
+      spy?.subscribe(`${WORKER_PREFIX}.*.run`, { callback: (_e, m) => void (call = String(unframe(m.data.subarray(0, m.data.length - 40)).header.call)) });
+      await spy?.flush();
+      const running = bus.exec.run(job(ECHO, { wait: 1500 }), host);
+      // On the secure bus mallory cannot read the call's id: she is given it, as if she had guessed it.
+      if (secure) call = [...(bus.exec as unknown as { calls: Map<string, unknown> }).calls.keys()][0];
+      await until(() => call !== undefined);
+      assert.ok(call);
+      const api = `algohost.v1.host.${bus.exec.node}`;
+      const sdk = (worker: string) => frame({ type: 'host', call, worker, header: { method: 'PUT', path: '/v1/data/.my/secrets/pwned.txt', headers: {} } }, Buffer.from('pwned'));
+      // Unsealed (no answer: dropped), sealed by a node not running the call (403).
+      await assert.rejects(bus.mallory.request(api, sdk(bus.worker.node), { timeout: 500 }));
+      const insider = KEY.seal(api, frame({ type: 'host', call, worker: 'another-worker', header: { method: 'GET', path: '/v1/data/.my' } }));
+      const answer = await bus.mallory.request(api, insider, { timeout: 2000 });
+      const opened = unframe(KEY.open(answer.subject, answer.data));
+      assert.equal((opened.header.header as { status: number }).status, 403);
+      // A forged answer to the call: on the open bus it can be published (and is dropped); on
+      // the secure one a worker user may answer only jobs it was given.
+      const reply = `algohost.v1.host.${bus.exec.node}.reply.${call}`;
+      const refused = await permissionError(bus.mallory, () => bus.mallory.publish(reply, frame({ type: 'outcome', call, worker: bus.worker.node, outcome: { kind: 'result', contentType: 'json', stdout: '', durationMs: 1 } }, Buffer.from('"forged"'))));
+      if (secure) assert.match(refused ?? '', /Permissions Violation for Publish/);
+      assert.deepEqual(result(await running), { wait: 1500 });
+      assert.equal(served, 0, 'a forged SDK request was served as the caller');
+      if (!secure) assert.ok(bus.execLog.lines.some((l) => /dropped an answer that is not sealed/.test(l)), bus.execLog.lines.join('\n'));
+      assert.ok(bus.execLog.lines.some((l) => /refused an SDK request from a worker node that does not run its call/.test(l)), bus.execLog.lines.join('\n'));
+      spy?.close();
+    });
+
+    test("a job's key and network are the worker's to derive: a job cannot file its build under another's key, or get the network the worker does not give", async () => {
+      // Sealed by the cluster (an API node's job), naming alice/Echo's key for another build, and the network.
+      const api = await bus.conn('api');
+      const forgedKey = targetKey(ECHO, false);
+      const subject = `${WORKER_PREFIX}.${bus.worker.node}.run`;
+      const data = frame({ type: 'run', call: 'c-net', api: 'algohost.v1.host.nobody', sdk: false, job: { target: { build: NET, key: forgedKey, runner: 'node', entry: 'index.mjs', network: true }, contentType: 'json', timeoutMs: 20_000, nesting: 0 } }, Buffer.from('null'));
+      const m = await api.request(subject, KEY.seal(subject, data), { timeout: 20_000 });
+      const reply = unframe(KEY.open(m.subject, m.data));
+      assert.equal(reply.header.type, 'outcome', JSON.stringify(reply.header));
+      // Run without the network: it sees its own loopback only.
+      assert.deepEqual(JSON.parse(reply.body.toString()), ['lo']);
+      const ran = bus.counted.jobs.at(-1)!;
+      assert.equal(ran.target.key, targetKey(NET, false));
+      assert.equal(ran.target.network, false);
+      // The pool holds NET's worker under NET's key, none under the key the job named for it.
+      const warm = bus.counted.runtime.pool.load().warm;
+      assert.equal(warm[targetKey(NET, false)], 1, JSON.stringify(warm));
+      assert.deepEqual(result(await bus.exec.run(job(ECHO, 'still echo'))), 'still echo');
+    });
+
+    if (secure) {
+      test('the NATS server refuses an anonymous client, and keeps a worker user out of what is not its part', async () => {
+        await assert.rejects(connect({ servers: bus.nats.url, tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
+        await assert.rejects(connect({ servers: bus.nats.url, user: 'algohost-worker', pass: 'wrong', tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
+        for (const subject of ['algohost.v1.host.>', BEAT_SUBJECT, '_INBOX_api.>', 'algohost.v1.async']) {
+          const nc = await bus.conn('worker');
+          const refused = await permissionError(nc, () => nc.subscribe(subject));
+          assert.match(refused ?? '', /Permissions Violation for Subscription/, `a worker user may subscribe to ${subject}`);
+        }
+        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT]) {
+          const nc = await bus.conn('worker');
+          const refused = await permissionError(nc, () => nc.publish(subject, Buffer.from('x')));
+          assert.match(refused ?? '', /Permissions Violation for Publish/, `a worker user may publish to ${subject}`);
+        }
+        // An API node's user may not take jobs.
+        const apiUser = await bus.conn('api');
+        assert.match((await permissionError(apiUser, () => apiUser.subscribe(RUN_SUBJECT))) ?? '', /Permissions Violation for Subscription/);
+      });
+    }
+  });
+}
