@@ -6,6 +6,7 @@ import { seccompProgram } from './seccomp.ts';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
+import { FENCE_FD, FENCED_RESOLV_CONF, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
 
 import type { RunnerKind } from './contract.ts';
 
@@ -64,6 +65,11 @@ export interface SandboxSpec {
   entry: string;
   /** `network_access: full`; otherwise the worker has no network at all. */
   network: boolean;
+  /**
+   * With `network`: a network namespace of its own behind the egress fence (egressFence.ts),
+   * letting out what this policy says. Without one, `network` is the host's own network.
+   */
+  fence?: FencePolicy | undefined;
   limits: SandboxLimits;
   /** Run without bubblewrap (only where none works and the operator allowed it). */
   unsandboxed?: boolean;
@@ -87,6 +93,8 @@ export interface ToolSpec {
   /** The command, given where the algorithm directory is (`/algo` inside the sandbox). */
   argv: (algo: string) => string[];
   network: boolean;
+  /** With `network`: the egress fence's policy (SandboxSpec.fence). */
+  fence?: FencePolicy | undefined;
   limits: SandboxLimits;
   unsandboxed?: boolean;
   /** Host files made visible read-only inside (host path → sandbox path), e.g. a compiler. */
@@ -165,6 +173,8 @@ interface Launch {
   algoDir: string;
   writable: boolean;
   network: boolean;
+  /** With `network`: behind the egress fence, in a namespace of its own. */
+  fence?: FencePolicy | undefined;
   limits: SandboxLimits;
   /** Extra prlimit options (Python's address space). */
   rlimits: string[];
@@ -184,7 +194,22 @@ interface Launch {
 /** The prelude's arguments: the cgroup.procs files to join, then the highest fd to keep. */
 function joinArgs(l: Launch): string[] {
   const files = l.cgroupProcs ?? [];
-  return [String(files.length), ...files, l.seccomp ? String(SECCOMP_FD) : '3'];
+  return [String(files.length), ...files, fenced(l) ? String(FENCE_FD.go) : l.seccomp ? String(SECCOMP_FD) : '3'];
+}
+
+/** Whether a launch goes behind the egress fence (its own namespace, the holder's pipes on FENCE_FD). */
+const fenced = (l: Launch): l is Launch & { fence: FencePolicy } => l.network && l.fence !== undefined;
+
+let resolvConf: string | undefined;
+/** A fenced sandbox's /etc/resolv.conf (the NAT's DNS forwarder), written once in a private directory. */
+function fencedResolvConf(): string {
+  if (resolvConf === undefined || !fs.existsSync(resolvConf)) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-net-'));
+    resolvConf = path.join(dir, 'resolv.conf');
+    fs.writeFileSync(resolvConf, FENCED_RESOLV_CONF, { mode: 0o644 });
+    fs.chmodSync(dir, 0o755);
+  }
+  return resolvConf;
 }
 
 /** bwrap reads the seccomp program from this descriptor (a pipe the server fills). */
@@ -207,7 +232,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
     l.writable ? '--bind' : '--ro-bind', path.resolve(l.algoDir), '/algo',
     '--ro-bind', RUNNERS_DIR, '/runner',
     ...Object.entries(l.binds ?? {}).flatMap(([host, inside]) => ['--ro-bind', host, inside]),
-    ...(l.network ? ['--ro-bind-try', '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/ssl', '/etc/ssl', '--ro-bind-try', '/etc/hosts', '/etc/hosts'] : []),
+    ...(l.network ? ['--ro-bind-try', fenced(l) ? fencedResolvConf() : '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/ssl', '/etc/ssl', '--ro-bind-try', '/etc/hosts', '/etc/hosts'] : []),
     // bwrap builds the tree on a writable tmpfs root: make that root read-only, so /tmp
     // (a mount of its own) stays the only writable place.
     '--remount-ro', '/',
@@ -218,7 +243,12 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
   ];
   return {
     file: SH,
-    args: ['-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--', l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...(l.seccomp ? ['--seccomp', String(SECCOMP_FD)] : []), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' })],
+    args: [
+      '-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--',
+      // Behind the fence, bwrap shares the namespace the holder made (--share-net), never the host's.
+      ...(fenced(l) ? holderArgs() : []),
+      l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...(l.seccomp ? ['--seccomp', String(SECCOMP_FD)] : []), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' }),
+    ],
   };
 }
 
@@ -253,6 +283,7 @@ function workerLaunch(spec: SandboxSpec): Launch {
     algoDir: spec.algoDir,
     writable: false,
     network: spec.network,
+    fence: spec.fence,
     limits: spec.limits,
     rlimits: spec.runner === 'python' ? [`--as=${(spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024}`] : [],
     argv: runnerArgv(spec),
@@ -289,14 +320,37 @@ function spawnUnsandboxed(l: Launch): ChildProcess {
 }
 
 function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
-  if (unsandboxed) return spawnUnsandboxed({ ...l, seccomp: undefined });
+  if (unsandboxed) {
+    if (fenced(l)) throw new Error('a sandbox behind the egress fence needs bubblewrap');
+    return spawnUnsandboxed({ ...l, seccomp: undefined });
+  }
   const { file, args } = bwrapCommand(l);
-  if (!l.seccomp) return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
-  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
-  const pipe = child.stdio[SECCOMP_FD] as Writable;
-  pipe.on('error', () => undefined); // bwrap died before reading it: the exit says why
-  pipe.end(l.seccomp);
+  if (!l.seccomp && !fenced(l)) return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
+  const fence = fenced(l) ? (['pipe', 'pipe', 'pipe'] as const) : [];
+  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe', l.seccomp ? 'pipe' : 'ignore', ...fence], env: fenced(l) ? holderEnv(l.fence) : {}, detached: true });
+  if (l.seccomp) {
+    const pipe = child.stdio[SECCOMP_FD] as Writable;
+    pipe.on('error', () => undefined); // bwrap died before reading it: the exit says why
+    pipe.end(l.seccomp);
+  }
+  if (fenced(l)) {
+    raiseFence(child, l.fence).catch((err: Error) => {
+      failures.set(child, err.message);
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // Gone already.
+      }
+    });
+  }
   return child;
+}
+
+const failures = new WeakMap<ChildProcess, string>();
+
+/** Why a sandbox could not be started around its process (its network could not be fenced), if that is why it died. */
+export function sandboxFailure(child: ChildProcess): string | undefined {
+  return failures.get(child);
 }
 
 const cgroups = new WeakMap<ChildProcess, WorkerCgroup>();
@@ -346,7 +400,7 @@ function launchInCgroup(l: Launch, unsandboxed: boolean | undefined, limits: { m
 export function spawnTool(spec: ToolSpec): ChildProcess {
   // Build steps run the owner's install scripts: they get a cgroup too, with build-sized limits.
   return launchInCgroup(
-    { algoDir: spec.algoDir, writable: true, network: spec.network, limits: spec.limits, rlimits: [], binds: spec.binds, env: spec.env, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
+    { algoDir: spec.algoDir, writable: true, network: spec.network, fence: spec.fence, limits: spec.limits, rlimits: [], binds: spec.binds, env: spec.env, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
     spec.unsandboxed,
     { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids },
   );
