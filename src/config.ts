@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import proxyAddr from '@fastify/proxy-addr';
 
@@ -50,10 +51,16 @@ export interface Config {
   /** ALGOHOST_BUILD_TIMEOUT_MS: longest a dependency install (npm, pip) may take. */
   buildTimeoutMs: number;
   /**
-   * ALGOHOST_ALGORITHM_NETWORK: `host` lets algorithms with `network_access: full` use the
-   * host's network (loopback included); `none` (default) refuses that setting.
+   * ALGOHOST_ALGORITHM_NETWORK: `nat` (default) gives algorithms with `network_access: full` the
+   * internet behind the egress fence (a namespace of their own, public addresses only); `none`
+   * refuses that setting; `host` shares the host's network, loopback included (warned about).
    */
-  algorithmNetwork: 'none' | 'host';
+  algorithmNetwork: 'none' | 'nat' | 'host';
+  /**
+   * ALGOHOST_ALGORITHM_EGRESS_ALLOW: what the egress fence lets sandboxes reach besides the
+   * internet (algorithms) or their registries (builds), even on private or loopback addresses.
+   */
+  egressAllow: EgressAllowEntry[];
   /**
    * ALGOHOST_CREDENTIALS_KEY: 32 bytes in base64 encrypting connected accounts' credentials;
    * derived from the home's secret file when unset.
@@ -110,6 +117,13 @@ export interface Config {
    * removes what a dead one left in flight (pending file contents, builds it was running).
    */
   sweepIntervalMs: number;
+}
+
+/** One entry of ALGOHOST_ALGORITHM_EGRESS_ALLOW: an address, a CIDR range or a host name, on some ports or all. */
+export interface EgressAllowEntry {
+  /** An IP address, a CIDR range, or a DNS name (resolved when the server starts). */
+  host: string;
+  ports?: number[] | undefined;
 }
 
 /** Files a node gives the NATS server or checks it with; each a path, read at connection time. */
@@ -184,7 +198,7 @@ export const DEFAULTS = {
   workerMemoryMb: 512,
   maxSourceBytes: 50 * 1024 * 1024,
   buildTimeoutMs: 10 * 60_000,
-  algorithmNetwork: 'none',
+  algorithmNetwork: 'nat',
   connectorTimeoutMs: 30_000,
   connectorNetwork: 'public',
   dropboxApiUrl: 'https://api.dropboxapi.com',
@@ -464,10 +478,38 @@ function httpUrl(name: string, raw: string | undefined, fallback: string): strin
   return raw.replace(/\/+$/, '');
 }
 
-function networkMode(raw: string | undefined): 'none' | 'host' {
-  if (raw === undefined || raw === '' || raw === 'none') return 'none';
-  if (raw === 'host') return 'host';
-  throw new ConfigError(`ALGOHOST_ALGORITHM_NETWORK must be none or host, got "${raw}"`);
+function networkMode(raw: string | undefined): 'none' | 'nat' | 'host' {
+  if (raw === undefined || raw === '') return DEFAULTS.algorithmNetwork;
+  if (raw === 'none' || raw === 'nat' || raw === 'host') return raw;
+  throw new ConfigError(`ALGOHOST_ALGORITHM_NETWORK must be nat, none or host, got "${raw}"`);
+}
+
+const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
+/**
+ * ALGOHOST_ALGORITHM_EGRESS_ALLOW: entries separated by commas, each `ADDRESS`, `CIDR`, `NAME`,
+ * or any of them with `:PORT` (IPv6 in brackets when a port follows: `[fd00::5]:443`).
+ */
+function egressAllow(raw: string | undefined): EgressAllowEntry[] {
+  if (raw === undefined || raw.trim() === '') return [];
+  return raw.split(',').map((item) => {
+    const entry = item.trim();
+    const bad = (why: string) => new ConfigError(`ALGOHOST_ALGORITHM_EGRESS_ALLOW: "${entry}" ${why}; entries are ADDRESS, CIDR or NAME, with :PORT or without (IPv6 with a port in brackets: [fd00::5]:443)`);
+    let host = entry;
+    let port: string | undefined;
+    const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
+    if (bracketed) [, host = '', port] = bracketed;
+    else if ((entry.match(/:/g) ?? []).length === 1) [host = '', port] = entry.split(':');
+    const [address, prefix] = host.split('/');
+    const family = net.isIP(address ?? '');
+    if (family === 0) {
+      if (prefix !== undefined || !HOST_NAME.test(host)) throw bad('is not an address, a range or a host name');
+    } else if (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || Number(prefix) > (family === 4 ? 32 : 128))) {
+      throw bad('has no valid prefix length');
+    }
+    if (port !== undefined && (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)) throw bad('has no valid port');
+    return { host, ports: port === undefined ? undefined : [Number(port)] };
+  });
 }
 
 function sandboxMode(raw: string | undefined): 'auto' | 'required' {
@@ -586,7 +628,13 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
   algorithmNetwork: {
     read: (env) => networkMode(env.ALGOHOST_ALGORITHM_NETWORK),
     docs: [
-      { vars: ["ALGOHOST_ALGORITHM_NETWORK"], shown: code(DEFAULTS.algorithmNetwork), meaning: "`host` lets algorithms whose settings say `network_access: \"full\"` use the network: they share the **host's** network namespace, loopback included, so they can reach every service listening on the host (and cloud metadata addresses). Turn it on only where that is acceptable. `none` refuses that setting (400 `network_not_allowed`), and versions published with it run without network. Build steps (npm, pip) always have the host's network: they fetch packages." },
+      { vars: ["ALGOHOST_ALGORITHM_NETWORK"], shown: code(DEFAULTS.algorithmNetwork), meaning: "What an algorithm whose settings say `network_access: \"full\"` gets. `nat`: the internet and nothing of ours, behind the egress fence (docs/security.md): a network namespace of its own with user-mode NAT (slirp4netns) and a filter (nftables) that refuses loopback, private (RFC 1918), CGNAT, link-local (cloud metadata), multicast and reserved addresses, IPv6's equivalents, the host's own addresses and the deployment's database, S3 store and NATS, whatever a name resolves to; DNS goes through the NAT's forwarder to the host's resolver. Builds then reach only their registries and proxy (`ALGOHOST_BUILD_*`) and `ALGOHOST_ALGORITHM_EGRESS_ALLOW`. Needs `nftables` and `slirp4netns` (and, for a server that is not root, `/dev/net/tun` it may open): where the fence cannot be made, the server says why at start and in `/health`, and behaves as `none`. `none`: that setting is refused (400 `network_not_allowed`) and versions published with it run without network; builds are fenced as with `nat` where the fence works. `host`: they share the **host's** network namespace, loopback included, so they can reach every service on the host and its network (and cloud metadata addresses), and so can builds: the server warns at every start. Worker nodes apply their own value to the jobs they run." },
+    ],
+  },
+  egressAllow: {
+    read: (env) => egressAllow(env.ALGOHOST_ALGORITHM_EGRESS_ALLOW),
+    docs: [
+      { vars: ["ALGOHOST_ALGORITHM_EGRESS_ALLOW"], shown: "empty", meaning: "What the egress fence lets algorithms and builds reach that it would refuse: entries separated by commas, each an address, a CIDR range or a host name (resolved at start), with `:PORT` or without (IPv6 in brackets when a port follows): `10.0.5.20:5432,192.168.7.0/24,[fd00::7]:443,models.internal:443`. `127.0.0.1:PORT` means a port of the host's own loopback. Checked first: it opens even the deployment's own addresses, so name ports, not hosts, where you can." },
     ],
   },
   credentialsKey: {

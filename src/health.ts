@@ -40,5 +40,16 @@ export async function healthReport(services: Services, extra: Pick<Health, 'role
   const ok = metadata.ok && blobs.ok && (nats?.ok ?? true);
   // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
   const sandbox: Health['sandbox'] = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
-  return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, metadata, blobs, ...(nats ? { nats } : {}) } };
+  const warning = networkWarning(services);
+  const network: Health['network'] = { mode: services.network.mode, ...(warning ? { warning } : {}) };
+  return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, network, metadata, blobs, ...(nats ? { nats } : {}) } };
+}
+
+/** What a node says at start and in /health about its sandboxes' network, when it is not the safe default working. */
+export function networkWarning(services: Pick<Services, 'network' | 'config'>): string | undefined {
+  const { network, config } = services;
+  if (network.mode === 'host') return 'ALGOHOST_ALGORITHM_NETWORK=host: algorithms with network access, and builds, share this host\'s network: they can reach its loopback services, its network and cloud metadata addresses';
+  if (network.fenceProblem === undefined) return undefined;
+  const algorithms = config.algorithmNetwork === 'nat' ? 'algorithms that ask for the network are refused it, and ' : '';
+  return `the egress fence cannot be made here (${network.fenceProblem}): ${algorithms}builds have this host's network`;
 }

@@ -16,7 +16,7 @@ import { WorkerNode } from './cluster/workerNode.ts';
 import { JetStreamQueue } from './cluster/asyncQueue.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { healthReport } from './health.ts';
+import { healthReport, networkWarning } from './health.ts';
 
 const DEMO_USER = 'demo';
 
@@ -41,6 +41,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   // An API node runs no algorithm: only builds, which need the sandbox too.
   const sandboxProblem = checkSandbox(services, config, logger, out);
   if (sandboxProblem) return giveUp(sandboxProblem);
+  checkNetwork(services, logger, out);
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   await services.builds.recover();
@@ -194,6 +195,14 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
   return undefined;
 }
 
+/** Says, at every start, when sandboxes' network is not the fence working (ALGOHOST_ALGORITHM_NETWORK). */
+function checkNetwork(services: Services, logger: pino.Logger, out: NodeJS.WritableStream): void {
+  const warning = networkWarning(services);
+  if (!warning) return;
+  logger.warn(warning);
+  out.write(`WARNING: ${warning}\n`);
+}
+
 /**
  * `algohost worker`: a worker node. Runs algorithms for the API nodes of its cluster, taking
  * jobs from NATS; serves no HTTP. Its home holds only what this machine keeps for itself (the
@@ -208,6 +217,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
   try {
     const problem = checkSandbox(services, config, logger, out);
     if (problem) throw problem;
+    checkNetwork(services, logger, out);
     if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host);
   } catch (err) {
     await services.close();
@@ -215,7 +225,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     lock.release();
     throw err;
   }
-  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, config.algorithmNetwork !== 'none');
+  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, services.network.allowsNetwork);
   await node.start();
   const sweeper = startSweeper(services, logger, 'worker');
   const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';

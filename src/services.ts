@@ -24,6 +24,8 @@ import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
 import { CallService } from './algorithms/calls.ts';
+import { SandboxNetwork } from './runtime/networkPolicy.ts';
+import type { FenceSupport } from './runtime/egressFence.ts';
 import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
 import { ConnectedAccounts } from './data/accounts/accounts.ts';
 import { CredentialBox } from './data/accounts/credentials.ts';
@@ -64,6 +66,8 @@ export interface Services {
   accounts: ConnectedAccounts;
   /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
   sandbox: SandboxSupport;
+  /** What sandboxes with the network get here (the egress fence, or why not; ALGOHOST_ALGORITHM_NETWORK). */
+  network: SandboxNetwork;
   close(): Promise<void>;
 }
 
@@ -88,6 +92,8 @@ export interface ServiceOptions {
   asyncQueue?: AsyncQueue;
   /** Usage recording for tests and benchmarks (flush interval, off); every second otherwise. */
   usage?: UsageOptions;
+  /** Whether the egress fence can be made here; checked by making one otherwise (probeFence). */
+  networkProbe?: () => FenceSupport;
 }
 
 /**
@@ -144,12 +150,15 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
-  const algorithms = new AlgorithmRegistry(store, markers, config.algorithmNetwork === 'host');
+  // What sandboxes with the network get: the egress fence where it can be made (docs/security.md).
+  const network = await SandboxNetwork.open(config, unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe);
+  const algorithms = new AlgorithmRegistry(store, markers, network.allowsNetwork);
   const builder = new Builder({
     unsandboxed,
     installTimeoutMs: config.buildTimeoutMs,
     bwrapPath: config.bwrapPath,
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
+    fence: (endpoints) => network.buildFence(endpoints),
   });
   const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes });
   const releases = new ReleaseService(store, algorithms, builds, markers);
@@ -159,10 +168,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
     unsandboxed,
     bwrapPath: config.bwrapPath,
+    fence: () => network.algorithmFence(),
     ...options.runtime,
   });
   const usage = new UsageRecorder(store, options.usage);
-  const calls = new CallService(releases, options.executor ?? runtime, config.algorithmNetwork === 'host', usage);
+  const calls = new CallService(releases, options.executor ?? runtime, network.allowsNetwork, usage);
   const keys = new KeyService(store);
   const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
     resultTtlMs: config.asyncResultTtlS * 1000,
@@ -203,6 +213,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bus: options.bus,
     accounts,
     sandbox,
+    network,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();

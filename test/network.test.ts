@@ -1,9 +1,14 @@
-/** Network access for algorithms is the operator's decision (ALGOHOST_ALGORITHM_NETWORK). */
+/**
+ * Network access for algorithms is the operator's decision (ALGOHOST_ALGORITHM_NETWORK). What
+ * the default (`nat`, the egress fence) lets out is tried in full by test/egress-fence.test.ts,
+ * inside network namespaces of its own; here, what each setting does on this machine.
+ */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { probeSandbox } from '../src/runtime/sandbox.ts';
+import { probeFence } from '../src/runtime/egressFence.ts';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
 
@@ -21,10 +26,32 @@ before(async () => {
 });
 after(() => new Promise<void>((r) => target.close(() => r())));
 
-describe('by default (none)', () => {
+const fence = probeSandbox().available ? probeFence() : { available: false, reason: 'no sandbox' };
+
+describe('by default (nat: the egress fence)', { skip: fence.available ? false : `the fence cannot be made here: ${fence.reason}` }, () => {
   let s: TestServer;
   before(async () => {
     s = await startServer();
+  });
+  after(() => s.close());
+
+  test('an algorithm with network_access "full" runs in a namespace of its own: the host\'s loopback is not its', async () => {
+    const alice = api(s.url, await s.user('alice'));
+    await release(alice, 'alice', 'Net', { 'src/index.js': FETCH }, { settings: { language: 'javascript', network_access: 'full' } });
+    // 127.0.0.1 is the sandbox's own loopback, where nothing listens.
+    assert.match((await json(await callAlgo(alice, 'alice/Net', targetUrl))).result, /^unreachable: ECONNREFUSED/);
+    // The host's loopback through the NAT's gateway is refused by the filter.
+    const viaGateway = targetUrl.replace('127.0.0.1', '10.0.2.2');
+    assert.match((await json(await callAlgo(alice, 'alice/Net', viaGateway))).result, /^unreachable: (EHOSTUNREACH|ECONNREFUSED)/);
+    const health = await json(await fetch(`${s.url}/health`));
+    assert.deepEqual(health.network, { mode: 'nat' });
+  });
+});
+
+describe('with ALGOHOST_ALGORITHM_NETWORK=none', () => {
+  let s: TestServer;
+  before(async () => {
+    s = await startServer({ env: { ALGOHOST_ALGORITHM_NETWORK: 'none' } });
   });
   after(() => s.close());
 
@@ -34,7 +61,7 @@ describe('by default (none)', () => {
     assert.equal(r.status, 400);
     const body = await json(r);
     assert.equal(body.error.code, 'network_not_allowed');
-    assert.match(body.error.message, /ALGOHOST_ALGORITHM_NETWORK=host/);
+    assert.match(body.error.message, /ALGOHOST_ALGORITHM_NETWORK=nat/);
   });
 
   test('an isolated algorithm reaches nothing', { skip: probeSandbox().available ? false : 'without the sandbox there is no network namespace' }, async () => {
@@ -51,9 +78,12 @@ describe('with ALGOHOST_ALGORITHM_NETWORK=host', () => {
   });
   after(() => s.close());
 
-  test('an algorithm with network_access "full" reaches the network', async () => {
+  test('an algorithm with network_access "full" reaches the host itself, and /health warns of it', async () => {
     const alice = api(s.url, await s.user('alice'));
     await release(alice, 'alice', 'Net', { 'src/index.js': FETCH }, { settings: { language: 'javascript', network_access: 'full' } });
     assert.equal((await json(await callAlgo(alice, 'alice/Net', targetUrl))).result, 'reached: hello from the host');
+    const health = await json(await fetch(`${s.url}/health`));
+    assert.equal(health.network.mode, 'host');
+    assert.match(health.network.warning, /share this host's network/);
   });
 });

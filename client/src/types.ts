@@ -354,6 +354,12 @@ export interface BackendHealth {
 export interface Health {
   status: 'ok' | 'unavailable';
   sandbox: { enabled: boolean; warning?: string };
+  /**
+   * What algorithms that ask for the network get: `nat` (the internet behind the egress fence),
+   * `none`, or `host` (the host's own network: a warning); `warning` says why, when it is not what
+   * the operator asked for or is unsafe.
+   */
+  network?: { mode: 'none' | 'nat' | 'host'; warning?: string };
   metadata: BackendHealth;
   blobs: BackendHealth;
   /** In a cluster. */

@@ -123,6 +123,18 @@ export class BuildNetwork {
     return { env, binds };
   }
 
+  /**
+   * What an installer's build step may reach behind the egress fence: its registry (and, for
+   * the default index, pypi.org's file host), and the proxies. A registry a source names for
+   * itself (`--index-url` in requirements.txt) is not among them: builds reach only what the
+   * operator configured (and ALGOHOST_ALGORITHM_EGRESS_ALLOW).
+   */
+  async endpoints(installer: Installer): Promise<string[]> {
+    const registry = await this.registry(installer);
+    const extra = installer === 'pip' && /^https:\/\/pypi\.org\//.test(registry) ? ['https://files.pythonhosted.org/'] : [];
+    return [registry, ...extra, ...[this.config.httpProxy, this.config.httpsProxy].filter((p): p is string => p !== undefined && p !== '')];
+  }
+
   /** The registry an installer uses unless the source names its own. */
   async registry(installer: Installer): Promise<string> {
     const p = await this.prepare();

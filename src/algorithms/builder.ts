@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { spawnSandbox, spawnTool, DEFAULT_LIMITS, type SandboxLimits } from '../runtime/sandbox.ts';
+import { sandboxFailure, spawnSandbox, spawnTool, DEFAULT_LIMITS, type SandboxLimits } from '../runtime/sandbox.ts';
 import type { RunnerKind } from '../runtime/contract.ts';
 import type { ChildProcess } from 'node:child_process';
 import type { Language } from './manifest.ts';
-import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type InstallerSetup } from './buildNetwork.ts';
+import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type Installer, type InstallerSetup } from './buildNetwork.ts';
+import type { FencePolicy } from '../runtime/egressFence.ts';
 
 export interface BuildRequest {
   /** Algorithm name: the original layout names the entry file after it. */
@@ -32,6 +33,11 @@ export interface BuilderOptions {
   bwrapPath?: string | undefined;
   /** Registry, CA and proxy settings of the installers (ALGOHOST_BUILD_*). */
   network?: BuildNetwork;
+  /**
+   * The egress fence of an install step that may reach `endpoints` (its registries and proxy);
+   * undefined: the host's network (ALGOHOST_ALGORITHM_NETWORK=host, or no fence can be made here).
+   */
+  fence?: (endpoints: string[]) => Promise<FencePolicy | undefined>;
 }
 
 const MAX_LOG = 256 * 1024;
@@ -146,6 +152,8 @@ function finish(child: ChildProcess, log: Log, timeoutMs: number): Promise<{ cod
     child.once('error', (err) => log.line(`could not start: ${err.message}`));
     child.once('close', (code) => {
       clearTimeout(timer);
+      const failure = sandboxFailure(child);
+      if (failure) log.line(failure);
       resolve({ code, timedOut });
     });
   });
@@ -241,7 +249,7 @@ export class Builder {
         if (problem) return fail(problem);
       }
       log.line('$ npm install --omit=dev');
-      const r = await this.tool(out, (algo) => ['/usr/bin/node', npm, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], true, log, {}, setup);
+      const r = await this.tool(out, (algo) => ['/usr/bin/node', npm, 'install', '--omit=dev', '--no-audit', '--no-fund', '--no-update-notifier', '--loglevel=warn', '--prefix', algo], 'npm', log, {}, setup);
       if (r) return fail(`npm install ${r}`);
     }
     const requirements = path.join(out, 'requirements.txt');
@@ -258,7 +266,7 @@ export class Builder {
       const r = await this.tool(
         out,
         (algo) => ['/usr/bin/python3', '-m', 'pip', 'install', '--no-cache-dir', '--disable-pip-version-check', '--no-input', '--retries', '1', '--timeout', '15', '--target', `${algo}/.algohost/python`, '-r', `${algo}/requirements.txt`],
-        true,
+        'pip',
         log,
         {},
         setup,
@@ -274,7 +282,7 @@ export class Builder {
       const r = await this.tool(
         out,
         (algo) => [algo === '/algo' ? '/tools/esbuild' : bin, `${algo}/${source}`, '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', '--sourcemap=inline', '--log-level=warning', `--outfile=${algo}/.algohost/entry.mjs`],
-        false,
+        undefined,
         log,
         { [bin]: '/tools/esbuild' },
       );
@@ -291,9 +299,12 @@ export class Builder {
     return { ok: true, runner, entry, logs: log.toString() };
   }
 
-  /** Runs one build step; undefined when it succeeded, else what went wrong. */
-  private async tool(dir: string, argv: (algo: string) => string[], network: boolean, log: Log, binds: Record<string, string> = {}, setup?: InstallerSetup): Promise<string | undefined> {
-    const child = spawnTool({ algoDir: dir, argv, network, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds: { ...binds, ...setup?.binds }, env: setup?.env, bwrap: this.options.bwrapPath });
+  /** Runs one build step; undefined when it succeeded, else what went wrong. `installer`: it fetches packages (the network, fenced to its registries). */
+  private async tool(dir: string, argv: (algo: string) => string[], installer: Installer | undefined, log: Log, binds: Record<string, string> = {}, setup?: InstallerSetup): Promise<string | undefined> {
+    const network = installer !== undefined;
+    const endpoints = installer && this.options.network ? await this.options.network.endpoints(installer) : [];
+    const fence = network ? await this.options.fence?.(endpoints) : undefined;
+    const child = spawnTool({ algoDir: dir, argv, network, fence, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds: { ...binds, ...setup?.binds }, env: setup?.env, bwrap: this.options.bwrapPath });
     const r = await finish(child, log, this.options.installTimeoutMs);
     if (r.timedOut) return `took longer than ${Math.round(this.options.installTimeoutMs / 1000)} s`;
     return r.code === 0 ? undefined : `exited with code ${r.code}`;

@@ -122,7 +122,7 @@ export class AlgorithmRegistry {
     if (settings.network_access === 'full' && before?.network_access !== 'full' && !this.allowNetwork) {
       throw new AppError(
         'network_not_allowed',
-        'this server does not give algorithms network access (network_access "full"); its operator can allow it with ALGOHOST_ALGORITHM_NETWORK=host',
+        'this server does not give algorithms network access (network_access "full"); its operator can allow it with ALGOHOST_ALGORITHM_NETWORK=nat (docs/security.md)',
       );
     }
   }

@@ -295,6 +295,14 @@ export interface FenceSupport {
  * namespace with a filter in it can be made by this user (checked by making one).
  */
 export function probeFence(tools: FenceTools = FENCE_TOOLS): FenceSupport {
+  // Asked once per process for the usual tools: it makes a namespace (some 30 ms).
+  if (tools === FENCE_TOOLS) return (probed ??= probeOnce(tools));
+  return probeOnce(tools);
+}
+
+let probed: FenceSupport | undefined;
+
+function probeOnce(tools: FenceTools): FenceSupport {
   for (const [name, file, pkg] of [
     ['unshare', tools.unshare, 'util-linux'],
     ['nft', tools.nft, 'nftables'],

@@ -1,6 +1,7 @@
 import { WorkerPool, DEFAULT_POOL, type PoolOptions } from './pool.ts';
 import { Worker } from './worker.ts';
 import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
+import type { FencePolicy } from './egressFence.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -24,6 +25,11 @@ export interface RuntimeOptions {
   startTimeoutMs: number;
   /** The bubblewrap binary (ALGOHOST_BWRAP). */
   bwrapPath?: string | undefined;
+  /**
+   * The egress fence a worker with the network runs behind (SandboxNetwork.algorithmFence);
+   * without one, a worker with the network has the host's (ALGOHOST_ALGORITHM_NETWORK=host).
+   */
+  fence?: (() => FencePolicy | undefined) | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -80,6 +86,7 @@ export class AlgorithmRuntime implements Executor {
           algoDir: this.dir(target.build),
           entry: target.entry,
           network: target.network,
+          fence: target.network ? this.options.fence?.() : undefined,
           limits: this.options.limits,
           unsandboxed: this.options.unsandboxed,
           bwrap: this.options.bwrapPath,

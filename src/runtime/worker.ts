@@ -1,7 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { FrameDecoder, encodeCall, encodeFrame, type Frame } from './protocol.ts';
-import { cgroupOf, spawnSandbox, type SandboxSpec } from './sandbox.ts';
+import { cgroupOf, sandboxFailure, spawnSandbox, type SandboxSpec } from './sandbox.ts';
 import type { AlgorithmErrorInfo, ContentType, HostAnswer, HostHandler, Outcome } from './contract.ts';
 
 /**
@@ -153,7 +153,7 @@ export class Worker {
     const worker = new Worker(child, options.maxStdoutBytes ?? 1024 * 1024);
     const ready = await worker.next(options.startTimeoutMs ?? 30_000);
     if (ready === 'timeout' || ready === 'exited' || ready.header.type !== 'ready') {
-      const why = ready === 'timeout' ? 'did not start in time' : `exited while starting: ${worker.stderrTail.trim().slice(-2000)}`;
+      const why = ready === 'timeout' ? 'did not start in time' : `exited while starting: ${sandboxFailure(child) ?? worker.stderrTail.trim().slice(-2000)}`;
       worker.kill();
       throw new Error(`worker ${why}`);
     }

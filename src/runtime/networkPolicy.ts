@@ -1,0 +1,128 @@
+import dns from 'node:dns/promises';
+import net from 'node:net';
+import os from 'node:os';
+import type { Config, EgressAllowEntry } from '../config.ts';
+import { probeFence, type EgressRule, type FencePolicy, type FenceSupport } from './egressFence.ts';
+
+export type NetworkMode = 'none' | 'nat' | 'host';
+
+/**
+ * What network the sandboxes of this server get (ALGOHOST_ALGORITHM_NETWORK), worked out once
+ * at start: whether the egress fence can be made here, the operator's allow-list and the
+ * deployment's own services resolved to addresses. Then, for each sandbox, the fence's policy:
+ * an algorithm's (the internet, none of ours) or a build's (its registries and proxy only).
+ */
+export class SandboxNetwork {
+  private constructor(
+    /** What algorithms with `network_access: full` get here: `nat` only where the fence works. */
+    readonly mode: NetworkMode,
+    /** Why the fence cannot be made here, when it cannot (then `nat` is `none`, and builds have the host's network). */
+    readonly fenceProblem: string | undefined,
+    private readonly allow: EgressRule[],
+    /** The deployment's own services: its database, S3 store, NATS servers, wherever they are. */
+    private readonly services: string[],
+  ) {}
+
+  /** The server's network for its sandboxes; `probe` is whether the fence can be made (tests pass their own answer). */
+  static async open(config: Config, probe: () => FenceSupport = probeFence): Promise<SandboxNetwork> {
+    const requested = config.algorithmNetwork;
+    const support = requested === 'host' ? { available: false, reason: 'ALGOHOST_ALGORITHM_NETWORK=host' } : probe();
+    const mode = requested === 'nat' && !support.available ? 'none' : requested;
+    const [allow, services] = await Promise.all([allowRules(config.egressAllow), addressesOf(serviceHosts(config))]);
+    return new SandboxNetwork(mode, support.available ? undefined : support.reason, allow, services);
+  }
+
+  /** Whether algorithms may have the network at all (`network_access: full` is taken). */
+  get allowsNetwork(): boolean {
+    return this.mode !== 'none';
+  }
+
+  /**
+   * The fence an algorithm with the network runs behind: every public address but the host's
+   * and the deployment's own, and what the operator allows. Undefined with `host` (the host's
+   * network) or where no fence can be made (no algorithm gets the network there).
+   */
+  algorithmFence(): FencePolicy | undefined {
+    if (this.mode !== 'nat') return undefined;
+    return { reach: 'public', allow: this.allow, deny: [...hostAddresses(), ...this.services] };
+  }
+
+  /**
+   * The fence a build step runs behind: only `endpoints` (its registries and proxy, as URLs),
+   * resolved now, on their ports, and what the operator allows. Undefined where builds keep the
+   * host's network: with `host`, or where no fence can be made.
+   */
+  async buildFence(endpoints: string[]): Promise<FencePolicy | undefined> {
+    if (this.mode === 'host' || this.fenceProblem !== undefined) return undefined;
+    const rules: EgressRule[] = [];
+    for (const endpoint of endpoints) {
+      let url: URL;
+      try {
+        url = new URL(endpoint);
+      } catch {
+        continue;
+      }
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') continue;
+      const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+      for (const address of await resolve(url.hostname.replace(/^\[|\]$/g, ''))) rules.push(...reachable(address, [port]));
+    }
+    return { reach: 'allowed', allow: [...rules, ...this.allow], deny: [] };
+  }
+}
+
+/** The hosts of the deployment's own services, from the settings that name them. */
+function serviceHosts(config: Config): string[] {
+  const hosts: string[] = [];
+  const add = (url: string | undefined) => {
+    if (!url) return;
+    try {
+      const h = new URL(url).hostname.replace(/^\[|\]$/g, '');
+      if (h) hosts.push(h);
+    } catch {
+      // Checked by config.ts already.
+    }
+  };
+  add(config.database?.url);
+  add(config.blobs?.endpoint);
+  for (const s of (config.natsUrl ?? '').split(',')) add(s.trim() || undefined);
+  if (config.host !== '0.0.0.0' && config.host !== '::') hosts.push(config.host);
+  return hosts;
+}
+
+/** Every address of this machine's interfaces (what a service listening on 0.0.0.0 answers on). */
+function hostAddresses(): string[] {
+  const out: string[] = [];
+  for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) out.push(a.address.replace(/%.*$/, ''));
+  return out;
+}
+
+async function addressesOf(hosts: string[]): Promise<string[]> {
+  return (await Promise.all(hosts.map(resolve))).flat();
+}
+
+/** A name's addresses (an address is its own); none for a name that does not resolve. */
+async function resolve(host: string): Promise<string[]> {
+  if (net.isIP(host.split('/')[0] ?? '')) return [host];
+  try {
+    return (await dns.lookup(host, { all: true })).map((a) => a.address);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * An address as the fence can allow it: loopback only as 127.0.0.1 with ports (the host's
+ * loopback, through the NAT); ::1 and other loopback addresses cannot be reached at all.
+ */
+function reachable(address: string, ports: number[] | undefined): EgressRule[] {
+  const [ip] = address.split('/');
+  if (ip === '::1' || (ip!.startsWith('127.') && ip !== '127.0.0.1')) return [];
+  if (ip === '127.0.0.1' && !ports?.length) return [];
+  return [{ cidr: address, ports }];
+}
+
+async function allowRules(entries: EgressAllowEntry[]): Promise<EgressRule[]> {
+  const rules: EgressRule[] = [];
+  for (const e of entries) for (const address of await resolve(e.host)) rules.push(...reachable(address, e.ports));
+  return rules;
+}
