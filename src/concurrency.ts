@@ -24,3 +24,76 @@ export async function eachLimit<T>(items: readonly T[], concurrency: number, fn:
     stop?.removeEventListener('abort', fanOut);
   }
 }
+
+/**
+ * `total` slots shared fairly among owners: an owner holds at most `perOwner` at once, and a
+ * freed slot goes to the owners in turn (round robin: of the owners waiting and under that
+ * limit, the one served longest ago, then its oldest request). One owner's flood of requests
+ * waits behind its own, never in front of anyone else's.
+ */
+export class FairSlots {
+  private running = 0;
+  private readonly held = new Map<string, number>();
+  private readonly waiting: { owner: string; start: () => void }[] = [];
+  /** When each owner was last given a slot (a count of slots given), for the turns. */
+  private readonly served = new Map<string, number>();
+  private given = 0;
+
+  constructor(
+    readonly total: number,
+    readonly perOwner: number,
+  ) {}
+
+  /** Resolves with the slot's release once `owner` may go. */
+  async acquire(owner: string): Promise<() => void> {
+    if (!this.canStart(owner)) await new Promise<void>((start) => this.waiting.push({ owner, start }));
+    else this.take(owner);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.release(owner);
+    };
+  }
+
+  /** Requests waiting, and slots held, for /health and tests. */
+  stats(): { running: number; waiting: number } {
+    return { running: this.running, waiting: this.waiting.length };
+  }
+
+  private canStart(owner: string): boolean {
+    return this.running < this.total && (this.held.get(owner) ?? 0) < this.perOwner;
+  }
+
+  private take(owner: string): void {
+    this.served.set(owner, this.given++);
+    this.running++;
+    this.held.set(owner, (this.held.get(owner) ?? 0) + 1);
+  }
+
+  private release(owner: string): void {
+    this.running--;
+    const n = (this.held.get(owner) ?? 1) - 1;
+    if (n > 0) this.held.set(owner, n);
+    else this.held.delete(owner);
+    while (this.running < this.total) {
+      let next = -1;
+      for (let i = 0; i < this.waiting.length; i++) {
+        const owner = this.waiting[i]!.owner;
+        if (!this.canStart(owner)) continue;
+        if (next < 0 || this.turn(owner) < this.turn(this.waiting[next]!.owner)) next = i;
+      }
+      if (next < 0) break;
+      const [w] = this.waiting.splice(next, 1);
+      this.take(w!.owner);
+      w!.start();
+    }
+    // Owners with nothing running or waiting need no turn kept.
+    if (!this.held.has(owner) && !this.waiting.some((w) => w.owner === owner)) this.served.delete(owner);
+  }
+
+  /** An owner never served (or forgotten) goes before any that was. */
+  private turn(owner: string): number {
+    return this.served.get(owner) ?? -1;
+  }
+}

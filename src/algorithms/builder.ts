@@ -7,8 +7,11 @@ import type { ChildProcess } from 'node:child_process';
 import type { Language } from './manifest.ts';
 import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type Installer, type InstallerSetup } from './buildNetwork.ts';
 import type { FencePolicy } from '../runtime/egressFence.ts';
+import { FairSlots } from '../concurrency.ts';
 
 export interface BuildRequest {
+  /** Whose build it is: build slots are shared fairly among owners. */
+  owner: string;
   /** Algorithm name: the original layout names the entry file after it. */
   name: string;
   language: Language;
@@ -45,6 +48,8 @@ const MAX_LOG = 256 * 1024;
 const BUILD_LIMITS: SandboxLimits = { ...DEFAULT_LIMITS, heapMb: 1024, tmpBytes: 1024 * 1024 * 1024, maxFileBytes: 1024 * 1024 * 1024, maxOpenFiles: 4096, maxPids: 256 };
 /** Builds running at once, server-wide; more wait their turn. */
 export const MAX_CONCURRENT_BUILDS = 2;
+/** Builds of one owner running at once: a user's burst of compiles waits behind itself, never holds every slot. */
+export const MAX_BUILDS_PER_OWNER = 1;
 /** npm's entry script, wherever the system's npm lives under /usr (the sandbox sees /usr only). */
 function npmCli(): string | undefined {
   for (const candidate of ['/usr/bin/npm', '/usr/lib/node_modules/npm/bin/npm-cli.js', '/usr/share/nodejs/npm/bin/npm-cli.js']) {
@@ -190,21 +195,21 @@ function npmDependencies(file: string): 'none' | 'local' | 'registry' {
  */
 export class Builder {
   private readonly esbuild = esbuildBinary();
-  private running = 0;
-  private readonly waiting: Array<() => void> = [];
+  /** The build slots, shared fairly among owners (a build may run 10 minutes and be started at will). */
+  readonly slots = new FairSlots(MAX_CONCURRENT_BUILDS, MAX_BUILDS_PER_OWNER);
 
   constructor(private readonly options: BuilderOptions) {}
 
-  /** Builds one at a time per slot: a burst of compiles queues instead of exhausting the host. */
+  /**
+   * Builds in one of the server's slots: a burst of compiles queues instead of exhausting the
+   * host, and one owner's builds run one at a time, so the others' are not stuck behind them.
+   */
   async build(req: BuildRequest): Promise<BuildResult> {
-    if (this.running >= MAX_CONCURRENT_BUILDS) await new Promise<void>((r) => this.waiting.push(r));
-    else this.running++;
+    const release = await this.slots.acquire(req.owner);
     try {
       return await this.buildNow(req);
     } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.running--;
+      release();
     }
   }
 

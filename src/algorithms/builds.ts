@@ -301,7 +301,7 @@ export class BuildService {
     let result;
     const readme = await readReadme(sourceDir).catch(() => null);
     try {
-      result = await this.builder.build({ name: algo.name, language: algo.settings.language, sourceDir, outDir: out, onLog: recordLog });
+      result = await this.builder.build({ owner: algo.owner, name: algo.name, language: algo.settings.language, sourceDir, outDir: out, onLog: recordLog });
       if (result.ok) {
         const target = this.files.buildDir(algo.id, hash);
         await fs.promises.mkdir(path.dirname(target), { recursive: true });
