@@ -16,6 +16,7 @@ import { gitRoutes } from './http/gitRoutes.ts';
 import { callRoutes, webPreflight } from './http/callRoutes.ts';
 import { DirectCalls } from './http/directCalls.ts';
 import { Lingering } from './http/linger.ts';
+import { capHeaderPhase } from './http/headerCap.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
 import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
@@ -239,6 +240,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);
     else direct.handle(req, res);
   });
+  capHeaderPhase(app.server, services.config.trustProxy);
   // Requests from inside algorithms run through these same routes, as their call's identity.
   // Straight into the server's request handler rather than app.inject, which refuses once a
   // drain has begun: calls still running during a SIGTERM drain keep their SDK.

@@ -1,0 +1,57 @@
+/**
+ * Connections still sending their request head are capped per client address (src/http/headerCap.ts):
+ * a client trickling headers into many connections cannot hold the server's sockets.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { startServer, type TestServer } from './helpers/server.ts';
+import { HEADER_PHASE_PER_CLIENT } from '../src/http/headerCap.ts';
+
+let s: TestServer;
+before(async () => {
+  s = await startServer();
+});
+after(() => s.close());
+
+/** A connection from `from` that sends half a request head and waits; resolves once it is open, with whether the server has closed it. */
+async function slow(port: number, from: string) {
+  const socket = net.connect({ host: '127.0.0.1', port, localAddress: from });
+  let closed = false;
+  socket.on('close', () => (closed = true));
+  socket.on('error', () => undefined);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', () => resolve());
+    socket.once('error', reject);
+  });
+  socket.write('GET /health HTTP/1.1\r\nHost: x\r\n');
+  return { socket, closed: () => closed };
+}
+
+test(`one address holds at most ${HEADER_PHASE_PER_CLIENT} connections that have not sent a whole head; others, and finished heads, are not held back`, async () => {
+  // The test server's own node (not a balancer in front of it: its address is the balancer's).
+  const port = Number(new URL(s.node).port);
+  const held: Awaited<ReturnType<typeof slow>>[] = [];
+  try {
+    for (let i = 0; i < HEADER_PHASE_PER_CLIENT + 8; i++) held.push(await slow(port, '127.0.0.1'));
+    await new Promise((r) => setTimeout(r, 300));
+    const closed = held.filter((c) => c.closed()).length;
+    assert.equal(closed, 8, `${closed} of ${held.length} slow connections were closed`);
+    // Another address is served meanwhile...
+    const other = await slow(port, '127.0.0.2');
+    held.push(other);
+    other.socket.write('\r\n');
+    const answer = await new Promise<string>((resolve) => other.socket.once('data', (d) => resolve(d.toString())));
+    assert.match(answer, /^HTTP\/1\.1 200/);
+    // ...and a held connection that finishes its head is answered, and frees its place.
+    const open = held.find((c) => !c.closed())!;
+    open.socket.write('\r\n');
+    assert.match(await new Promise<string>((resolve) => open.socket.once('data', (d) => resolve(d.toString()))), /^HTTP\/1\.1 200/);
+    const again = await slow(port, '127.0.0.1');
+    await new Promise((r) => setTimeout(r, 200));
+    held.push(again);
+    assert.equal(again.closed(), false, 'the place a finished head freed was not given back');
+  } finally {
+    for (const c of held) c.socket.destroy();
+  }
+});
