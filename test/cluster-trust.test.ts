@@ -272,6 +272,19 @@ for (const secure of [false, true]) {
     });
 
     if (secure) {
+      test('a node signs in with a client certificate where the server verifies them (ALGOHOST_NATS_CERT, ALGOHOST_NATS_KEY); without one it is refused', async () => {
+        const strict = await startNats({ secure: true, verifyClients: true });
+        try {
+          const files = { creds: undefined, ca: strict.ca, cert: strict.client!.cert, key: strict.client!.key };
+          const nc = await connect(natsOptions(strict.urlFor('worker'), files, 'with a certificate', 'worker'));
+          await nc.flush();
+          await nc.close();
+          await assert.rejects(connect(natsOptions(strict.urlFor('worker'), { ...files, cert: undefined, key: undefined }, 'without', 'worker')));
+        } finally {
+          await strict.stop();
+        }
+      });
+
       test('the NATS server refuses an anonymous client, and keeps a worker user out of what is not its part', async () => {
         await assert.rejects(connect({ servers: bus.nats.url, tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
         await assert.rejects(connect({ servers: bus.nats.url, user: 'algohost-worker', pass: 'wrong', tls: { caFile: bus.nats.ca } }), /Authorization Violation/);

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { within, WAIT_MS } from './process.ts';
-import { makeCa } from './tls.ts';
+import { makeCa, makeClientCert } from './tls.ts';
 
 /** The roles of docs/cluster.md's NATS configuration, each a user of its own on a secure server. */
 export type NatsUser = 'api' | 'worker' | 'admin';
@@ -16,6 +16,8 @@ export interface NatsServer {
   urlFor(user: NatsUser): string;
   /** A secure server's CA (ALGOHOST_NATS_CA), else undefined. */
   ca: string | undefined;
+  /** With `verifyClients`: a client certificate the server takes (ALGOHOST_NATS_CERT, ALGOHOST_NATS_KEY). */
+  client: { cert: string; key: string } | undefined;
   port: number;
   pid: number;
   /** Kills it (its JetStream files stay)... */
@@ -45,17 +47,21 @@ export function documentedNatsConf(): string {
  * in a process of its own (stopped by pid). `secure`: as docs/cluster.md says to run it, with
  * its users and permissions per role, and TLS (a throwaway CA's certificate) required.
  */
-export async function startNats(options: { secure?: boolean } = {}): Promise<NatsServer> {
+export async function startNats(options: { secure?: boolean; verifyClients?: boolean } = {}): Promise<NatsServer> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-nats-'));
   const passwords = { api: crypto.randomBytes(12).toString('hex'), worker: crypto.randomBytes(12).toString('hex'), admin: crypto.randomBytes(12).toString('hex') };
-  const tls = options.secure ? makeCa(dir, 'nats') : undefined;
+  const tls = options.secure || options.verifyClients ? makeCa(dir, 'nats') : undefined;
+  const client = tls && options.verifyClients ? makeClientCert(dir, 'nats', 'node') : undefined;
   const env: Record<string, string> = tls
     ? { ALGOHOST_NATS_API_PASSWORD: passwords.api, ALGOHOST_NATS_WORKER_PASSWORD: passwords.worker, ALGOHOST_NATS_ADMIN_PASSWORD: passwords.admin }
     : {};
   if (tls) {
     fs.writeFileSync(
       path.join(dir, 'nats.conf'),
-      [`tls {\n  cert_file: "${tls.cert}"\n  key_file: "${tls.key}"\n  timeout: 5\n}`, documentedNatsConf()].join('\n'),
+      [
+        `tls {\n  cert_file: "${tls.cert}"\n  key_file: "${tls.key}"\n  timeout: 5${client ? `\n  ca_file: "${tls.ca}"\n  verify: true` : ''}\n}`,
+        documentedNatsConf(),
+      ].join('\n'),
     );
   }
   let child: ChildProcess;
@@ -91,6 +97,7 @@ export async function startNats(options: { secure?: boolean } = {}): Promise<Nat
     url: `${scheme}://127.0.0.1:${port}`,
     urlFor: (user) => (tls ? `${scheme}://algohost-${user}:${passwords[user]}@127.0.0.1:${port}` : `${scheme}://127.0.0.1:${port}`),
     ca: tls?.ca,
+    client,
     port,
     pid: child!.pid!,
     halt: kill,
