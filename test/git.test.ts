@@ -181,6 +181,49 @@ test('deleting an algorithm deletes its repository', { skip: !GIT_PRESENT && 'gi
   assert.notEqual(again.code, 0);
 });
 
+test('the git the server runs reads no config from the temp directory (another account may write a .gitconfig there)', { skip: !GIT_PRESENT && 'git is not installed' }, async () => {
+  // A temp directory as a shared /tmp would be: a .gitconfig (and its XDG twin) whose hooks and
+  // fsmonitor would run as the server, each leaving a mark.
+  const tmp = path.join(work, 'shared-tmp');
+  const marks = path.join(work, 'marks');
+  const hooks = path.join(tmp, 'hooks');
+  fs.mkdirSync(hooks, { recursive: true });
+  fs.mkdirSync(marks);
+  const mark = (name: string) => `#!/bin/sh\necho "$0 $*" >> ${JSON.stringify(path.join(marks, name))}\nexit 0\n`;
+  for (const hook of ['reference-transaction', 'pre-receive', 'update', 'post-receive', 'post-update', 'pre-commit', 'post-commit']) {
+    fs.writeFileSync(path.join(hooks, hook), mark(hook), { mode: 0o755 });
+  }
+  fs.writeFileSync(path.join(tmp, 'fsmonitor'), mark('fsmonitor'), { mode: 0o755 });
+  const config = `[core]\n\thooksPath = ${hooks}\n\tfsmonitor = ${path.join(tmp, 'fsmonitor')}\n`;
+  fs.writeFileSync(path.join(tmp, '.gitconfig'), config);
+  fs.mkdirSync(path.join(tmp, '.config', 'git'), { recursive: true });
+  fs.writeFileSync(path.join(tmp, '.config', 'git', 'config'), config);
+  // os.tmpdir() reads TMPDIR when called: the server's git runs below all see this directory.
+  const saved = process.env.TMPDIR;
+  process.env.TMPDIR = tmp;
+  let failed: unknown;
+  try {
+    // A clone commits the template (init, config, add, commit-tree, update-ref); an upload is
+    // committed at the next fetch; a push goes through http-backend, receive-pack and the hook.
+    await createAlgorithm(alice, 'alice', 'Configless', { language: 'python3' });
+    await ok(['clone', remote('alice', aliceKey, 'alice/Configless'), 'configless']);
+    const dir = path.join(work, 'configless');
+    assert.equal((await upload(alice, 'alice', 'Configless', { 'src/Configless.py': 'def apply(input):\n    return "uploaded"\n' })).status, 200);
+    await ok(['pull', '--ff-only'], dir);
+    fs.writeFileSync(path.join(dir, 'src/Configless.py'), 'def apply(input):\n    return "pushed"\n');
+    await ok(['commit', '-qam', 'pushed'], dir);
+    assert.match(await ok(['push', 'origin', 'master'], dir), /remote: algohost: build [0-9a-f]{40} succeeded/);
+  } catch (err) {
+    failed = err;
+  } finally {
+    if (saved === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = saved;
+  }
+  // Checked first: a config that ran may also have made the git above fail.
+  assert.deepEqual(fs.readdirSync(marks), [], 'no hook or fsmonitor of the temp directory\'s .gitconfig ran');
+  if (failed) throw failed;
+});
+
 /** Pids of git http-backend processes (this file is the only one that runs them). */
 function backends(): number[] {
   const pids: number[] = [];

@@ -18,6 +18,13 @@ const HTTP_BACKEND = '/usr/lib/git-core/git-http-backend';
 const HOOK = fileURLToPath(new URL('./gitHook.mjs', import.meta.url));
 /** The branch that is the algorithm's source, as in the original service. */
 const BRANCH = 'master';
+/**
+ * The environment of every git the server runs: no configuration but the repository's own. A
+ * global config is read from $HOME (and $XDG_CONFIG_HOME), and a `.gitconfig` there can run
+ * commands as the server (core.fsmonitor, core.hooksPath): so no global or system config, and a
+ * HOME that cannot hold one (not the temp directory, which other accounts may write to).
+ */
+const GIT_ENV = { PATH: '/usr/bin:/bin', HOME: '/dev/null', GIT_CONFIG_GLOBAL: '/dev/null', GIT_CONFIG_NOSYSTEM: '1' };
 /** Who the server's own commits (a source uploaded as tar.gz, the template) are by. */
 const IDENTITY = { GIT_AUTHOR_NAME: 'algohost', GIT_AUTHOR_EMAIL: 'algohost@localhost', GIT_COMMITTER_NAME: 'algohost', GIT_COMMITTER_EMAIL: 'algohost@localhost' };
 
@@ -162,13 +169,13 @@ export class GitRepos {
 
   /** Runs git http-backend as a CGI for one request; a push gets its hook's socket. */
   private async backend(principal: Principal, algo: Algorithm, repo: string, req: GitRequest): Promise<GitResponse> {
-    const home = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'algohost-git-'));
+    // A private directory for the push's hook socket.
+    const sockets = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'algohost-git-'));
     const push = serviceOf(req) === 'git-receive-pack' && req.method === 'POST';
-    const hookServer = push ? await this.hookServer(principal, algo, repo, path.join(home, 'hook.sock')) : undefined;
+    const hookServer = push ? await this.hookServer(principal, algo, repo, path.join(sockets, 'hook.sock')) : undefined;
+    // The hook, and the git it runs, inherit this environment.
     const env: Record<string, string> = {
-      PATH: '/usr/bin:/bin',
-      HOME: home,
-      GIT_CONFIG_NOSYSTEM: '1',
+      ...GIT_ENV,
       GIT_PROJECT_ROOT: path.dirname(repo),
       GIT_HTTP_EXPORT_ALL: '1',
       PATH_INFO: `/${path.basename(repo)}${req.path}`,
@@ -197,7 +204,7 @@ export class GitRepos {
     const cleanup = () => {
       clearTimeout(timer);
       hookServer?.close();
-      fs.rm(home, { recursive: true, force: true }, () => undefined);
+      fs.rm(sockets, { recursive: true, force: true }, () => undefined);
     };
     child.once('close', cleanup);
     child.stdin.on('error', () => undefined); // the backend may answer before reading all
@@ -281,7 +288,7 @@ export class GitRepos {
 }
 
 async function git(args: string[], env: Record<string, string> = {}): Promise<string> {
-  const { stdout } = await run(GIT, args, { env: { PATH: '/usr/bin:/bin', GIT_CONFIG_NOSYSTEM: '1', HOME: os.tmpdir(), ...env }, maxBuffer: 16 * 1024 * 1024 });
+  const { stdout } = await run(GIT, args, { env: { ...GIT_ENV, ...env }, maxBuffer: 16 * 1024 * 1024 });
   return stdout;
 }
 
