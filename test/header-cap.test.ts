@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { startServer, type TestServer } from './helpers/server.ts';
-import { HEADER_PHASE_PER_CLIENT } from '../src/http/headerCap.ts';
+import { SLOW_HEAD_MS, SLOW_PER_CLIENT } from '../src/http/headerCap.ts';
 
 let s: TestServer;
 before(async () => {
@@ -28,17 +28,20 @@ async function slow(port: number, from: string) {
   return { socket, closed: () => closed };
 }
 
-test(`one address holds at most ${HEADER_PHASE_PER_CLIENT} connections that have not sent a whole head; others, and finished heads, are not held back`, async () => {
+test(`one address holds at most ${SLOW_PER_CLIENT} connections still trickling a head after ${SLOW_HEAD_MS} ms; others, and finished heads, are not held back`, async () => {
   // The test server's own node (not a balancer in front of it: its address is the balancer's).
   const port = Number(new URL(s.node).port);
   const held: Awaited<ReturnType<typeof slow>>[] = [];
   try {
-    for (let i = 0; i < HEADER_PHASE_PER_CLIENT + 8; i++) held.push(await slow(port, '127.0.0.1'));
-    await new Promise((r) => setTimeout(r, 300));
+    for (let i = 0; i < SLOW_PER_CLIENT + 8; i++) held.push(await slow(port, '127.0.0.1'));
+    // Nothing is closed before its head is late...
+    assert.equal(held.filter((c) => c.closed()).length, 0);
+    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
     const closed = held.filter((c) => c.closed()).length;
     assert.equal(closed, 8, `${closed} of ${held.length} slow connections were closed`);
     // Another address is served meanwhile...
     const other = await slow(port, '127.0.0.2');
+    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
     held.push(other);
     other.socket.write('\r\n');
     const answer = await new Promise<string>((resolve) => other.socket.once('data', (d) => resolve(d.toString())));
@@ -48,10 +51,28 @@ test(`one address holds at most ${HEADER_PHASE_PER_CLIENT} connections that have
     open.socket.write('\r\n');
     assert.match(await new Promise<string>((resolve) => open.socket.once('data', (d) => resolve(d.toString()))), /^HTTP\/1\.1 200/);
     const again = await slow(port, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
     held.push(again);
     assert.equal(again.closed(), false, 'the place a finished head freed was not given back');
   } finally {
     for (const c of held) c.socket.destroy();
   }
+});
+
+test('many connections opened at once that send their heads are all answered (a client with 64 transfers in parallel is not slow)', async () => {
+  const port = Number(new URL(s.node).port);
+  const answers = await Promise.all(
+    Array.from(
+      { length: 4 * SLOW_PER_CLIENT + 16 },
+      () =>
+        new Promise<string>((resolve) => {
+          const socket = net.connect({ host: '127.0.0.1', port }, () => socket.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+          let text = '';
+          socket.on('data', (d) => (text += d.toString()));
+          socket.on('close', () => resolve(text.slice(0, 12)));
+          socket.on('error', () => undefined);
+        }),
+    ),
+  );
+  assert.deepEqual(new Set(answers), new Set(['HTTP/1.1 200']));
 });
