@@ -5,6 +5,8 @@ import path from 'node:path';
 import http from 'node:http';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { rawRequest } from './helpers/raw.ts';
+import { createAlgorithm } from './helpers/algorithms.ts';
+import { errorAnswer, headerSafe } from '../src/http/answers.ts';
 
 let s: TestServer;
 let key: string;
@@ -47,6 +49,10 @@ interface Case {
 }
 
 const longName = 'n'.repeat(256);
+/** Lone surrogates as JSON writes them (escapes: the text of a body, not its characters). */
+const LONE = ['\\ud800', '\\udfff', 'a\\ud800b'];
+/** The same as a URL would carry them: the (invalid) UTF-8 of \ud800 and \udfff, percent-encoded. */
+const SURROGATE_BYTES = ['%ED%A0%80', '%ED%BF%BF'];
 const json_ = 'application/json';
 
 const CASES: Case[] = [
@@ -111,6 +117,20 @@ const CASES: Case[] = [
   { what: 'OPTIONS', method: 'OPTIONS', path: '/v1/data/.my/c', status: 405, code: 'method_not_allowed' },
   { what: 'PROPFIND', method: 'PROPFIND', path: '/v1/data/.my/c', status: 405, code: 'method_not_allowed' },
   { what: 'mkdir body too large', method: 'POST', path: '/v1/data/.my/c', body: `{"name":"${'x'.repeat(70_000)}"}`, type: json_, status: 413, code: 'payload_too_large' },
+  // Lone surrogates: a JSON escape can make a string that is not text (UTF-8 cannot carry it).
+  ...LONE.flatMap((l): Case[] => [
+    { what: `mkdir name ${l}`, method: 'POST', path: '/v1/data/.my/c', body: `{"name":"${l}"}`, type: json_, status: 400, code: 'invalid_path' },
+    { what: `collection name ${l}`, method: 'POST', path: '/v1/data/.my', body: `{"name":"${l}"}`, type: json_, status: 400, code: 'invalid_path' },
+    { what: `ACL entry ${l}`, method: 'POST', path: '/v1/data/.my', body: `{"name":"n5","acl":{"read":["${l}"]}}`, type: json_, status: 400, code: 'invalid_acl' },
+    { what: `PATCH field ${l}`, method: 'PATCH', path: '/v1/data/.my/c', body: `{"${l}":1}`, type: json_, status: 400, code: 'invalid_body' },
+  ]),
+  // ... and in URLs, where they can only come as the UTF-8 of a surrogate (not UTF-8 at all).
+  ...SURROGATE_BYTES.flatMap((b): Case[] => [
+    { what: `path segment ${b}`, method: 'PUT', path: `/v1/data/.my/c/a${b}b`, body: 'x', status: 400, code: 'invalid_path' },
+    { what: `connector path ${b}`, method: 'GET', path: `/v1/connector/data/.my/c/${b}`, status: 400, code: 'invalid_path' },
+    { what: `marker ${b}`, method: 'GET', path: `/v1/data/.my/c?marker=${b}`, status: 400, code: 'invalid_marker' },
+    { what: `force ${b}`, method: 'DELETE', path: `/v1/data/.my/c?force=${b}`, status: 400, code: 'invalid_query' },
+  ]),
 ];
 
 describe('bad input: a clear 4xx, and nothing changes', () => {
@@ -130,6 +150,71 @@ describe('bad input: a clear 4xx, and nothing changes', () => {
     assert.equal(await snapshot(s), before, 'no refused request changed any metadata or file');
     const still = await api(s.url, key)('/v1/data/.my/c/file.txt');
     assert.equal(await still.text(), 'original');
+  });
+
+  test('lone surrogates in names, text fields, paths and queries of every route that takes strings: a 400 with its own code, never a 500', async () => {
+    const call = api(s.url, key);
+    await createAlgorithm(call, 'alice', 'Surrogates', { language: 'python3' });
+    const cases: Case[] = [
+      ...[...LONE, '\\ud83d\\ude00'].flatMap((l): Case[] => [
+        { what: `algorithm name ${l}`, method: 'POST', path: '/v1/algorithms/alice', body: `{"name":"${l}"}`, type: json_, status: 400, code: 'invalid_algorithm_name' },
+        { what: `key name ${l}`, method: 'POST', path: '/v1/users/alice/keys', body: `{"name":"${l}"}`, type: json_, status: 400, code: 'invalid_key_name' },
+        { what: `account label ${l}`, method: 'POST', path: '/v1/users/alice/connectors', body: `{"label":"${l}","protocol":"objstore","cred_data":{"access_key_id":"a","secret_access_key":"b"}}`, type: json_, status: 400, code: 'invalid_connector' },
+      ]),
+      ...LONE.flatMap((l): Case[] => [
+        { what: `details.summary ${l}`, method: 'PUT', path: '/v1/algorithms/alice/Surrogates', body: `{"details":{"summary":"${l}"}}`, type: json_, status: 400, code: 'invalid_body' },
+        { what: `details.label ${l}`, method: 'POST', path: '/v1/algorithms/alice', body: `{"name":"S2","details":{"label":"${l}"}}`, type: json_, status: 400, code: 'invalid_body' },
+        { what: `settings.language ${l}`, method: 'PUT', path: '/v1/algorithms/alice/Surrogates', body: `{"settings":{"language":"${l}"}}`, type: json_, status: 400, code: 'invalid_body' },
+        { what: `settings field ${l}`, method: 'PUT', path: '/v1/algorithms/alice/Surrogates', body: `{"settings":{"${l}":1}}`, type: json_, status: 400, code: 'invalid_body' },
+        { what: `release notes ${l}`, method: 'POST', path: '/v1/algorithms/alice/Surrogates/versions', body: `{"version_info":{"release_notes":"${l}"}}`, type: json_, status: 400, code: 'invalid_body' },
+        { what: `permission ${l}`, method: 'POST', path: '/v1/users/alice/keys', body: `{"name":"k","permissions":{"${l}":true}}`, type: json_, status: 400, code: 'invalid_permissions' },
+        { what: `cred_data ${l}`, method: 'POST', path: '/v1/users/alice/connectors', body: `{"label":"s1","protocol":"objstore","cred_data":{"access_key_id":"${l}","secret_access_key":"b"}}`, type: json_, status: 400, code: 'invalid_connector' },
+        { what: `cred_data.url ${l}`, method: 'POST', path: '/v1/users/alice/connectors', body: `{"label":"w1","protocol":"filehost","provider":"webdav","cred_data":{"url":"http://198.51.100.1/${l}/"}}`, type: json_, status: 400, code: 'invalid_connector' },
+        { what: `new password ${l}`, method: 'PUT', path: '/v1/users/alice/password', body: `{"current_password":"whatever","password":"${l}-long-enough-otherwise"}`, type: json_, status: 400, code: 'invalid_password' },
+        { what: `sign-in user name ${l}`, method: 'POST', path: '/v1/session', body: `{"username":"${l}","password":"x"}`, type: json_, status: 401, code: 'invalid_credentials' },
+      ]),
+      ...SURROGATE_BYTES.flatMap((b): Case[] => [
+        { what: `algorithm in path ${b}`, method: 'GET', path: `/v1/algorithms/alice/${b}`, status: 400, code: 'invalid_path' },
+        { what: `user name in path ${b}`, method: 'GET', path: `/v1/users/${b}/keys`, status: 400, code: 'invalid_path' },
+        { what: `version in path ${b}`, method: 'GET', path: `/v1/algorithms/alice/Surrogates/versions/${b}`, status: 400, code: 'invalid_path' },
+        { what: `algorithm called ${b}`, method: 'POST', path: `/v1/algo/alice/${b}`, body: '"x"', type: json_, status: 400, code: 'invalid_path' },
+        { what: `call timeout ${b}`, method: 'POST', path: `/v1/algo/alice/Surrogates?timeout=${b}`, body: '"x"', type: json_, status: 400, code: 'invalid_query' },
+        { what: `versions marker ${b}`, method: 'GET', path: `/v1/algorithms/alice/Surrogates/versions?marker=${b}`, status: 400, code: 'invalid_marker' },
+        { what: `usage date ${b}`, method: 'GET', path: `/v1/users/alice/usage?from=${b}`, status: 400, code: 'invalid_query' },
+        { what: `cred_data.url ${b}`, method: 'POST', path: '/v1/users/alice/connectors', body: `{"label":"w2","protocol":"filehost","provider":"webdav","cred_data":{"url":"http://u${b}:p@198.51.100.1/"}}`, type: json_, status: 400, code: 'invalid_connector' },
+      ]),
+    ];
+    for (const c of cases) {
+      const headers: Record<string, string> = { ...auth };
+      if (c.type) headers['content-type'] = c.type;
+      const res = await rawRequest(s.url, c.method, c.path, { headers, body: c.body });
+      assert.equal(res.status, c.status, `${c.what}: status (${res.body.slice(0, 200)})`);
+      const body = JSON.parse(res.body);
+      assert.equal(body.error.code, c.code, `${c.what}: code`);
+      assert.ok(typeof body.error.message === 'string' && body.error.message.length > 10, `${c.what}: message`);
+      assert.match(String(res.headers['x-error-message']), /^[\x20-\x7e]+$/, `${c.what}: X-Error-Message`);
+    }
+    // What was refused was not stored: the algorithm's details and the keys and accounts are as they were.
+    const algo = await json(await call('/v1/algorithms/alice/Surrogates'));
+    assert.equal(algo.details.summary, '');
+    assert.deepEqual((await json(await call('/v1/users/alice/connectors'))).results, []);
+    // User names come in through the admin commands: the same rule.
+    await assert.rejects(s.services.users.create('a\ud800b'), { code: 'invalid_username' });
+  });
+
+  test('a message quoting characters outside the BMP (an emoji: a surrogate pair) is sent whole in the body, percent-encoded in X-Error-Message', async () => {
+    const res = await rawRequest(s.url, 'POST', '/v1/algorithms/alice', { headers: { ...auth, 'content-type': json_ }, body: '{"name":"\\ud83d\\ude00"}' });
+    assert.equal(res.status, 400);
+    assert.match(JSON.parse(res.body).error.message, /"\u{1f600}"/u);
+    assert.match(String(res.headers['x-error-message']), /"%F0%9F%98%80"/);
+  });
+
+  test('the safety net: a URIError that escapes the checks above answers 400 in the envelope; header text never throws', () => {
+    const a = errorAnswer(new URIError('URI malformed'), 'req-1');
+    assert.equal(a.status, 400);
+    assert.equal(a.error.code, 'invalid_body');
+    assert.match(a.error.message, /lone surrogate/);
+    assert.equal(headerSafe('x\ud800y\udfff\u{1f600}é'), 'x%EF%BF%BDy%EF%BF%BD%F0%9F%98%80%C3%A9');
   });
 
   test('a marker issued for one directory is refused by another', async () => {

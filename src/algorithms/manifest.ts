@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { isWellFormed, NOT_WELL_FORMED } from '../wellFormed.ts';
 import type { AlgorithmDetails, AlgorithmSettings, Language } from '../../client/src/types.ts';
 
 // The wire records (the client's types are the one definition): re-exported for the server.
@@ -48,6 +49,7 @@ function oneOf<T extends string>(field: string, value: unknown, allowed: readonl
 
 function text(field: string, value: unknown, max: number): string {
   if (typeof value !== 'string' || value.length > max) throw bad(`${field} must be a string of at most ${max} characters`);
+  if (!isWellFormed(value)) throw bad(`${field} ${NOT_WELL_FORMED}`);
   return value;
 }
 
@@ -141,6 +143,7 @@ export function readVersionInfo(raw: unknown): { version_type?: unknown; release
   if (v.release_notes !== undefined && v.release_notes !== null && typeof v.release_notes !== 'string') throw bad('version_info.release_notes must be a string');
   const notes = typeof v.release_notes === 'string' ? v.release_notes : undefined;
   if (notes !== undefined && notes.length > 64 * 1024) throw bad('version_info.release_notes may be at most 65536 characters');
+  if (notes !== undefined && !isWellFormed(notes)) throw bad(`version_info.release_notes ${NOT_WELL_FORMED}`);
   if (v.sample_input !== undefined && JSON.stringify(v.sample_input).length > 64 * 1024) throw bad('version_info.sample_input may be at most 64 KiB of JSON');
   return {
     ...(v.version_type !== undefined ? { version_type: v.version_type } : {}),

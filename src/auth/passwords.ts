@@ -9,6 +9,7 @@
 import crypto from 'node:crypto';
 import { promisify } from 'node:util';
 import { AppError } from '../errors.ts';
+import { isWellFormed, NOT_WELL_FORMED } from '../wellFormed.ts';
 
 const scrypt = promisify(crypto.scrypt) as (password: string, salt: Buffer, keylen: number, options: crypto.ScryptOptions) => Promise<Buffer>;
 
@@ -90,6 +91,8 @@ export function validatePassword(password: unknown): string {
   if (typeof password !== 'string') throw new AppError('invalid_password', 'the password must be a string');
   if ([...password].length < MIN_PASSWORD_LENGTH) throw new AppError('invalid_password', `the password is too short: use at least ${MIN_PASSWORD_LENGTH} characters`);
   if (password.length > MAX_PASSWORD_LENGTH) throw new AppError('invalid_password', `the password is too long: at most ${MAX_PASSWORD_LENGTH} characters`);
+  // Hashed as UTF-8, a lone surrogate would be U+FFFD: another password would match.
+  if (!isWellFormed(password)) throw new AppError('invalid_password', `the password ${NOT_WELL_FORMED}`);
   return password;
 }
 

@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { isWellFormed, NOT_WELL_FORMED } from '../wellFormed.ts';
 
 /** A data request's target: which connector, and the path's segments inside it. */
 export interface DataTarget {
@@ -25,7 +26,7 @@ function invalidPath(message: string): AppError {
 }
 
 export function malformedEncoding(): AppError {
-  return invalidPath('the path has a malformed percent-encoding (a "%" not followed by two hex digits)');
+  return invalidPath('the path has a malformed percent-encoding (a "%" not followed by two hex digits, or bytes that are not UTF-8)');
 }
 
 function decode(raw: string): string {
@@ -104,6 +105,7 @@ export function checkSegment(s: string): string {
   if (s === '.' || s === '..') throw invalidPath('"." and ".." are not allowed in data paths');
   if (s.includes('/')) throw invalidPath('a name may not contain "/"');
   if (CONTROL.test(s)) throw invalidPath('names may not contain control characters (including NUL)');
+  if (!isWellFormed(s)) throw invalidPath(`a name ${NOT_WELL_FORMED}`);
   if (Buffer.byteLength(s) > MAX_SEGMENT_BYTES) throw invalidPath(`a name is longer than ${MAX_SEGMENT_BYTES} bytes`);
   return s;
 }

@@ -1,5 +1,6 @@
 import type { FastifyError } from 'fastify';
 import { AppError, type ErrorCode } from '../errors.ts';
+import { isWellFormed, NOT_WELL_FORMED } from '../wellFormed.ts';
 import type { ErrorEnvelope } from '../../client/src/types.ts';
 
 /**
@@ -20,10 +21,11 @@ const FASTIFY_STATUS_CODES: Record<number, ErrorCode> = {
 
 /**
  * Header values must be printable ASCII; a message naming a non-ASCII path is
- * percent-encoded there (the JSON body carries it as it is).
+ * percent-encoded there (the JSON body carries it as it is). Character by character (`u`: a
+ * surrogate pair is one), and a lone surrogate, which encodeURIComponent throws on, as U+FFFD.
  */
 export function headerSafe(message: string): string {
-  return message.replace(/[^\x20-\x7e]/g, (c) => encodeURIComponent(c)).slice(0, 1000);
+  return message.replace(/[^\x20-\x7e]/gu, (c) => (isWellFormed(c) ? encodeURIComponent(c) : '%EF%BF%BD')).slice(0, 1000);
 }
 
 /** Any error in the contract's terms: ours as they are, the framework's by kind, anything else a 500. */
@@ -39,6 +41,11 @@ export function toAppError(err: unknown): AppError {
   }
   if (fe?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
     return new AppError('invalid_json', 'the request body is empty; send a JSON object');
+  }
+  if (err instanceof URIError) {
+    // A string of the request reached encodeURIComponent or decodeURIComponent unchecked (the
+    // checks where text comes in should have refused it, more precisely): still the client's.
+    return new AppError('invalid_body', `the request ${NOT_WELL_FORMED}, or a malformed percent-encoding`);
   }
   const status = typeof fe?.statusCode === 'number' ? fe.statusCode : 500;
   const code = status >= 400 && status < 500 ? FASTIFY_STATUS_CODES[status] ?? 'invalid_body' : undefined;
@@ -73,6 +80,7 @@ export function errorAnswer(err: unknown, id: string, challenged = false): Error
   const headers: [string, string][] = [['x-error-message', headerSafe(e.message)]];
   if (e.status === 401 && !challenged) headers.push(['www-authenticate', 'Simple realm="algohost"']);
   if (e.code === 'payload_too_large') headers.push(['connection', 'close']);
-  const logged = e.status >= 500 ? (e.code === 'internal_error' ? err : (e.cause ?? e)) : undefined;
+  // A URIError is logged too: it is a check missing where the text came in.
+  const logged = e.status >= 500 ? (e.code === 'internal_error' ? err : (e.cause ?? e)) : err instanceof URIError ? err : undefined;
   return { error: e, status: e.status, headers, body: errorDocument(e.code, e.message, id, e.extra), logged };
 }

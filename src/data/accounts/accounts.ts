@@ -1,4 +1,5 @@
 import { AppError } from '../../errors.ts';
+import { isWellFormed, NOT_WELL_FORMED } from '../../wellFormed.ts';
 import { isUniqueViolation, type MetadataStore } from '../../store/db.ts';
 import type { ConnectorsTable } from '../../store/schema.ts';
 import type { CredentialBox } from './credentials.ts';
@@ -58,6 +59,7 @@ function checkCredentials(provider: Provider, value: unknown): Record<string, un
       if (typeof v !== 'boolean') throw invalid(`cred_data.${k} must be true or false`);
     } else {
       if (typeof v !== 'string' || v.length === 0 || v.length > 4096) throw invalid(`cred_data.${k} must be a non-empty string`);
+      if (!isWellFormed(v)) throw invalid(`cred_data.${k} ${NOT_WELL_FORMED}`);
       if (field.type === 'url') {
         let u: URL;
         try {
@@ -66,6 +68,12 @@ function checkCredentials(provider: Provider, value: unknown): Record<string, un
           throw invalid(`cred_data.${k} must be an http:// or https:// address`);
         }
         if (u.protocol !== 'http:' && u.protocol !== 'https:') throw invalid(`cred_data.${k} must be an http:// or https:// address`);
+        // Its providers decode its user name, password and path (WebDAV maps hrefs back by them).
+        try {
+          for (const part of [u.username, u.password, ...u.pathname.split('/')]) decodeURIComponent(part);
+        } catch {
+          throw invalid(`cred_data.${k} has a malformed percent-encoding (a "%" not followed by two hex digits, or bytes that are not UTF-8)`);
+        }
       }
     }
     out[k] = v;

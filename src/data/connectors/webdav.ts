@@ -49,8 +49,12 @@ export class WebDavStorage implements RemoteStorage {
     // Credentials in the URL are taken out: they must not reach messages or Destination headers.
     if (url.username || url.password) {
       if (!username) {
-        username = decodeURIComponent(url.username);
-        password = decodeURIComponent(url.password);
+        try {
+          username = decodeURIComponent(url.username);
+          password = decodeURIComponent(url.password);
+        } catch {
+          throw new RemoteError('invalid', 'the user name or password in the WebDAV URL is not valid percent-encoded UTF-8');
+        }
       }
       url.username = url.password = '';
     }
