@@ -1,0 +1,146 @@
+/**
+ * The server side of test/egress-fence.test.ts, run inside the test's "server" network
+ * namespace (never on its own): a real algohost server (its default, ALGOHOST_ALGORITHM_NETWORK
+ * =nat) and a stand-in npm registry on this namespace's 127.0.0.1; hostile algorithms (Python
+ * and JavaScript) and hostile builds (an npm preinstall, a setup.py) try every target, and what
+ * each saw is printed as one JSON line for the outer test to judge.
+ *
+ * Environment: PROBE_TARGETS (JSON: [{ name, proto, host, port }]).
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { api, json, startServer } from './helpers/server.ts';
+import { callAlgo, createAlgorithm, release, upload } from './helpers/algorithms.ts';
+
+interface Target {
+  name: string;
+  proto: 'tcp' | 'udp';
+  host: string;
+  port: number;
+}
+
+const targets = JSON.parse(process.env.PROBE_TARGETS!) as Target[];
+
+/** Tries each target: a TCP connection or a UDP datagram, each waiting at most 2 s for an answer. */
+const PY_PROBE = `import json, socket
+def probe(targets):
+    out = {}
+    for t in targets:
+        host, port = t["host"], t["port"]
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            if t["proto"] == "tcp":
+                s = socket.create_connection((host, port), timeout=2)
+                s.settimeout(2)
+                s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+                out[t["name"]] = "OK " + s.recv(200).decode(errors="replace").strip().split("\\n")[0].strip()
+            else:
+                infos = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM)
+                s = socket.socket(infos[0][0], socket.SOCK_DGRAM)
+                s.settimeout(2)
+                s.sendto(b"hello", infos[0][4])
+                out[t["name"]] = "OK " + s.recv(200).decode(errors="replace").strip()
+            s.close()
+        except Exception as e:
+            out[t["name"]] = "REFUSED " + type(e).__name__ + " " + str(e)
+    return out
+`;
+
+const JS_PROBE = `const net = require('node:net');
+const dgram = require('node:dgram');
+const dns = require('node:dns/promises');
+function tcp(host, port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host, port, timeout: 2000 }, () => s.write('GET / HTTP/1.0\\r\\n\\r\\n'));
+    s.once('data', (d) => { resolve('OK ' + d.toString().split('\\n')[0].trim()); s.destroy(); });
+    s.once('timeout', () => { resolve('REFUSED timeout'); s.destroy(); });
+    s.once('error', (e) => resolve('REFUSED ' + (e.code || e.message)));
+  });
+}
+async function udp(host, port) {
+  let address = host;
+  try { address = net.isIP(host) ? host : (await dns.lookup(host)).address; } catch (e) { return 'REFUSED ' + (e.code || e.message); }
+  return new Promise((resolve) => {
+    const s = dgram.createSocket(net.isIPv6(address) ? 'udp6' : 'udp4');
+    const t = setTimeout(() => { resolve('REFUSED timeout'); s.close(); }, 2000);
+    s.once('message', (d) => { clearTimeout(t); resolve('OK ' + d.toString().trim()); s.close(); });
+    s.once('error', (e) => { clearTimeout(t); resolve('REFUSED ' + (e.code || e.message)); s.close(); });
+    s.send('hello', port, address, (e) => { if (e) { clearTimeout(t); resolve('REFUSED ' + (e.code || e.message)); s.close(); } });
+  });
+}
+async function probe(targets) {
+  const out = {};
+  for (const t of targets) out[t.name] = t.proto === 'tcp' ? await tcp(t.host, t.port) : await udp(t.host, t.port);
+  return out;
+}
+module.exports = { probe };
+`;
+
+async function main(): Promise<void> {
+  // The stand-in registry: anything on 127.0.0.1:<port> of this namespace, named in ALGOHOST_BUILD_NPM_REGISTRY and _PIP_INDEX_URL.
+  const registry = http.createServer((_req, res) => res.end('REGISTRY'));
+  await new Promise<void>((r) => registry.listen(0, '127.0.0.1', r));
+  const registryPort = (registry.address() as AddressInfo).port;
+  const s = await startServer({ env: { ALGOHOST_BUILD_NPM_REGISTRY: `http://127.0.0.1:${registryPort}/`, ALGOHOST_BUILD_PIP_INDEX_URL: `http://127.0.0.1:${registryPort}/simple/` } });
+  const apiPort = Number(new URL(s.node).port);
+  // What only this side knows: the API node's port, the registry's, here and on this namespace's own address.
+  const all: Target[] = [
+    ...targets,
+    { name: 'api on 127.0.0.1', proto: 'tcp', host: '127.0.0.1', port: apiPort },
+    { name: 'api on the server address', proto: 'tcp', host: '198.51.100.2', port: apiPort },
+    { name: 'api by a name resolving to the server address', proto: 'tcp', host: 'api.test', port: apiPort },
+    { name: 'api through the NAT gateway', proto: 'tcp', host: '10.0.2.2', port: apiPort },
+    { name: 'registry', proto: 'tcp', host: '127.0.0.1', port: registryPort },
+  ];
+  const results: Record<string, unknown> = {};
+  try {
+    const alice = api(s.url, await s.user('alice'));
+    const settings = { network_access: 'full' };
+    await release(alice, 'alice', 'PyProbe', { 'src/PyProbe.py': `${PY_PROBE}\ndef apply(targets):\n    return probe(targets)\n` }, { settings: { ...settings, language: 'python3' } });
+    await release(alice, 'alice', 'JsProbe', { 'src/probe.js': JS_PROBE, 'src/index.js': "const { probe } = require('./probe.js');\nexports.apply = (targets) => probe(targets);\n", 'package.json': '{"type":"commonjs"}' }, { settings: { ...settings, language: 'javascript' } });
+    for (const name of ['PyProbe', 'JsProbe']) {
+      const r = await json(await callAlgo(alice, `alice/${name}`, JSON.stringify(all), 'application/json', '?timeout=120'));
+      results[name] = r.result ?? r;
+    }
+    // An algorithm on a server whose deployment names 198.51.100.1 among its own services
+    // (ALGOHOST_NATS_URL): that address is refused too, public as it is.
+    results.deployment = await deploymentRefused(all.filter((t) => t.name === 'internet tcp'));
+
+    // Builds: an npm preinstall script and a setup.py try every target while installing.
+    const jsBuild = { 'package.json': JSON.stringify({ name: 'hostile', version: '1.0.0', dependencies: { dummy: 'file:./dummy' }, scripts: { preinstall: 'node probe-run.js' } }), 'probe.js': JS_PROBE, 'probe-run.js': `require('./probe.js').probe(${JSON.stringify(all)}).then((r) => console.log('PROBE ' + JSON.stringify(r)));\n`, 'dummy/package.json': '{"name":"dummy","version":"1.0.0"}', 'src/index.js': 'exports.apply = () => 1;\n' };
+    results.npmBuild = await buildLog(alice, 'NpmBuild', 'javascript', jsBuild);
+    const pyBuild = { 'src/PyBuild.py': 'def apply(x):\n    return 1\n', 'requirements.txt': './pkg\n', 'pkg/setup.py': `${PY_PROBE}\nimport json\n# pip shows a setup.py's output only when it fails: it fails, saying what it reached.\nraise SystemExit("PROBE " + json.dumps(probe(${JSON.stringify(all)})))\n` };
+    results.pipBuild = await buildLog(alice, 'PyBuild', 'python3', pyBuild);
+  } finally {
+    await s.close();
+    registry.close();
+  }
+  process.stdout.write(`RESULTS ${JSON.stringify(results)}\n`);
+}
+
+/** The PROBE line a build printed (what its install step reached), or its whole log. */
+async function buildLog(alice: ReturnType<typeof api>, name: string, language: string, files: Record<string, string>): Promise<unknown> {
+  await createAlgorithm(alice, 'alice', name, { language });
+  const up = await upload(alice, 'alice', name, files);
+  if (up.status !== 200) return `upload: ${up.status} ${await up.text()}`;
+  const body = await json(await alice(`/v1/algorithms/alice/${name}/compile`, { method: 'POST' }));
+  const log = String(body.compilation?.output ?? JSON.stringify(body));
+  const line = /PROBE (\{.*\})/.exec(log);
+  return line ? JSON.parse(line[1]!) : log;
+}
+
+async function deploymentRefused(internet: Target[]): Promise<unknown> {
+  const s = await startServer({ env: { ALGOHOST_NATS_URL: 'nats://198.51.100.1:4222' } });
+  try {
+    const bob = api(s.url, await s.user('bob'));
+    await release(bob, 'bob', 'PyProbe', { 'src/PyProbe.py': `${PY_PROBE}\ndef apply(targets):\n    return probe(targets)\n` }, { settings: { network_access: 'full', language: 'python3' } });
+    return (await json(await callAlgo(bob, 'bob/PyProbe', JSON.stringify(internet), 'application/json'))).result;
+  } finally {
+    await s.close();
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stdout.write(`FAILED ${(err as Error).stack ?? String(err)}\n`);
+  process.exitCode = 1;
+});
