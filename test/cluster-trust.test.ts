@@ -279,7 +279,7 @@ for (const secure of [false, true]) {
           const nc = await connect(natsOptions(strict.urlFor('worker'), files, 'with a certificate', 'worker'));
           await nc.flush();
           await nc.close();
-          await assert.rejects(connect(natsOptions(strict.urlFor('worker'), { ...files, cert: undefined, key: undefined }, 'without', 'worker')));
+          await assert.rejects(connect({ ...natsOptions(strict.urlFor('worker'), { ...files, cert: undefined, key: undefined }, 'without', 'worker'), timeout: 3000, maxReconnectAttempts: 0 }));
         } finally {
           await strict.stop();
         }
