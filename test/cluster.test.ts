@@ -59,7 +59,9 @@ function startWorker(extra: Record<string, string> = {}, args: string[] = []): P
 before(async () => {
   if (skip) return;
   // The bus as docs/cluster.md says to run it: a user per role, TLS, every message sealed.
-  [pg, s3, nats] = await Promise.all([startPostgres(), startS3([BUCKET]), startNats({ secure: true })]);
+  // Each kept as soon as it is up, so that after() stops it even when another failed to start
+  // (a server left running would keep this file's process alive for ever).
+  await Promise.all([startPostgres().then((p) => (pg = p)), startS3([BUCKET]).then((s) => (s3 = s)), startNats({ secure: true }).then((n) => (nats = n))]);
   env = {
     ALGOHOST_DATABASE_URL: await createDatabase(pg.adminUrl, 'cluster'),
     ALGOHOST_BLOBS: `s3://${BUCKET}/c?endpoint=${encodeURIComponent(s3.endpoint)}&force_path_style=true`,
