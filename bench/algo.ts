@@ -260,20 +260,25 @@ function exitOf(child: ChildProcess, what: string): Promise<void> {
  * `argv` in the worker's own sandbox, started the way spawnSandbox (src/runtime/sandbox.ts)
  * starts a worker: a cgroup of its own with the worker's limits (where the host has cgroups,
  * removed after the exit), the worker's command line from sandboxCommand(spec) with the runner
- * replaced by `argv`, and the seccomp program fed to bwrap on fd 4. Timed from before the
- * cgroup is made to the exit (the cgroup's removal is not waited for, as in the server).
+ * replaced by `argv`, the seccomp program fed to bwrap on fd 4 and its options on the next.
+ * Timed from before the cgroup is made to the exit (the cgroup's removal is not waited for, as
+ * in the server).
  */
 async function runInSandbox(spec: SandboxSpec, argv: string[]): Promise<number> {
   const t0 = performance.now();
   const group = createWorkerCgroup(undefined, { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids });
   try {
-    const { file, args } = sandboxCommand(spec, group?.procsFiles ?? []);
+    const { file, args, options, optionsFd } = sandboxCommand(spec, group?.procsFiles ?? []);
     const seccomp = spec.seccomp === false ? undefined : seccompProgram();
     const child = spawn(file, [...args.slice(0, args.lastIndexOf('--') + 1), ...argv], {
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(seccomp ? (['pipe'] as const) : [])],
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(seccomp ? (['pipe'] as const) : []), 'pipe'],
       env: {},
+      cwd: '/',
       detached: true,
     });
+    const optionsPipe = child.stdio[optionsFd] as Writable;
+    optionsPipe.on('error', () => undefined);
+    optionsPipe.end(options);
     if (seccomp) {
       const pipe = child.stdio[4] as Writable;
       pipe.on('error', () => undefined);

@@ -5,7 +5,9 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
+import { probeFence } from '../src/runtime/egressFence.ts';
 import { Worker } from '../src/runtime/worker.ts';
 import { assertTimeoutKillsSandbox, groupGone, text } from './helpers/workers.ts';
 
@@ -207,6 +209,37 @@ describe('escape attempts fail', { skip }, () => {
     assert.equal(o.cap, '0000000000000000');
     assert.ok(o.pids <= 3, `only the sandbox's own processes are visible (${o.pids})`);
     assert.equal(o.nested, 'refused', 'no nested user namespace (where code would be root again)');
+  });
+
+  test('the sandbox\'s other processes (bwrap, its pid 1) show no host path in their command line or environment', async () => {
+    const src = `import fs from 'node:fs';
+      export function apply() {
+        const out = {};
+        for (const pid of fs.readdirSync('/proc').filter((d) => /^\\d+$/.test(d))) {
+          for (const f of ['cmdline', 'environ']) {
+            try { out[pid + '/' + f] = fs.readFileSync('/proc/' + pid + '/' + f, 'utf8').split('\\0').join(' '); } catch (e) { out[pid + '/' + f] = e.code; }
+          }
+          try { out[pid + '/cwd'] = fs.readlinkSync('/proc/' + pid + '/cwd'); } catch (e) { out[pid + '/cwd'] = e.code; }
+        }
+        return out;
+      }`;
+    const fence = probeFence();
+    const kinds: [string, Partial<SandboxSpec>][] = [
+      ['no network', {}],
+      ['the host\'s network', { network: true }],
+      ...(fence.available ? [['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }] as [string, Partial<SandboxSpec>]] : []),
+    ];
+    const runners = fileURLToPath(new URL('../src/runtime/runners', import.meta.url));
+    const hostPaths = [root, runners, process.cwd(), fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '')];
+    for (const [kind, extra] of kinds) {
+      const w = await start({ ...algorithm('proc1', src), ...extra });
+      const o = JSON.parse(text(await w.call('json', Buffer.from('null'), 10_000))) as Record<string, string>;
+      assert.match(o['1/cmdline'] ?? '', /bwrap/, `${kind}: pid 1 (bwrap) and its command line are visible, so the check means something: ${JSON.stringify(o)}`);
+      assert.notEqual(o['1/environ'], 'EACCES', `${kind}: pid 1's environment was read`);
+      for (const [what, value] of Object.entries(o)) {
+        for (const p of hostPaths) assert.equal(value.includes(p), false, `${kind}: /proc/${what} shows the host path ${p}: ${value}`);
+      }
+    }
   });
 
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {

@@ -192,9 +192,9 @@ interface Launch {
 
 /** The shell prelude's arguments: the cgroup.procs files to join, counted. */
 /** The prelude's arguments: the cgroup.procs files to join, then the highest fd to keep. */
-function joinArgs(l: Launch): string[] {
+function joinArgs(l: Launch, keep: number): string[] {
   const files = l.cgroupProcs ?? [];
-  return [String(files.length), ...files, fenced(l) ? String(FENCE_FD.go) : l.seccomp ? String(SECCOMP_FD) : '3'];
+  return [String(files.length), ...files, String(keep)];
 }
 
 /** Whether a launch goes behind the egress fence (its own namespace, the holder's pipes on FENCE_FD). */
@@ -216,13 +216,21 @@ function fencedResolvConf(): string {
 const SECCOMP_FD = 4;
 
 /**
+ * bwrap reads its options from a pipe on this descriptor (`--args`), the one after every other
+ * the launch passes (the channel, SECCOMP_FD, the fence's): bwrap is pid 1 of the sandbox, whose
+ * /proc/1/cmdline the algorithm can read, and its options name host paths (the build
+ * directory, the runners, binds). Its command line is `bwrap --args N -- <command>`.
+ */
+const argsFd = (l: Launch): number => (fenced(l) ? FENCE_FD.go : l.seccomp ? SECCOMP_FD : 3) + 1;
+
+/**
  * The command line of one sandboxed process. The file system is built from nothing: the
  * system's /usr read-only (interpreters and libraries), /proc, a minimal /dev, a size-capped
  * private tmpfs /tmp (the only writable place), the algorithm at /algo (read-only, except for
  * build steps) and the runners at /runner. The server's home, other algorithms and the host's
  * /etc, /root and /home do not exist inside. The environment is cleared.
  */
-function bwrapCommand(l: Launch): { file: string; args: string[] } {
+function bwrapCommand(l: Launch): { file: string; args: string[]; options: Buffer } {
   const lim = l.limits;
   const fsArgs = [
     ...SYSTEM_FS,
@@ -241,14 +249,17 @@ function bwrapCommand(l: Launch): { file: string; args: string[] } {
     ...ENV.flatMap(([k, v]) => ['--setenv', k, v]),
     ...Object.entries(l.env ?? {}).flatMap(([k, v]) => ['--setenv', k, v]),
   ];
+  const options = [...namespaceArgs(l.network), ...(l.seccomp ? ['--seccomp', String(SECCOMP_FD)] : []), ...fsArgs];
   return {
     file: SH,
     args: [
-      '-c', PRELUDE, 'sandbox', ...joinArgs(l), ...prlimitArgs(l), '--',
+      '-c', PRELUDE, 'sandbox', ...joinArgs(l, argsFd(l)), ...prlimitArgs(l), '--',
       // Behind the fence, bwrap shares the namespace the holder made (--share-net), never the host's.
       ...(fenced(l) ? holderArgs() : []),
-      l.bwrap ?? BWRAP, ...namespaceArgs(l.network), ...(l.seccomp ? ['--seccomp', String(SECCOMP_FD)] : []), ...fsArgs, '--', ...l.argv({ algo: '/algo', runner: '/runner' }),
+      l.bwrap ?? BWRAP, '--args', String(argsFd(l)), '--', ...l.argv({ algo: '/algo', runner: '/runner' }),
     ],
+    // NUL-terminated, for the pipe on argsFd(l).
+    options: Buffer.from(options.map((o) => `${o}\0`).join('')),
   };
 }
 
@@ -294,10 +305,12 @@ function workerLaunch(spec: SandboxSpec): Launch {
 
 /**
  * The command line of one worker (exported for tests and the docs), joining the cgroups
- * whose cgroup.procs files are given first.
+ * whose cgroup.procs files are given first; bubblewrap's options are to be written to a pipe
+ * on descriptor `optionsFd`, the seccomp program (when on) to one on SECCOMP_FD (4).
  */
-export function sandboxCommand(spec: SandboxSpec, cgroupProcs: readonly string[] = []): { file: string; args: string[] } {
-  return bwrapCommand({ ...workerLaunch(spec), cgroupProcs });
+export function sandboxCommand(spec: SandboxSpec, cgroupProcs: readonly string[] = []): { file: string; args: string[]; options: Buffer; optionsFd: number } {
+  const l = { ...workerLaunch(spec), cgroupProcs };
+  return { ...bwrapCommand(l), optionsFd: argsFd(l) };
 }
 
 /**
@@ -309,7 +322,7 @@ function spawnUnsandboxed(l: Launch): ChildProcess {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-worker-'));
   const argv = l.argv({ algo: path.resolve(l.algoDir), runner: RUNNERS_DIR.replace(/\/$/, '') });
   const env = { ...Object.fromEntries(ENV.map(([k, v]) => [k, k === 'HOME' ? tmp : v])), ...l.env };
-  const child = spawn(SH, ['-c', PRELUDE, 'worker', ...joinArgs(l), ...prlimitArgs(l), '--', ...argv], {
+  const child = spawn(SH, ['-c', PRELUDE, 'worker', ...joinArgs(l, 3), ...prlimitArgs(l), '--', ...argv], {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
     env,
     cwd: l.writable ? l.algoDir : tmp,
@@ -324,10 +337,17 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
     if (fenced(l)) throw new Error('a sandbox behind the egress fence needs bubblewrap');
     return spawnUnsandboxed({ ...l, seccomp: undefined });
   }
-  const { file, args } = bwrapCommand(l);
-  if (!l.seccomp && !fenced(l)) return spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {}, detached: true });
-  const fence = fenced(l) ? (['pipe', 'pipe', 'pipe'] as const) : [];
-  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe', l.seccomp ? 'pipe' : 'ignore', ...fence], env: fenced(l) ? holderEnv(l.fence) : {}, detached: true });
+  const { file, args, options } = bwrapCommand(l);
+  const stdio: ('pipe' | 'ignore')[] = ['ignore', 'pipe', 'pipe', 'pipe'];
+  if (l.seccomp || fenced(l)) stdio.push(l.seccomp ? 'pipe' : 'ignore');
+  if (fenced(l)) stdio.push('pipe', 'pipe', 'pipe');
+  stdio.push('pipe'); // argsFd(l): bwrap's options
+  // cwd '/': the shells export PWD, which bwrap (the sandbox's pid 1, whose /proc/1/environ is
+  // readable inside) would otherwise hold as the server's working directory.
+  const child = spawn(file, args, { stdio, env: fenced(l) ? holderEnv(l.fence) : {}, cwd: '/', detached: true });
+  const optionsPipe = child.stdio[argsFd(l)] as Writable;
+  optionsPipe.on('error', () => undefined); // as the seccomp pipe's
+  optionsPipe.end(options);
   if (l.seccomp) {
     const pipe = child.stdio[SECCOMP_FD] as Writable;
     pipe.on('error', () => undefined); // bwrap died before reading it: the exit says why
