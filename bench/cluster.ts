@@ -17,6 +17,7 @@
  * markers. BENCH_QUICK=1 shortens every phase (for checking the script, not for numbers).
  * BENCH_PHASES=capacity,hop,async runs only those phases (and writes nothing to the docs).
  */
+import crypto from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -28,7 +29,8 @@ import { createDatabase, pgQuery, postgresAvailable, startPostgres } from '../te
 import { BIN, childEnv, NODE, runCli, startServerProcess, within, type ServerProcess } from '../test/helpers/process.ts';
 import { S3RVER_KEY, startS3 } from '../test/helpers/s3.ts';
 import { api } from '../test/helpers/server.ts';
-import { connect } from '@nats-io/transport-node';
+import { connect, type ConnectionOptions } from '@nats-io/transport-node';
+import { natsOptions } from '../src/cluster/nats.ts';
 import { median, percentile, rawRequest, runLoad, timed } from './load.ts';
 import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, pct, perRep, QUICK, runLines, sleep, table, verdict, waitForQuiet, writeDocBlock, type Row } from './common.ts';
 import { processCpuNs, treeCpuAll } from './procTree.ts';
@@ -97,16 +99,20 @@ async function main(): Promise<void> {
   };
 
   bench.log('starting PostgreSQL, s3rver and nats-server');
-  const [pg, s3, nats] = await Promise.all([startPostgres(), startS3(['bench']), startNats()]);
+  // The bus as docs/cluster.md says to run it: TLS, a user per role, every message sealed.
+  const [pg, s3, nats] = await Promise.all([startPostgres(), startS3(['bench']), startNats({ secure: true })]);
   stops.push(async () => pg.stop(), () => s3.stop(), () => nats.stop());
   const env = {
     ALGOHOST_DATABASE_URL: await createDatabase(pg.adminUrl, 'cluster'),
     ALGOHOST_BLOBS: `s3://bench/c?endpoint=${encodeURIComponent(s3.endpoint)}&force_path_style=true`,
     AWS_ACCESS_KEY_ID: S3RVER_KEY.access_key_id,
     AWS_SECRET_ACCESS_KEY: S3RVER_KEY.secret_access_key,
-    ALGOHOST_NATS_URL: nats.url,
+    ALGOHOST_NATS_URL: nats.urlFor('api'),
+    ALGOHOST_NATS_CA: nats.ca!,
+    ALGOHOST_CLUSTER_SECRET: crypto.randomBytes(32).toString('hex'),
     ALGOHOST_LOG_LEVEL: 'error',
   };
+  const workerEnv = { ...env, ALGOHOST_NATS_URL: nats.urlFor('worker') };
   const servers: ServerProcess[] = [];
   stops.push(async () => void (await Promise.all(servers.map((s) => s.kill()))));
   const apiNode = await startServerProcess({ home: home(), env, args: ['--role', 'api'], timeoutMs: 60_000 });
@@ -115,7 +121,7 @@ async function main(): Promise<void> {
   servers.push(single);
   const workers: WorkerProc[] = [];
   stops.push(async () => void (await Promise.all(workers.map((w) => w.stop()))));
-  workers.push(await startWorker(env, home()));
+  workers.push(await startWorker(workerEnv, home()));
   const created = await runCli(['user', 'create', 'bench'], home(), 30_000, env);
   if (created.code !== 0) throw new Error(created.stderr);
   const key = (JSON.parse(created.stdout) as { api_key: string }).api_key;
@@ -140,7 +146,7 @@ async function main(): Promise<void> {
     for (const side of round % 2 === 0 ? (['one', 'two'] as const) : (['two', 'one'] as const)) {
       const want = side === 'one' ? 1 : 2;
       while (workers.length > want) await workers.pop()!.stop();
-      while (workers.length < want) workers.push(await startWorker(env, home()));
+      while (workers.length < want) workers.push(await startWorker(workerEnv, home()));
       await sleep(1500); // a beat or two: the API node hears of the change
       await warm();
       const r = await runLoad(port(apiNode.url), sleepReq, CONNECTIONS, CAPACITY_MS);
@@ -150,7 +156,7 @@ async function main(): Promise<void> {
     }
   }
   const capacityRatios = capacity.two.map((x, i) => x / capacity.one[i]!);
-  while (workers.length < 2) workers.push(await startWorker(env, home()));
+  while (workers.length < 2) workers.push(await startWorker(workerEnv, home()));
 
   // 2. The hop: warm echo at 1 connection, through the API node and to the all-in-one server.
   const hop = { cluster: [] as number[], single: [] as number[] };
@@ -176,7 +182,10 @@ async function main(): Promise<void> {
   }
   const hopDiffs = hop.cluster.map((x, i) => x - hop.single[i]!);
   // The floor of any hop through NATS here: a bare request-reply between two processes (this one
-  // and a responder of a few lines), through the same nats-server, no algohost code on either side.
+  // and a responder of a few lines), through the same nats-server (TLS, the API nodes' user, on a
+  // subject it may use), no algohost code on either side.
+  const floorOptions = JSON.stringify(natsOptions(nats.urlFor('api'), { creds: undefined, ca: nats.ca, cert: undefined, key: undefined }, 'bench floor', 'api'));
+  const FLOOR_SUBJECT = 'algohost.v1.parts.benchfloor';
   const floor: number[] = [];
   if (PHASES.has('hop')) {
     const responder = spawn(
@@ -185,8 +194,8 @@ async function main(): Promise<void> {
         '--input-type=module',
         '-e',
         `import { connect } from '@nats-io/transport-node';
-const nc = await connect({ servers: ${JSON.stringify(nats.url)} });
-nc.subscribe('bench.echo', { callback: (_e, m) => void m.respond(m.data) });
+const nc = await connect(${floorOptions});
+nc.subscribe('${FLOOR_SUBJECT}', { callback: (_e, m) => void m.respond(m.data) });
 await nc.flush();
 process.stdout.write('ready');`,
       ],
@@ -194,12 +203,12 @@ process.stdout.write('ready');`,
     );
     stops.push(async () => void responder.kill('SIGKILL'));
     await within(new Promise((resolve) => responder.stdout!.once('data', resolve)), 30_000, 'the NATS responder did not start');
-    const a = await connect({ servers: nats.url });
+    const a = await connect(JSON.parse(floorOptions) as ConnectionOptions);
     const payload = new Uint8Array(200);
-    for (let i = 0; i < 2000; i++) await a.request('bench.echo', payload, { timeout: 5000 });
+    for (let i = 0; i < 2000; i++) await a.request(FLOOR_SUBJECT, payload, { timeout: 5000 });
     for (let i = 0; i < (QUICK ? 2000 : 10_000); i++) {
       const t = performance.now();
-      await a.request('bench.echo', payload, { timeout: 5000 });
+      await a.request(FLOOR_SUBJECT, payload, { timeout: 5000 });
       floor.push(performance.now() - t);
     }
     await a.close();

@@ -49,7 +49,10 @@ export function documentedNatsConf(): string {
  */
 export async function startNats(options: { secure?: boolean; verifyClients?: boolean } = {}): Promise<NatsServer> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-nats-'));
-  const passwords = { api: crypto.randomBytes(12).toString('hex'), worker: crypto.randomBytes(12).toString('hex'), admin: crypto.randomBytes(12).toString('hex') };
+  // Each starts with a letter: nats-server parses a variable's value as a configuration value,
+  // and one like 6e3f… is read as a malformed number (the server would not start).
+  const password = () => `pw${crypto.randomBytes(12).toString('hex')}`;
+  const passwords = { api: password(), worker: password(), admin: password() };
   const tls = options.secure || options.verifyClients ? makeCa(dir, 'nats') : undefined;
   const client = tls && options.verifyClients ? makeClientCert(dir, 'nats', 'node') : undefined;
   const env: Record<string, string> = tls
