@@ -29,7 +29,15 @@ def probe(targets):
         host, port = t["host"], t["port"]
         try:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            if t["proto"] == "tcp":
+            if t["proto"] in ("raw", "ping", "packet"):
+                # A raw IP socket, an ICMP "ping" socket, a packet socket: none is the sandbox's to make.
+                kind = {"raw": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), "ping": (socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP), "packet": (socket.AF_PACKET, socket.SOCK_RAW, 0)}[t["proto"]]
+                s = socket.socket(*kind)
+                s.settimeout(2)
+                if t["proto"] != "packet":
+                    s.sendto(b"\\x08\\x00\\xf7\\xff\\x00\\x00\\x00\\x00", (host, 0))
+                out[t["name"]] = "OK made a " + t["proto"] + " socket"
+            elif t["proto"] == "tcp":
                 s = socket.create_connection((host, port), timeout=2)
                 s.settimeout(2)
                 s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
@@ -70,7 +78,7 @@ async function udp(host, port) {
 }
 async function probe(targets) {
   const out = {};
-  for (const t of targets) out[t.name] = t.proto === 'tcp' ? await tcp(t.host, t.port) : await udp(t.host, t.port);
+  for (const t of targets) if (t.proto === 'tcp' || t.proto === 'udp') out[t.name] = t.proto === 'tcp' ? await tcp(t.host, t.port) : await udp(t.host, t.port);
   return out;
 }
 module.exports = { probe };

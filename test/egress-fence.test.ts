@@ -1,6 +1,6 @@
 /**
  * The egress fence holds (issue 22; docs/security.md, "The egress fence"): in a network of the
- * test's own (test/helpers/testNetwork.ts), a real server runs in the "server" namespace
+ * test's own (test/helpers/netns.ts), a real server runs in the "server" namespace
  * (test/egress-fence.inner.ts) with the default ALGOHOST_ALGORITHM_NETWORK=nat, and hostile
  * Python and JavaScript algorithms, an npm preinstall script and a setup.py try, by TCP, UDP,
  * IPv6 and names that resolve to loopback, to reach: the API node's port, a listener on the
@@ -12,13 +12,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { INTERNET, startTestNetwork, testNetworkUnavailable, type TestNetwork } from './helpers/testNetwork.ts';
+import { netnsUnavailable, startTestNetwork, type TestNetwork } from './helpers/netns.ts';
 import { probeSandbox } from '../src/runtime/sandbox.ts';
 import { probeFence } from '../src/runtime/egressFence.ts';
 
 const skip =
   (process.env.ALGOHOST_TEST_BACKENDS ? 'makes its own network and server: runs in test:unit' : undefined) ??
-  testNetworkUnavailable() ??
+  netnsUnavailable() ??
   (probeSandbox().available ? undefined : 'no sandbox here') ??
   (probeFence().available ? undefined : `no fence here: ${probeFence().reason}`);
 
@@ -27,11 +27,12 @@ type Seen = Record<string, string>;
 let results: { PyProbe: Seen; JsProbe: Seen; deployment: Seen; npmBuild: Seen | string; pipBuild: Seen | string };
 
 /** What every probe tries (the inner script adds the API node's and the registry's ports). */
-function targets(leak: number) {
+function targets(n: TestNetwork) {
+  const leak = n.leakPort;
   return [
-    { name: 'internet tcp', proto: 'tcp', host: INTERNET.address, port: INTERNET.tcp },
-    { name: 'internet udp', proto: 'udp', host: INTERNET.address, port: INTERNET.udp },
-    { name: 'internet by name', proto: 'tcp', host: 'good.test', port: INTERNET.tcp },
+    { name: 'internet tcp', proto: 'tcp', host: n.internetAddress, port: n.ports.tcp },
+    { name: 'internet udp', proto: 'udp', host: n.internetAddress, port: n.ports.udp },
+    { name: 'internet by name', proto: 'tcp', host: 'good.test', port: n.ports.tcp },
     { name: 'listener on 127.0.0.1', proto: 'tcp', host: '127.0.0.1', port: leak },
     { name: 'listener on 127.0.0.1, udp', proto: 'udp', host: '127.0.0.1', port: leak },
     { name: 'listener on ::1', proto: 'tcp', host: '::1', port: leak },
@@ -47,6 +48,9 @@ function targets(leak: number) {
     { name: 'a name resolving to 10.1.2.3', proto: 'tcp', host: 'priv.test', port: leak },
     { name: 'a name resolving to the metadata address', proto: 'tcp', host: 'meta.test', port: leak },
     { name: 'a name resolving to the metadata address, udp', proto: 'udp', host: 'meta.test', port: leak },
+    { name: 'a raw socket', proto: 'raw', host: '10.1.2.3', port: 0 },
+    { name: 'a ping socket', proto: 'ping', host: '10.1.2.3', port: 0 },
+    { name: 'a packet socket', proto: 'packet', host: '', port: 0 },
   ];
 }
 
@@ -71,12 +75,14 @@ const REFUSED = [
   'api by a name resolving to the server address',
   'api through the NAT gateway',
 ];
+/** Tried by the Python probes alone (Node has no raw sockets). */
+const PYTHON_ONLY = ['a raw socket', 'a ping socket', 'a packet socket'];
 
 describe('the egress fence, in a network of the test\'s own', { skip }, () => {
   before(async () => {
     net = await startTestNetwork();
     const r = await net.run([process.execPath, '--import', 'tsx', path.join(import.meta.dirname, 'egress-fence.inner.ts')], {
-      env: { PROBE_TARGETS: JSON.stringify(targets(net.leakPort)) },
+      env: { PROBE_TARGETS: JSON.stringify(targets(net)) },
       timeoutMs: 480_000,
     });
     const line = /^RESULTS (.*)$/m.exec(r.stdout);
@@ -92,7 +98,7 @@ describe('the egress fence, in a network of the test\'s own', { skip }, () => {
       const seen = results[name];
       assert.equal(typeof seen, 'object', JSON.stringify(seen));
       for (const t of ['internet tcp', 'internet udp', 'internet by name']) assert.match(seen[t] ?? '', /^OK INTERNET (tcp|udp) from 198\.51\.100\.2$/, `${t}: ${seen[t]}`);
-      for (const t of REFUSED) assert.match(seen[t] ?? '', /^REFUSED/, `${t}: ${seen[t]}`);
+      for (const t of [...REFUSED, ...(name === 'PyProbe' ? PYTHON_ONLY : [])]) assert.match(seen[t] ?? '', /^REFUSED/, `${t}: ${seen[t]}`);
       // The registry of builds is no algorithm's to reach.
       assert.match(seen.registry ?? '', /^REFUSED/, `registry: ${seen.registry}`);
     });
@@ -108,12 +114,13 @@ describe('the egress fence, in a network of the test\'s own', { skip }, () => {
       assert.equal(typeof seen, 'object', `the build printed no probe:\n${String(seen).slice(-3000)}`);
       const s = seen as Seen;
       assert.match(s.registry ?? '', /^OK/, `registry: ${s.registry}`);
-      for (const t of [...REFUSED, 'internet tcp', 'internet udp', 'internet by name']) assert.match(s[t] ?? '', /^REFUSED/, `${t}: ${s[t]}`);
+      const tried = [...REFUSED, 'internet tcp', 'internet udp', 'internet by name', ...(name === 'pipBuild' ? PYTHON_ONLY : [])];
+      for (const t of tried) assert.match(s[t] ?? '', /^REFUSED/, `${t}: ${s[t]}`);
     });
   }
 
-  test('no leak listener heard from anything; the internet heard from the server namespace only', () => {
-    const log = net.log();
+  test('no leak listener heard from anything; the internet heard from the server namespace only', async () => {
+    const log = await net.log();
     assert.deepEqual(log.filter((l) => l.startsWith('LEAK')), []);
     const internet = log.filter((l) => l.startsWith('INTERNET'));
     assert.ok(internet.length >= 6, log.join('\n'));

@@ -165,10 +165,12 @@ export function nftRuleset(policy: FencePolicy): string {
 export const FENCE_FD = { rules: 5, ready: 6, go: 7 } as const;
 
 /**
- * The holder: loads the rules, brings lo up, lets 127.0.0.1 be translated to the host (when
- * the rules say so), says ready, waits for go, closes its pipes and becomes the sandbox.
+ * The holder: says its namespace is made (the NAT may attach meanwhile), loads the rules,
+ * brings lo up, lets 127.0.0.1 be translated to the host (when the rules say so), says ready,
+ * waits for go, closes its pipes and becomes the sandbox.
  */
 const HOLDER =
+  `echo ns >&${FENCE_FD.ready}; ` +
   // Read from stdin, not /dev/fd/N: Node's pipes are sockets, which cannot be opened by path.
   `"$NFT" -f - <&${FENCE_FD.rules} || exit 90; exec ${FENCE_FD.rules}<&-; ` +
   `"$IP" link set lo up || exit 91; ` +
@@ -207,25 +209,30 @@ export async function raiseFence(child: ChildProcess, policy: FencePolicy, tools
   );
   exited.catch(() => undefined);
   rules.end(nftRuleset(policy));
-  const said = new Promise<void>((resolve, reject) => {
-    let text = '';
-    ready.setEncoding('utf8').on('data', (s: string) => {
-      text += s;
-      if (text.includes('ready\n')) resolve();
+  // The holder says `ns` once its namespace exists (the NAT is attached meanwhile: nothing runs
+  // in the namespace before `go`), then `ready` once the filter is in.
+  let text = '';
+  const heard = (word: string) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => (text.includes(`${word}\n`) ? resolve() : undefined);
+      ready.on('data', check);
+      ready.once('end', () => (text.includes(`${word}\n`) ? resolve() : reject(new Error("the sandbox's network namespace was not made"))));
+      check();
     });
-    ready.once('end', () => (text.includes('ready\n') ? resolve() : reject(new Error("the sandbox's network namespace was not made"))));
-  });
-  await within(Promise.race([said, exited]), 'the network namespace');
-  ready.destroy();
-  const nat = await startNat(child.pid!, tools);
+  ready.setEncoding('utf8').on('data', (s: string) => (text += s));
+  const filtered = heard('ready');
+  filtered.catch(() => undefined);
+  await within(Promise.race([heard('ns'), exited]), 'the network namespace');
+  const nat = startNat(child.pid!, tools);
   // The NAT lives as long as the sandbox: closing its exit pipe ends it.
   child.once('exit', () => nat.stop());
   try {
-    await within(Promise.race([nat.ready, exited]), 'slirp4netns');
+    await within(Promise.race([Promise.all([nat.ready, filtered]), exited]), 'the network namespace and slirp4netns');
   } catch (err) {
     nat.stop();
     throw err;
   }
+  ready.destroy();
   go.end('go\n');
 }
 
