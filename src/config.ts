@@ -501,7 +501,7 @@ function egressAllow(raw: string | undefined): EgressAllowEntry[] {
     if (bracketed) [, host = '', port] = bracketed;
     else if ((entry.match(/:/g) ?? []).length === 1) [host = '', port] = entry.split(':');
     const [address, prefix] = host.split('/');
-    const family = net.isIP(address ?? '');
+    const family = host.includes('%') ? 0 : net.isIP(address ?? '');
     if (family === 0) {
       if (prefix !== undefined || !HOST_NAME.test(host)) throw bad('is not an address, a range or a host name');
     } else if (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || Number(prefix) > (family === 4 ? 32 : 128))) {

@@ -194,6 +194,30 @@ for (const secure of [false, true]) {
       spy?.close();
     });
 
+    test('a sealed job sent with another reply subject than its API node waits on is not run', async () => {
+      const before = bus.counted.jobs.length;
+      const api = await bus.conn('api');
+      const subject = RUN_SUBJECT;
+      const data = frame({ type: 'run', call: 'c-elsewhere', api: `algohost.v1.host.${bus.exec.node}`, sdk: true, job: { target: { build: ECHO, runner: 'node', entry: 'index.mjs', network: false }, contentType: 'json', timeoutMs: 5000, nesting: 0 } }, Buffer.from('"x"'));
+      // The API node's user may send jobs; the answer would go to an inbox of the sender's choosing.
+      api.publish(subject, KEY.seal(subject, data), { reply: '_INBOX_api.elsewhere' });
+      await api.flush();
+      await until(() => bus.workerLog.lines.some((l) => /answer would not go to its API node/.test(l)));
+      assert.ok(bus.workerLog.lines.some((l) => /answer would not go to its API node/.test(l)), bus.workerLog.lines.join('\n'));
+      assert.equal(bus.counted.jobs.length, before);
+    });
+
+    test('a body fetched in parts takes only a sealed answer: a forged one on the inbox first changes nothing', async () => {
+      // mallory answers every part request she sees on the open bus before the real sender can.
+      const spy = secure ? undefined : await bus.conn('api');
+      spy?.subscribe('algohost.v1.parts.*', { callback: (_e, m) => void (m.reply && spy.publish(m.reply, frame({ type: 'part_data' }, Buffer.from('forged')))) });
+      await spy?.flush();
+      const big = crypto.randomBytes(3 * 1024 * 1024).toString('base64');
+      const out = await bus.exec.run(job(ECHO, big));
+      assert.equal(result(out), big);
+      spy?.close();
+    });
+
     test('a forged beat draws no call: calls still go to the worker that beats with the seal', async () => {
       const evil = 'evil-worker';
       const got: Msg[] = [];
@@ -257,7 +281,12 @@ for (const secure of [false, true]) {
       const forgedKey = targetKey(ECHO, false);
       const subject = `${WORKER_PREFIX}.${bus.worker.node}.run`;
       const data = frame({ type: 'run', call: 'c-net', api: 'algohost.v1.host.nobody', sdk: false, job: { target: { build: NET, key: forgedKey, runner: 'node', entry: 'index.mjs', network: true }, contentType: 'json', timeoutMs: 20_000, nesting: 0 } }, Buffer.from('null'));
-      const m = await api.request(subject, KEY.seal(subject, data), { timeout: 20_000 });
+      // Its answer goes where an API node would wait for it: `<api>.reply.<call>`.
+      const replyTo = 'algohost.v1.host.nobody.reply.c-net';
+      const answered = new Promise<Msg>((resolve) => api.subscribe(replyTo, { max: 1, callback: (_e, m) => resolve(m) }));
+      await api.flush();
+      api.publish(subject, KEY.seal(subject, data), { reply: replyTo });
+      const m = await answered;
       const reply = unframe(KEY.open(m.subject, m.data));
       assert.equal(reply.header.type, 'outcome', JSON.stringify(reply.header));
       // Run without the network: it sees its own loopback only.

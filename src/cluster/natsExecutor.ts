@@ -30,10 +30,12 @@ import {
   unframe,
   WORKER_PREFIX,
   type Beat,
+  type Message,
   type RunReply,
 } from './messages.ts';
 import { Wire } from './wire.ts';
 import type { ClusterKey } from './seal.ts';
+import { inboxPrefix } from './nats.ts';
 import { MAX_SDK_BODY } from '../algorithms/hostRequests.ts';
 import type { ClusterLog } from './log.ts';
 
@@ -53,7 +55,7 @@ interface Pending {
   worker: string | undefined;
   lost: (err: WorkerLostError) => void;
   /** The attempt waiting for its answer on this node's reply subject (ask). */
-  answer?: { resolve: (data: Buffer) => void; reject: (err: Error) => void } | undefined;
+  answer?: { resolve: (m: Message) => void; reject: (err: Error) => void } | undefined;
 }
 
 /** The NATS server's answer to a request nobody is subscribed to (a status message, code 503). */
@@ -106,7 +108,7 @@ export class NatsExecutor implements Executor {
     private readonly log: ClusterLog,
     key: ClusterKey,
   ) {
-    this.wire = new Wire(nc, this.node, log, key);
+    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('api'));
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
       nc.subscribe(BEAT_SUBJECT, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
@@ -152,7 +154,7 @@ export class NatsExecutor implements Executor {
     try {
       for (let attempt = 0; ; attempt++) {
         const subject = pending.worker ? `${WORKER_PREFIX}.${pending.worker}.run` : RUN_SUBJECT;
-        let answer: Buffer;
+        let answer: Message;
         try {
           answer = await Promise.race([this.ask(subject, data, call, pending), lost]);
         } catch (err) {
@@ -162,13 +164,8 @@ export class NatsExecutor implements Executor {
           pending.worker = undefined;
           continue;
         }
-        const opened = this.wire.open(answer, deadline);
-        const m = opened instanceof Promise ? await Promise.race([opened, lost]) : opened;
-        const from = replyFrom(m);
-        if (from.call !== call || (pending.worker !== undefined && from.worker !== pending.worker)) {
-          throw new MessageError(`an answer for call ${from.call} from worker node ${from.worker} came for call ${call} sent to ${pending.worker ?? 'the queue'}`);
-        }
-        reply = decodeRunReply(m);
+        const opened = this.wire.read(answer, deadline);
+        reply = decodeRunReply(opened instanceof Promise ? await Promise.race([opened, lost]) : opened);
         // A worker that began to stop before it started the job: another may take it.
         if (reply.type === 'refused' && reply.reason === 'draining' && attempt === 0) {
           const w = pending.worker ? this.workers.get(pending.worker) : undefined;
@@ -212,8 +209,8 @@ export class NatsExecutor implements Executor {
    * deadline) and no Error objects made per call for traces (the client's request made three,
    * half of this node's CPU per warm call; docs/performance.md).
    */
-  private ask(subject: string, data: Uint8Array, call: string, pending: Pending): Promise<Buffer> {
-    return new Promise<Buffer>((resolve, reject) => {
+  private ask(subject: string, data: Uint8Array, call: string, pending: Pending): Promise<Message> {
+    return new Promise<Message>((resolve, reject) => {
       pending.answer = { resolve, reject };
       try {
         this.wire.send(subject, data, `${this.replies}.${call}`);
@@ -235,16 +232,22 @@ export class NatsExecutor implements Executor {
       answer.reject(new NoRespondersError(`no subscriber for the job`));
       return;
     }
-    let data: Buffer;
+    const call = msg.subject.slice(this.replies.length + 1);
+    let m: Message;
     try {
-      data = this.wire.unseal(msg, true);
+      m = unframe(this.wire.unseal(msg, true));
+      // Bound to its call, and to the worker the call went to (or that took it from the queue).
+      const from = replyFrom(m);
+      if (from.call !== call || (pending.worker !== undefined && from.worker !== pending.worker)) {
+        throw new MessageError(`an answer for call ${from.call} from worker node ${from.worker} came for call ${call}, which ${pending.worker ? `worker node ${pending.worker} runs` : 'went to the queue'}`);
+      }
     } catch (err) {
-      // Not from a node of this cluster: the call still waits for its worker's answer.
-      this.log.warn({ err, subject: msg.subject }, 'dropped an answer that is not sealed by this cluster (a forged or replayed message on the bus)');
+      // Not this call's worker's answer: the call still waits for that one.
+      this.log.warn({ err, subject: msg.subject }, 'dropped an answer that is not its call\'s (a forged, replayed or misdirected message on the bus)');
       return;
     }
     pending.answer = undefined;
-    answer.resolve(data);
+    answer.resolve(m);
   }
 
   /**

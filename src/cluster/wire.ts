@@ -41,12 +41,22 @@ export class Wire {
   private readonly subscription: Subscription;
   private emptied: (() => void) | undefined;
 
+  /** Where this node's requests are answered: `${inbox}.<n>`, one subscription for all (request). */
+  private readonly inbox: string;
+  private readonly answers: Subscription;
+  private readonly waiting = new Map<string, { resolve: (data: Buffer) => void; reject: (err: Error) => void }>();
+  private requests = 0;
+
   constructor(
     private readonly nc: NatsConnection,
     node: string,
     private readonly log: ClusterLog,
     private readonly key: ClusterKey,
+    /** The inbox prefix this node's NATS user may read (nats.ts inboxPrefix). */
+    inboxPrefix = '_INBOX',
   ) {
+    this.inbox = `${inboxPrefix}.${crypto.randomBytes(9).toString('hex')}`;
+    this.answers = nc.subscribe(`${this.inbox}.*`, { callback: (err, msg) => (err ? log.warn({ err }, 'the answers subscription failed') : this.onAnswer(msg)) });
     this.subject = `${PARTS_PREFIX}.${node}`;
     this.subscription = nc.subscribe(this.subject, {
       callback: (err, msg) => {
@@ -78,8 +88,35 @@ export class Wire {
   }
 
   /** Sends a request and gives its answer's bytes, seal checked. */
-  async request(subject: string, data: Uint8Array, timeout: number): Promise<Buffer> {
-    return this.unseal(await this.nc.request(subject, this.key.seal(subject, data), { timeout }));
+  request(subject: string, data: Uint8Array, timeout: number): Promise<Buffer> {
+    // Request-reply by hand: the first answer that is sealed by the cluster counts, whatever
+    // else comes first on the inbox (a forged answer would otherwise win, and fail the fetch).
+    const token = String(this.requests++);
+    return new Promise<Buffer>((resolve, reject) => {
+      const timer = setTimeout(() => settle(() => reject(new Error(`no answer from ${subject} within ${timeout} ms`))), timeout);
+      const settle = (then: () => void) => {
+        clearTimeout(timer);
+        this.waiting.delete(token);
+        then();
+      };
+      this.waiting.set(token, { resolve: (d) => settle(() => resolve(d)), reject: (e) => settle(() => reject(e)) });
+      try {
+        this.nc.publish(subject, this.key.seal(subject, data), { reply: `${this.inbox}.${token}` });
+      } catch (err) {
+        settle(() => reject(err as Error));
+      }
+    });
+  }
+
+  private onAnswer(msg: Msg): void {
+    const w = this.waiting.get(msg.subject.slice(this.inbox.length + 1));
+    if (!w) return;
+    if (msg.data.length === 0 && msg.headers?.code === 503) return w.reject(new Error(`no responders for the request`));
+    try {
+      w.resolve(this.unseal(msg));
+    } catch (err) {
+      this.log.warn({ err, subject: msg.subject }, 'dropped an answer that is not sealed by this cluster (a forged or replayed message on the bus)');
+    }
   }
 
   /**
@@ -165,6 +202,8 @@ export class Wire {
 
   close(): void {
     this.subscription.unsubscribe();
+    this.answers.unsubscribe();
+    for (const w of [...this.waiting.values()]) w.reject(new Error('this node is stopping'));
     for (const id of [...this.offers.keys()]) this.drop(id);
   }
 

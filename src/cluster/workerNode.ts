@@ -20,6 +20,7 @@ import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
 import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 import type { ClusterKey } from './seal.ts';
+import { inboxPrefix } from './nats.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -59,7 +60,7 @@ export class WorkerNode {
     /** Whether this node lets algorithms have the network at all (ALGOHOST_ALGORITHM_NETWORK). */
     private readonly allowNetwork: boolean,
   ) {
-    this.wire = new Wire(nc, this.node, log, key);
+    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('worker'));
   }
 
   /**
@@ -126,6 +127,12 @@ export class WorkerNode {
             // Nobody to tell.
           }
         }
+        return;
+      }
+      // Its answer goes only where its API node waits for it: a sealed job replayed with another
+      // reply subject (onto another worker of the queue, say) is not run.
+      if (msg.reply !== `${request.api}.reply.${request.call}`) {
+        this.log.warn({ subject: msg.subject, reply: msg.reply ?? null }, 'refused a job whose answer would not go to its API node (a replayed or misdirected message on the bus)');
         return;
       }
       const target = request.job.target;

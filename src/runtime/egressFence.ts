@@ -23,11 +23,13 @@ import type { Readable, Writable } from 'node:stream';
  * A server that dies before `go` leaves the holder to read end-of-file and exit before bubblewrap
  * runs; slirp4netns exits when the server closes (or loses) its end of the exit pipe.
  *
- * What the filter lets out, in order: the sandbox's own loopback; the allowed (the operator's
- * ALGOHOST_ALGORITHM_EGRESS_ALLOW, a build's registries and proxy), by address and port; then
- * nothing that is the host's or the deployment's own (its addresses, its database, S3 store,
- * NATS); DNS to the forwarder; and, for algorithms, every other address but the ones no one
- * may reach: loopback, 0/8, private (RFC 1918), CGNAT, link-local (cloud metadata), multicast,
+ * What the filter lets out, in order: the sandbox's own loopback; the host loopback's allowed
+ * TCP ports (127.0.0.1:PORT in an allow-list, translated to the NAT's gateway); DNS to the
+ * forwarder; nothing else of the NAT's network (10.0.2.0/24, every address of which but the
+ * forwarder is the host's loopback); the allowed (the operator's ALGOHOST_ALGORITHM_EGRESS_ALLOW,
+ * a build's registries and proxy), by address and port; then nothing that is the host's or the
+ * deployment's own (its addresses, its database, S3 store, NATS); and, for algorithms, every
+ * other address but the ones no one may reach: loopback, 0/8, private (RFC 1918), CGNAT, link-local (cloud metadata), multicast,
  * reserved, and in IPv6 the same and what embeds them. A build reaches only what is allowed.
  * A name that resolves to a refused address is refused when it is connected to: the filter
  * sees addresses, not names (DNS rebinding gains nothing).
@@ -78,6 +80,7 @@ export const REFUSED_V6 = ['::/96', '::ffff:0:0/96', '64:ff9b::/96', '64:ff9b:1:
 const SLIRP_HOST = '10.0.2.2';
 const SLIRP_DNS = '10.0.2.3';
 const SLIRP_GUEST = '10.0.2.100';
+const SLIRP_NET = '10.0.2.0/24';
 
 /** The sandbox's resolv.conf: the NAT's DNS forwarder, which asks the host's own resolver. */
 export const FENCED_RESOLV_CONF = `nameserver ${SLIRP_DNS}\noptions timeout:2 attempts:2\n`;
@@ -86,7 +89,8 @@ export const FENCED_RESOLV_CONF = `nameserver ${SLIRP_DNS}\noptions timeout:2 at
 export function parseCidr(text: string): { address: string; prefix: number; family: 4 | 6 } {
   const [address, bits, extra] = text.split('/');
   const family = net.isIP(address ?? '');
-  if (extra !== undefined || (family !== 4 && family !== 6)) throw new Error(`"${text}" is not an IP address or CIDR range`);
+  // A zone (fe80::1%eth0) names an interface of the host: nothing a rule can say.
+  if (extra !== undefined || (family !== 4 && family !== 6) || address!.includes('%')) throw new Error(`"${text}" is not an IP address or CIDR range`);
   const max = family === 4 ? 32 : 128;
   const prefix = bits === undefined ? max : Number(bits);
   if (!/^\d{1,3}$/.test(bits ?? String(max)) || prefix > max) throw new Error(`"${text}" has no valid prefix length (0 to ${max})`);
@@ -104,6 +108,7 @@ const isLoopback = (c: { address: string; family: 4 | 6 }) => (c.family === 4 ? 
  * reaches it as text.
  */
 export function nftRuleset(policy: FencePolicy): string {
+  const loopback: string[] = [];
   const lines: string[] = [];
   const nat: string[] = [];
   const ports = (r: EgressRule) => {
@@ -117,8 +122,10 @@ export function nftRuleset(policy: FencePolicy): string {
       // The host's loopback: only 127.0.0.1, only on named ports (a registry on the host), reached
       // through the NAT's gateway; the sandbox's own 127.0.0.1 answers everything else.
       if (c.family === 6 || !rule.ports?.length) throw new Error(`"${rule.cidr}": a loopback address is allowed only as 127.0.0.1 with a port (127.0.0.1:4873)`);
+      ports(rule);
       for (const p of rule.ports) nat.push(`    ip daddr 127.0.0.1 tcp dport ${p} dnat to ${SLIRP_HOST}:${p}`);
-      lines.push(`    ip daddr ${SLIRP_HOST}${ports(rule)} accept`);
+      // TCP only: what is translated, and what a registry speaks.
+      loopback.push(`    ip daddr ${SLIRP_HOST} tcp dport { ${rule.ports.join(', ')} } accept`);
     } else {
       lines.push(`    ${c.family === 4 ? 'ip' : 'ip6'} daddr ${cidrText(c)}${ports(rule)} accept`);
     }
@@ -137,9 +144,13 @@ export function nftRuleset(policy: FencePolicy): string {
     '    oif "lo" accept',
     // IPv6 neighbour discovery on the link, or IPv6 breaks before it starts.
     '    icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept',
+    ...loopback,
+    `    ip daddr ${SLIRP_DNS} meta l4proto { tcp, udp } th dport 53 accept`,
+    // The NAT's own network: every address of it but the forwarder is the host's loopback, so
+    // it is refused before any allowed range (10.0.0.0/8, say) could open it.
+    `    ip daddr ${SLIRP_NET} reject with icmpx admin-prohibited`,
     ...lines,
     ...denied,
-    `    ip daddr ${SLIRP_DNS} meta l4proto { tcp, udp } th dport 53 accept`,
     ...tail,
     '  }',
     '}',

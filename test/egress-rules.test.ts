@@ -1,0 +1,108 @@
+/**
+ * The egress fence's ruleset (src/runtime/egressFence.ts nftRuleset) and what it does on this
+ * machine, through the NAT's aliases of the host's loopback: only what is allowed reaches it.
+ * The full hostile suite, in network namespaces of its own, is test/egress-fence.test.ts.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { nftRuleset, parseCidr, probeFence, type FencePolicy } from '../src/runtime/egressFence.ts';
+import { DEFAULT_LIMITS, probeSandbox } from '../src/runtime/sandbox.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import { loadConfig } from '../src/config.ts';
+
+test('the NAT network is refused before any allowed range, loopback ports are TCP only, and nothing but addresses and ports reaches the rules', () => {
+  const rules = nftRuleset({ reach: 'public', allow: [{ cidr: '10.0.0.0/8' }, { cidr: '127.0.0.1', ports: [4873] }], deny: ['198.51.100.2'] }).split('\n');
+  const at = (needle: string) => rules.findIndex((l) => l.includes(needle));
+  assert.ok(at('ip daddr 10.0.2.0/24 reject') > 0);
+  assert.ok(at('ip daddr 10.0.2.0/24 reject') < at('ip daddr 10.0.0.0/8 accept'), rules.join('\n'));
+  assert.ok(at('ip daddr 10.0.2.2 tcp dport { 4873 } accept') < at('ip daddr 10.0.2.0/24 reject'));
+  assert.ok(at('ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 accept') < at('ip daddr 10.0.2.0/24 reject'));
+  assert.equal(rules.filter((l) => l.includes('10.0.2.2') && l.includes('udp')).length, 0, 'a loopback port is open to UDP');
+  for (const bad of ['fe80::1%eth0', '10.0.0.0/33', '1.2.3.4; flush ruleset', 'example.com', '::1/129']) assert.throws(() => parseCidr(bad), /is not an IP address or CIDR range|has no valid prefix length/, bad);
+  assert.throws(() => nftRuleset({ reach: 'public', allow: [{ cidr: '1.2.3.4', ports: [0] }], deny: [] }), /not a port/);
+  assert.throws(() => nftRuleset({ reach: 'public', allow: [{ cidr: '127.0.0.1' }], deny: [] }), /only as 127\.0\.0\.1 with a port/);
+  assert.throws(() => loadConfig({}, { ALGOHOST_HOME: os.tmpdir(), ALGOHOST_ALGORITHM_EGRESS_ALLOW: '[fe80::1%eth0]:443' }), /ALGOHOST_ALGORITHM_EGRESS_ALLOW: "\[fe80::1%eth0\]:443" is not an address/);
+  assert.deepEqual(loadConfig({}, { ALGOHOST_HOME: os.tmpdir(), ALGOHOST_ALGORITHM_EGRESS_ALLOW: '10.0.5.20:5432, 192.168.7.0/24,[fd00::7]:443,models.internal' }).egressAllow, [
+    { host: '10.0.5.20', ports: [5432] },
+    { host: '192.168.7.0/24', ports: undefined },
+    { host: 'fd00::7', ports: [443] },
+    { host: 'models.internal', ports: undefined },
+  ]);
+});
+
+const fence = probeSandbox().available ? probeFence() : { available: false, reason: 'no sandbox' };
+
+describe('behind the fence, the host loopback is reached only on an allowed TCP port', { skip: fence.available ? false : `the fence cannot be made here: ${fence.reason}` }, () => {
+  let dir: string;
+  let tcp: net.Server;
+  let udp: dgram.Socket;
+  let port: number;
+  let other: number;
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-rules-'));
+    fs.writeFileSync(
+      path.join(dir, 'probe.py'),
+      `import socket
+def apply(targets):
+    out = []
+    for proto, host, port in targets:
+        try:
+            if proto == "tcp":
+                s = socket.create_connection((host, port), timeout=2)
+                out.append("OK " + s.recv(20).decode())
+            else:
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.settimeout(2)
+                s.sendto(b"x", (host, port))
+                out.append("OK " + s.recv(20).decode())
+        except Exception as e:
+            out.append("REFUSED " + type(e).__name__)
+    return out
+`,
+    );
+    tcp = net.createServer((s) => s.end('HOST')).listen(0, '127.0.0.1');
+    await new Promise((r) => tcp.once('listening', r));
+    port = (tcp.address() as net.AddressInfo).port;
+    udp = dgram.createSocket('udp4');
+    udp.on('message', (_m, peer) => udp.send('HOST', peer.port, peer.address));
+    await new Promise<void>((r) => udp.bind(port, '127.0.0.1', () => r()));
+    const o = net.createServer((s) => s.end('OTHER')).listen(0, '127.0.0.1');
+    await new Promise((r) => o.once('listening', r));
+    other = (o.address() as net.AddressInfo).port;
+    o.unref();
+  });
+  after(() => {
+    tcp.close();
+    udp.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('10.0.0.0/8 allowed does not open the NAT network (every address of which is the host loopback); 127.0.0.1:PORT allowed opens that TCP port alone', async () => {
+    const policy: FencePolicy = { reach: 'public', allow: [{ cidr: '10.0.0.0/8' }, { cidr: '127.0.0.1', ports: [port] }], deny: [] };
+    const w = await Worker.start({ runner: 'python', algoDir: dir, entry: 'probe.py', network: true, fence: policy, limits: DEFAULT_LIMITS });
+    try {
+      const targets = [
+        ['tcp', '127.0.0.1', port],
+        ['tcp', '10.0.2.2', port],
+        ['udp', '10.0.2.2', port],
+        ['udp', '127.0.0.1', port],
+        ['tcp', '10.0.2.2', other],
+        ['tcp', '10.0.2.5', port],
+        ['tcp', '10.0.2.5', other],
+        ['tcp', '127.0.0.1', other],
+      ];
+      const o = await w.call('json', Buffer.from(JSON.stringify(targets)), 30_000);
+      assert.equal(o.kind, 'result', JSON.stringify(o));
+      const seen = JSON.parse((o as { body: Buffer }).body.toString()) as string[];
+      assert.deepEqual(seen.slice(0, 2), ['OK HOST', 'OK HOST'], JSON.stringify(seen));
+      for (const [i, s] of seen.entries()) if (i >= 2) assert.match(s, /^REFUSED/, `${JSON.stringify(targets[i])}: ${s}`);
+    } finally {
+      await w.stop();
+    }
+  });
+});
