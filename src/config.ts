@@ -288,7 +288,7 @@ function natsUrl(raw: string): string {
     try {
       u = new URL(one.trim());
     } catch {
-      throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${one.slice(0, 100)}"`);
+      throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${one.replace(/\/\/[^@/]*@/, '//***@').slice(0, 100)}"`);
     }
     if (u.protocol !== 'nats:' && u.protocol !== 'tls:') throw new ConfigError(`ALGOHOST_NATS_URL must be nats://HOST:PORT (or tls://), got "${u.protocol}//..."`);
   }

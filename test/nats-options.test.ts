@@ -26,6 +26,12 @@ test('a user and password, or a token, in the URL go to the client as credential
 
 test('servers with different credentials, or a creds file beside URL credentials, are refused in one line', () => {
   assert.throws(() => natsOptions('nats://a:b@h1:4222,nats://a:c@h2:4222', none, 'n', 'api'), (e: Error) => e instanceof ConfigError && /same credentials/.test(e.message));
+  assert.throws(() => natsOptions('nats://a:b@h1:4222,nats://h2:4222', none, 'n', 'api'), /same credentials/);
+  assert.throws(() => natsOptions('nats://a:%E0%A4%A@h:4222', none, 'n', 'api'), (e: Error) => e instanceof ConfigError && /percent-encoding/.test(e.message));
+  assert.throws(() => natsOptions('nats://:secret@h:4222', none, 'n', 'api'), /needs a user name/);
+  // A user name with an encoded ':' stays whole.
+  const colon = natsOptions('nats://a%3Ab:c@h:4222', none, 'n', 'api');
+  assert.deepEqual([colon.user, colon.pass], ['a:b', 'c']);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-nats-opts-'));
   try {
     const creds = path.join(dir, 'node.creds');
@@ -47,6 +53,8 @@ test('a CA or a client certificate asks for TLS; a certificate without its key, 
     assert.throws(() => loadConfig({}, { ...env, ALGOHOST_NATS_CERT: ca }), /ALGOHOST_NATS_CERT and ALGOHOST_NATS_KEY go together/);
     assert.throws(() => loadConfig({}, { ...env, ALGOHOST_NATS_CA: path.join(dir, 'missing.pem') }), /ALGOHOST_NATS_CA must name a readable file/);
     assert.throws(() => loadConfig({}, { ALGOHOST_HOME: dir, ALGOHOST_CLUSTER_SECRET: 'short' }), /at least 32 characters/);
+    // A URL that does not parse is shown without what may be its password.
+    assert.throws(() => loadConfig({}, { ALGOHOST_HOME: dir, ALGOHOST_NATS_URL: 'nats://user:hunter2@[bad' }), (e: Error) => /\/\/\*\*\*@\[bad/.test(e.message) && !e.message.includes('hunter2'));
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -48,25 +48,33 @@ export function inboxPrefix(role: NatsRole): string {
  */
 export function natsOptions(url: string, auth: NatsAuthConfig, name: string, role: NatsRole): ConnectionOptions {
   const servers: string[] = [];
-  let credentials: string | undefined;
+  let credentials: { user: string; pass: string } | undefined;
   let tls = false;
-  for (const one of url.split(',').map((s) => s.trim())) {
+  const decode = (part: string) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      throw new ConfigError('ALGOHOST_NATS_URL: a user name or password in it is not valid percent-encoding');
+    }
+  };
+  for (const [i, one] of url.split(',').map((s) => s.trim()).entries()) {
     const u = new URL(one);
-    const userinfo = u.username === '' ? '' : `${decodeURIComponent(u.username)}:${u.password === '' ? '' : decodeURIComponent(u.password)}`;
-    if (credentials !== undefined && credentials !== userinfo) throw new ConfigError('ALGOHOST_NATS_URL: every server must be given the same credentials');
-    credentials = userinfo;
+    const these = { user: decode(u.username), pass: decode(u.password) };
+    if (these.user === '' && these.pass !== '') throw new ConfigError('ALGOHOST_NATS_URL: a password needs a user name (user:password@), or give a token alone (token@)');
+    if (i > 0 && (credentials?.user !== these.user || credentials.pass !== these.pass)) throw new ConfigError('ALGOHOST_NATS_URL: every server must be given the same credentials');
+    credentials = these;
     tls ||= u.protocol === 'tls:';
     servers.push(`${u.protocol}//${u.host}`);
   }
   const options: ConnectionOptions = { servers, name, inboxPrefix: inboxPrefix(role) };
-  if (credentials) {
-    const [user, ...rest] = credentials.split(':');
-    const pass = rest.join(':');
-    if (pass === '') options.token = user!;
-    else Object.assign(options, { user, pass });
+  const given = credentials !== undefined && credentials.user !== '';
+  if (given) {
+    // A user name alone is a token (nats://TOKEN@host), as nats-server's own tools read it.
+    if (credentials!.pass === '') options.token = credentials!.user;
+    else Object.assign(options, credentials);
   }
   if (auth.creds) {
-    if (credentials) throw new ConfigError('ALGOHOST_NATS_CREDS and credentials in ALGOHOST_NATS_URL: give one or the other');
+    if (given) throw new ConfigError('ALGOHOST_NATS_CREDS and credentials in ALGOHOST_NATS_URL: give one or the other');
     options.authenticator = credsAuthenticator(fs.readFileSync(auth.creds));
   }
   if (tls || auth.ca || auth.cert) options.tls = { ...(auth.ca ? { caFile: auth.ca } : {}), ...(auth.cert ? { certFile: auth.cert, keyFile: auth.key } : {}) };
