@@ -23,6 +23,7 @@ test('the NAT network is refused before any allowed range, loopback ports are TC
   assert.ok(at('ip daddr 10.0.2.2 tcp dport { 4873 } accept') < at('ip daddr 10.0.2.0/24 reject'));
   assert.ok(at('ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 accept') < at('ip daddr 10.0.2.0/24 reject'));
   assert.equal(rules.filter((l) => l.includes('10.0.2.2') && l.includes('udp')).length, 0, 'a loopback port is open to UDP');
+  assert.ok(rules.some((l) => l.includes('168.63.129.16') && l.includes('reject')), "Azure's metadata address is not refused");
   for (const bad of ['fe80::1%eth0', '10.0.0.0/33', '1.2.3.4; flush ruleset', 'example.com', '::1/129']) assert.throws(() => parseCidr(bad), /is not an IP address or CIDR range|has no valid prefix length/, bad);
   assert.throws(() => nftRuleset({ reach: 'public', allow: [{ cidr: '1.2.3.4', ports: [0] }], deny: [] }), /not a port/);
   assert.throws(() => nftRuleset({ reach: 'public', allow: [{ cidr: '127.0.0.1' }], deny: [] }), /only as 127\.0\.0\.1 with a port/);

@@ -71,8 +71,11 @@ export interface FencePolicy {
   deny: string[];
 }
 
+/** Azure's platform endpoint (its metadata and agent traffic), a public address the other rules would let through. */
+const AZURE_WIRESERVER = '168.63.129.16';
+
 /** Ranges no sandbox reaches (unless allowed by name): IPv4. */
-export const REFUSED_V4 = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15', '224.0.0.0/4', '240.0.0.0/4'];
+export const REFUSED_V4 = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15', '224.0.0.0/4', '240.0.0.0/4', AZURE_WIRESERVER];
 /** ...and IPv6: unspecified, loopback, IPv4-mapped and -compatible, NAT64, 6to4, Teredo, ULA, link- and site-local, multicast. */
 export const REFUSED_V6 = ['::/96', '::ffff:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', '2001::/32', '2002::/16', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8'];
 
