@@ -15,6 +15,7 @@
  * cookie besides: in a log or a history it opens nothing, and it needs no state on any node.
  */
 import crypto from 'node:crypto';
+import { ipv6Groups } from '../addresses.ts';
 import net from 'node:net';
 import type { MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
@@ -69,20 +70,6 @@ export function addressKey(ip: string | undefined): string {
   return `${groups.slice(0, 4).map((g) => g.toString(16)).join(':')}::/64`;
 }
 
-/** The eight 16-bit groups of a valid IPv6 address (net.isIPv6), a dotted IPv4 tail included. */
-function ipv6Groups(ip: string): number[] {
-  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(ip);
-  let text = ip;
-  if (dotted) {
-    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
-    text = `${ip.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = '', tail] = text.split('::');
-  const left = head ? head.split(':') : [];
-  const right = tail ? tail.split(':') : [];
-  const middle = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
-  return [...left, ...middle, ...right].map((g) => parseInt(g, 16));
-}
 
 export type { SessionInfo } from '../../client/src/types.ts';
 

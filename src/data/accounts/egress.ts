@@ -1,4 +1,5 @@
 import dns from 'node:dns/promises';
+import { ipv6Groups } from '../../addresses.ts';
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns';
 import net from 'node:net';
 import { AppError } from '../../errors.ts';
@@ -55,20 +56,7 @@ function ipBytes(address: string): number[] | undefined {
   if (net.isIPv4(address)) return address.split('.').map(Number);
   const bare = address.replace(/%.*$/, '');
   if (!net.isIPv6(bare)) return undefined;
-  let text = bare;
-  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
-  if (dotted) {
-    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
-    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = '', tail] = text.split('::');
-  const left = head ? head.split(':') : [];
-  const right = tail ? tail.split(':') : [];
-  const middle = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
-  return [...left, ...middle, ...right].flatMap((g) => {
-    const n = parseInt(g, 16);
-    return [n >> 8, n & 0xff];
-  });
+  return ipv6Groups(bare).flatMap((n) => [n >> 8, n & 0xff]);
 }
 
 function within(bytes: number[], network: number[], prefix: number): boolean {
