@@ -228,6 +228,18 @@ describe("the API node's executor", { skip }, () => {
     await roomy.stop();
   });
 
+  test('an outcome whose header is too big for one message (a megabyte of stdout) comes back wrapped, still bound to its call', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger(), KEY);
+    const stdout = 'y'.repeat(1100 * 1024);
+    const w = await fakeWorker('w-loud', () => ({ type: 'outcome', outcome: { kind: 'result', contentType: 'json', body: Buffer.from('"done"'), stdout, stdoutTruncated: false, durationMs: 1 } }), true);
+    const out = await exec.run(job('W'));
+    assert.equal(out.kind === 'result' && out.body.toString(), '"done"');
+    assert.equal(out.stdout.length, stdout.length);
+    await exec.close();
+    await w.stop();
+  });
+
   test('a big input and a big result cross in parts', async () => {
     const nc = await conn();
     const exec = new NatsExecutor(nc, logger(), KEY);

@@ -4,6 +4,9 @@ import { frame, MessageError, PARTS_PREFIX, readRef, unframe, type BodyRef, type
 import type { ClusterLog } from './log.ts';
 import { SEAL_BYTES, type ClusterKey } from './seal.ts';
 
+/** What a wrapped message repeats of the header it wraps: whose message it is. */
+const WHOSE = ['call', 'worker'] as const;
+
 /** Room left in a message for its header (and its seal). */
 const HEADER_ROOM = 4096;
 /** Parts of one body asked for at once. */
@@ -142,8 +145,10 @@ export class Wire {
     if (data.length + SEAL_BYTES <= max) return { data };
     if (data.length - m.body.length + HEADER_ROOM > max) {
       // The header itself is too big (a megabyte of stdout in an outcome): the whole message
-      // is kept, and a `wrapped` one names it.
-      return this.keep({ type: 'wrapped' }, data, ttlMs);
+      // is kept, and a `wrapped` one names it, with the inner header's `call` and `worker` (whose
+      // message it is, checked by its receiver before it fetches it; read checks they agree).
+      const whose = Object.fromEntries(WHOSE.filter((k) => typeof m.header[k] === 'string').map((k) => [k, m.header[k]]));
+      return this.keep({ type: 'wrapped', ...whose }, data, ttlMs);
     }
     return this.keep(m.header, m.body, ttlMs);
   }
@@ -183,6 +188,7 @@ export class Wire {
       return this.fetch(ref, deadline).then((whole) => {
         const inner = unframe(whole);
         if (inner.header.ref !== undefined || inner.header.type === 'wrapped') throw new MessageError('a wrapped message wraps another reference');
+        for (const k of WHOSE) if (m.header[k] !== inner.header[k]) throw new MessageError(`a wrapped message says its ${k} is ${String(m.header[k])}, what it wraps ${String(inner.header[k])}`);
         return inner;
       });
     }
