@@ -106,6 +106,11 @@ export interface Config {
    * with (src/cluster/seal.ts); needed by every node of one.
    */
   clusterSecret: string | undefined;
+  /**
+   * ALGOHOST_NODE_NAME: this node's name on the cluster bus, which a NATS user of its own may
+   * be bound to (docs/cluster.md); undefined: a random one at each start.
+   */
+  nodeName: string | undefined;
   /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
   asyncResultTtlS: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
@@ -307,6 +312,13 @@ function natsAuth(env: NodeJS.ProcessEnv): NatsAuthConfig {
 function clusterSecret(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (raw.length < 32) throw new ConfigError(`ALGOHOST_CLUSTER_SECRET must have at least 32 characters (openssl rand -hex 32 gives 64), got ${raw.length}`);
+  return raw;
+}
+
+/** A node's name: one token of a NATS subject, as the permissions of its NATS user name it. */
+function nodeName(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(raw)) throw new ConfigError(`ALGOHOST_NODE_NAME must be 1 to 64 letters, digits, '-' or '_' (it is part of NATS subjects), got ${JSON.stringify(raw)}`);
   return raw;
 }
 
@@ -713,6 +725,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => clusterSecret(env.ALGOHOST_CLUSTER_SECRET),
     docs: [
       { vars: ["ALGOHOST_CLUSTER_SECRET"], shown: "unset", meaning: "At least 32 characters (`openssl rand -hex 32`), the same on every node of a cluster: every message between nodes is sealed with a key derived from it (an HMAC over subject, time and bytes), and a node drops any message not sealed with it, for its subject, within 30 seconds, once (docs/security.md). Needed by `serve --role api`, `algohost worker` and `algohost cluster status`, which stop at start without it. Keep it like a password: whoever has it (and can reach the bus) can give workers jobs. The nodes' clocks must agree to within 30 seconds (NTP)." },
+    ],
+  },
+  nodeName: {
+    read: (env) => nodeName(env.ALGOHOST_NODE_NAME),
+    docs: [
+      { vars: ["ALGOHOST_NODE_NAME"], shown: "unset: a random name at each start", meaning: "This node's name on the cluster bus (1 to 64 letters, digits, `-`, `_`), unique in the cluster: it names the node in `algohost cluster status` and in the subjects it takes jobs, beats and answers on. A worker node with a NATS user of its own (docs/cluster.md) must be given the name that user's permissions name: with any other, the NATS server refuses its subscriptions and it stops at start." },
     ],
   },
   asyncResultTtlS: {
