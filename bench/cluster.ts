@@ -114,7 +114,8 @@ async function main(): Promise<void> {
     ALGOHOST_CLUSTER_SECRET: crypto.randomBytes(32).toString('hex'),
     ALGOHOST_LOG_LEVEL: 'error',
   };
-  const workerEnv = { ...env, ALGOHOST_NATS_URL: nats.urlFor('worker') };
+  /** Each worker node a name and a NATS user of its own. */
+  const workerEnv = () => ({ ...env, ...nats.nextWorker() });
   const servers: ServerProcess[] = [];
   stops.push(async () => void (await Promise.all(servers.map((s) => s.kill()))));
   const apiNode = await startServerProcess({ home: home(), env, args: ['--role', 'api'], timeoutMs: 60_000 });
@@ -123,7 +124,7 @@ async function main(): Promise<void> {
   servers.push(single);
   const workers: WorkerProc[] = [];
   stops.push(async () => void (await Promise.all(workers.map((w) => w.stop()))));
-  workers.push(await startWorker(workerEnv, home()));
+  workers.push(await startWorker(workerEnv(), home()));
   const created = await runCli(['user', 'create', 'bench'], home(), 30_000, env);
   if (created.code !== 0) throw new Error(created.stderr);
   const key = (JSON.parse(created.stdout) as { api_key: string }).api_key;
@@ -148,7 +149,7 @@ async function main(): Promise<void> {
     for (const side of round % 2 === 0 ? (['one', 'two'] as const) : (['two', 'one'] as const)) {
       const want = side === 'one' ? 1 : 2;
       while (workers.length > want) await workers.pop()!.stop();
-      while (workers.length < want) workers.push(await startWorker(workerEnv, home()));
+      while (workers.length < want) workers.push(await startWorker(workerEnv(), home()));
       await sleep(1500); // a beat or two: the API node hears of the change
       await warm();
       const r = await runLoad(port(apiNode.url), sleepReq, CONNECTIONS, CAPACITY_MS);
@@ -158,7 +159,7 @@ async function main(): Promise<void> {
     }
   }
   const capacityRatios = capacity.two.map((x, i) => x / capacity.one[i]!);
-  while (workers.length < 2) workers.push(await startWorker(workerEnv, home()));
+  while (workers.length < 2) workers.push(await startWorker(workerEnv(), home()));
 
   // 2. The hop: warm echo at 1 connection, through the API node and to the all-in-one server.
   const hop = { cluster: [] as number[], single: [] as number[] };

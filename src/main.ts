@@ -10,7 +10,7 @@ import { FULL_PERMISSIONS } from './auth/permissions.ts';
 import { HomeLock } from './home.ts';
 import os from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { connectNats, requireCluster, requireClusterKey } from './cluster/nats.ts';
+import { connectNats, nodeNameOf, requireCluster, requireClusterKey } from './cluster/nats.ts';
 import { NatsExecutor } from './cluster/natsExecutor.ts';
 import { WorkerNode } from './cluster/workerNode.ts';
 import { JetStreamQueue } from './cluster/asyncQueue.ts';
@@ -28,10 +28,11 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   // An API node sends every call to worker nodes over NATS (docs/cluster.md).
   const cluster = role === 'api' ? requireCluster(config, 'serve --role api') : undefined;
-  const nc = cluster ? await connectNats(cluster.url, config.natsAuth, `algohost api ${os.hostname()}`, 'api') : undefined;
+  const node = nodeNameOf(config);
+  const nc = cluster ? await connectNats(cluster.url, config.natsAuth, `algohost api ${os.hostname()}`, 'api', node) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
-  const { lock, services } = await openNode(config, nc, async () => (nc ? apiNodeParts(nc, config, logger) : {}));
+  const { lock, services } = await openNode(config, nc, async () => (nc ? apiNodeParts(nc, config, logger, node) : {}));
   const giveUp = async (err: Error): Promise<never> => {
     await services.close();
     await nc?.close();
@@ -171,9 +172,9 @@ async function openNode(config: Config, nc: NatsConnection | undefined, options:
  * its async calls wait in JetStream, which any API node consumes. Tests build their in-process
  * API nodes with it too (test/helpers/cluster.ts).
  */
-export async function apiNodeParts(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<ServiceOptions> {
+export async function apiNodeParts(nc: NatsConnection, config: Config, logger: pino.Logger, node: string): Promise<ServiceOptions> {
   const key = requireClusterKey(config, 'serve --role api');
-  return { executor: new NatsExecutor(nc, logger, key), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
+  return { executor: new NatsExecutor(nc, logger, key, node), asyncQueue: await openAsyncQueue(nc, config, logger), bus: natsBus(nc) };
 }
 
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */
@@ -211,22 +212,24 @@ function checkNetwork(services: Services, logger: pino.Logger, out: NodeJS.Writa
 export async function worker(config: Config, out: NodeJS.WritableStream = process.stderr, healthPort?: number): Promise<void> {
   const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   const cluster = requireCluster(config, 'algohost worker');
-  const nc = await connectNats(cluster.url, config.natsAuth, `algohost worker ${os.hostname()}`, 'worker');
+  const name = nodeNameOf(config);
+  const nc = await connectNats(cluster.url, config.natsAuth, `algohost worker ${name} on ${os.hostname()}`, 'worker', name);
   const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
   let health: http.Server | undefined;
+  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, services.network.allowsNetwork, name);
   try {
     const problem = checkSandbox(services, config, logger, out);
     if (problem) throw problem;
     checkNetwork(services, logger, out);
     if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host);
+    await node.start();
   } catch (err) {
+    health?.close();
     await services.close();
     await nc.close();
     lock.release();
     throw err;
   }
-  const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, services.network.allowsNetwork);
-  await node.start();
   const sweeper = startSweeper(services, logger, 'worker');
   const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';
   out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}${where}\n`);

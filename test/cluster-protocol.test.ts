@@ -14,8 +14,9 @@ import { natsUnavailable, startNats, type NatsServer } from './helpers/nats.ts';
 import { Wire } from '../src/cluster/wire.ts';
 import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
 import { ClusterKey } from '../src/cluster/seal.ts';
+import { inboxPrefix } from '../src/cluster/nats.ts';
 import {
-  BEAT_SUBJECT,
+  beatSubject,
   decodeHostReply,
   decodeRunRequest,
   encodeBeat,
@@ -47,8 +48,11 @@ async function conn(): Promise<NatsConnection> {
 
 function logger() {
   const lines: string[] = [];
-  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined };
+  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined, error: (_o: object, msg: string) => void lines.push(msg) };
 }
+
+/** A name of its own for each API node a test makes. */
+const apiName = () => `api-${crypto.randomBytes(4).toString('hex')}`;
 
 /** The cluster's key, as every node here holds it. */
 const KEY = new ClusterKey('test cluster secret of 32 characters or more');
@@ -73,7 +77,7 @@ const ok = (body: Buffer): RunReply => ({ type: 'outcome', outcome: { kind: 'res
  */
 async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | undefined, queue = false, key = KEY) {
   const nc = await conn();
-  const wire = new Wire(nc, name, logger(), key);
+  const wire = new Wire(nc, name, logger(), key, inboxPrefix('worker', name));
   const got: RunRequest[] = [];
   const onMsg = async (msg: Msg) => {
     const r = decodeRunRequest(await wire.open(wire.unseal(msg)));
@@ -88,8 +92,8 @@ async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | un
   await nc.flush();
   return {
     got,
-    beat(free: number, warm: Record<string, number> = {}, draining = false) {
-      wire.send(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: name, role: 'worker', host: 'test', running: 0, free, warm, draining }));
+    beat(free: number, warm: Record<string, number> = {}, draining = false, instance = 'first') {
+      wire.send(beatSubject(name), encodeBeat({ type: 'beat', node: name, instance, role: 'worker', host: 'test', running: 0, free, warm, draining }));
     },
     stop: async () => {
       for (const s of subs) s.unsubscribe();
@@ -194,7 +198,7 @@ describe('bodies bigger than one NATS message', { skip }, () => {
 describe("the API node's executor", { skip }, () => {
   test('routes a job to a worker warm for its version, else to the one with the most room', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const name = (r: RunRequest) => ['K', 'L'].find((n) => keyOf(n) === r.job.target.key);
     const warm = await fakeWorker('w-warm', (r) => ok(Buffer.from(JSON.stringify('warm:' + name(r)))));
     const roomy = await fakeWorker('w-roomy', (r) => ok(Buffer.from(JSON.stringify('roomy:' + name(r)))));
@@ -230,7 +234,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('an outcome whose header is too big for one message (a megabyte of stdout) comes back wrapped, still bound to its call', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const stdout = 'y'.repeat(1100 * 1024);
     const w = await fakeWorker('w-loud', () => ({ type: 'outcome', outcome: { kind: 'result', contentType: 'json', body: Buffer.from('"done"'), stdout, stdoutTruncated: false, durationMs: 1 } }), true);
     const out = await exec.run(job('W'));
@@ -242,7 +246,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('a big input and a big result cross in parts', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const w = await fakeWorker('w-echo', (r) => ok(Buffer.concat([r.job.input, r.job.input])), true);
     const input = crypto.randomBytes(4 * 1024 * 1024);
     const out = await exec.run(job('E', input));
@@ -253,7 +257,7 @@ describe("the API node's executor", { skip }, () => {
 
   test('a worker that took a call and then goes silent fails it with WorkerLostError, not at its timeout', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const mute = await fakeWorker('w-mute', () => undefined);
     mute.beat(2);
     await nc.flush();
@@ -267,9 +271,30 @@ describe("the API node's executor", { skip }, () => {
     await mute.stop();
   });
 
+  test('a worker that starts again under its name (a new instance beating) has lost the calls it held: they fail at once', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
+    const again = await fakeWorker('w-again', () => undefined);
+    again.beat(2);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = Date.now();
+    const running = exec.run(job('A'));
+    while (again.got.length === 0 && Date.now() - t0 < 5_000) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(again.got.length, 1, 'the call never reached its worker');
+    // Its beats go on, as they would from a process that restarted within a beat.
+    again.beat(2);
+    await new Promise((r) => setTimeout(r, 300));
+    again.beat(2, {}, false, 'second');
+    await assert.rejects(running, (err: Error) => err instanceof WorkerLostError && /started again/.test(err.message));
+    assert.ok(Date.now() - t0 < 3000, `lost after ${Date.now() - t0} ms: at its silence, not at its new start`);
+    await exec.close();
+    await again.stop();
+  });
+
   test('a job refused by a worker that began to stop goes to another; with nobody listening, a call is refused at once', async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const stopping = await fakeWorker('w-stopping', () => ({ type: 'refused', reason: 'draining', message: 'stopping' }));
     const other = await fakeWorker('w-other', () => ok(Buffer.from('"other"')), true);
     stopping.beat(16);
@@ -292,7 +317,7 @@ describe("the API node's executor", { skip }, () => {
 
   test("a worker's refusals come back as the local executor's errors (a runtime that cannot start, a build it cannot find, its queue full)", async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     const answers: RunReply[] = [
       { type: 'refused', reason: 'start_failed', message: 'bwrap: cannot start' },
       { type: 'refused', reason: 'build_missing', message: 'gone' },
@@ -308,7 +333,7 @@ describe("the API node's executor", { skip }, () => {
 
   test("an SDK request over the SDK's size, or unreadable, is answered at once with 400, never served", async () => {
     const nc = await conn();
-    const exec = new NatsExecutor(nc, logger(), KEY);
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
     let served = 0;
     const answers: { status: unknown; took: number }[] = [];
     const wnc = await conn();
@@ -329,7 +354,7 @@ describe("the API node's executor", { skip }, () => {
         })(),
     });
     await wnc.flush();
-    wire.send(BEAT_SUBJECT, encodeBeat({ type: 'beat', node: 'w-sdk-2', role: 'worker', host: 'test', running: 0, free: 4, warm: {}, draining: false }));
+    wire.send(beatSubject('w-sdk-2'), encodeBeat({ type: 'beat', node: 'w-sdk-2', instance: 'first', role: 'worker', host: 'test', running: 0, free: 4, warm: {}, draining: false }));
     await wnc.flush();
     await new Promise((r) => setTimeout(r, 100));
     const out = await exec.run(job('S'), async () => {
@@ -351,13 +376,13 @@ describe("the API node's executor", { skip }, () => {
   test('malformed messages to its subjects are dropped and logged; it goes on', async () => {
     const nc = await conn();
     const log = logger();
-    const exec = new NatsExecutor(nc, log, KEY);
+    const exec = new NatsExecutor(nc, log, KEY, apiName());
     const w = await fakeWorker('w-fine', () => ok(Buffer.from('"fine"')), true);
     const other = await conn();
     const host = `algohost.v1.host.${exec.node}`;
     other.publish(host, crypto.randomBytes(30));
     other.publish(host, KEY.seal(host, frame({ type: 'host', call: 5 })));
-    other.publish(BEAT_SUBJECT, KEY.seal(BEAT_SUBJECT, Buffer.from('\0\0\0\u0002{}')));
+    other.publish(beatSubject('x'), KEY.seal(beatSubject('x'), Buffer.from('\0\0\0\u0002{}')));
     await other.flush();
     await new Promise((r) => setTimeout(r, 200));
     assert.ok(log.lines.filter((l) => /(malformed|forged|replayed).* message on the bus/.test(l)).length >= 3, log.lines.join('\n'));

@@ -18,7 +18,8 @@ import { NatsExecutor } from '../src/cluster/natsExecutor.ts';
 import { WorkerNode } from '../src/cluster/workerNode.ts';
 import { ClusterKey } from '../src/cluster/seal.ts';
 import { natsOptions } from '../src/cluster/nats.ts';
-import { BEAT_SUBJECT, encodeBeat, frame, RUN_SUBJECT, unframe, WORKER_PREFIX } from '../src/cluster/messages.ts';
+import { ConfigError } from '../src/config.ts';
+import { BEATS, beatSubject, encodeBeat, frame, RUN_SUBJECT, unframe, WORKER_PREFIX, WORKERS_QUEUE } from '../src/cluster/messages.ts';
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type BuildFiles } from '../src/runtime/runtime.ts';
 import { probeSandbox } from '../src/runtime/sandbox.ts';
 import { targetKey, type Executor, type HostHandler, type Job, type Outcome } from '../src/runtime/contract.ts';
@@ -58,7 +59,7 @@ const result = (o: Outcome): unknown => (o.kind !== 'result' ? `<${o.kind}>` : o
 
 function logger() {
   const lines: string[] = [];
-  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined };
+  return { lines, warn: (_o: object, msg: string) => void lines.push(msg), info: () => undefined, error: (_o: object, msg: string) => void lines.push(msg) };
 }
 
 /** The local runtime, counting the jobs that reach it. */
@@ -81,14 +82,14 @@ const until = async (what: () => boolean, ms = 5000) => {
 
 interface Bus {
   nats: NatsServer;
-  /** A connection as `user` would make it (anonymous on the open bus). */
-  conn(user: NatsUser): Promise<NatsConnection>;
+  /** A connection as `user` (or the worker node of that name) would make it (anonymous on the open bus). */
+  conn(user: NatsUser | `worker-${number}`): Promise<NatsConnection>;
   exec: NatsExecutor;
   execLog: ReturnType<typeof logger>;
   worker: WorkerNode;
   workerLog: ReturnType<typeof logger>;
   counted: Counted;
-  /** The attacker's connection: anonymous on the open bus, a worker's credentials on the secure one. */
+  /** The attacker's connection: anonymous on the open bus, another worker node's (worker-2's) credentials on the secure one. */
   mallory: NatsConnection;
   close(): Promise<void>;
 }
@@ -96,18 +97,20 @@ interface Bus {
 async function startBus(secure: boolean): Promise<Bus> {
   const nats = await startNats({ secure });
   const conns: NatsConnection[] = [];
-  const conn = async (user: NatsUser) => {
-    const nc = await connect(natsOptions(nats.urlFor(user), { creds: undefined, ca: nats.ca, cert: undefined, key: undefined }, `test ${user}`, user));
+  const conn = async (user: NatsUser | `worker-${number}`) => {
+    const files = { creds: undefined, ca: nats.ca, cert: undefined, key: undefined };
+    const options = user === 'api' || user === 'admin' ? natsOptions(nats.urlFor(user), files, `test ${user}`, user) : natsOptions(nats.workerUrl(user), files, `test ${user}`, 'worker', user);
+    const nc = await connect(options);
     conns.push(nc);
     return nc;
   };
   const counted = new Counted(new AlgorithmRuntime(builds, { ...DEFAULT_RUNTIME, pool: { ...DEFAULT_RUNTIME.pool, maxWorkers: 4 } }));
   const workerLog = logger();
-  const worker = new WorkerNode(await conn('worker'), counted, workerLog, () => counted.runtime.pool.load(), KEY, false);
+  const worker = new WorkerNode(await conn('worker-1'), counted, workerLog, () => counted.runtime.pool.load(), KEY, false, 'worker-1');
   await worker.start();
   const execLog = logger();
-  const exec = new NatsExecutor(await conn('api'), execLog, KEY);
-  const mallory = await conn('worker');
+  const exec = new NatsExecutor(await conn('api'), execLog, KEY, 'api-1');
+  const mallory = await conn('worker-2');
   // The executor has heard the worker beat: calls are routed to it by name.
   await until(() => (exec as unknown as { workers: Map<string, unknown> }).workers.size > 0);
   return {
@@ -130,7 +133,7 @@ async function startBus(secure: boolean): Promise<Bus> {
 }
 
 /** A NATS permission error on `nc` (the server refuses a publish or a subscription), or undefined within `ms`. */
-async function permissionError(nc: NatsConnection, act: () => void, ms = 1000): Promise<string | undefined> {
+async function permissionError(nc: NatsConnection, act: () => void | Promise<void>, ms = 1000): Promise<string | undefined> {
   let seen: string | undefined;
   const watch = (async () => {
     for await (const s of nc.status()) {
@@ -138,7 +141,7 @@ async function permissionError(nc: NatsConnection, act: () => void, ms = 1000): 
     }
   })();
   void watch;
-  act();
+  await act();
   await nc.flush().catch(() => undefined);
   await until(() => seen !== undefined, ms);
   return seen;
@@ -221,21 +224,31 @@ for (const secure of [false, true]) {
     test('a forged beat draws no call: calls still go to the worker that beats with the seal', async () => {
       const evil = 'evil-worker';
       const got: Msg[] = [];
-      // On the open bus mallory listens where a job routed to her would come; on the secure one her
-      // worker user may listen there too (all workers may): the seal is what keeps jobs from her.
-      const sub = bus.mallory.subscribe(`${WORKER_PREFIX}.${evil}.run`, { callback: (_e, m) => void got.push(m) });
+      // On the open bus mallory listens where a job routed to her would come (the seal is what keeps
+      // jobs from her); on the secure one her user may not listen there, nor beat as another node.
+      const sub = bus.mallory.subscribe(`${WORKER_PREFIX}.${evil}.run`, { callback: (e, m) => void (e ?? got.push(m)) });
       await bus.mallory.flush();
-      const beat = encodeBeat({ type: 'beat', node: evil, role: 'worker', host: 'x', running: 0, free: 1000, warm: { [targetKey(ECHO, false)]: 1000 }, draining: false });
+      const beat = encodeBeat({ type: 'beat', node: evil, instance: 'x', role: 'worker', host: 'x', running: 0, free: 1000, warm: { [targetKey(ECHO, false)]: 1000 }, draining: false });
       const other = new ClusterKey(crypto.randomBytes(32).toString('hex'));
-      for (let i = 0; i < 5; i++) {
-        bus.mallory.publish(BEAT_SUBJECT, beat);
-        bus.mallory.publish(BEAT_SUBJECT, other.seal(BEAT_SUBJECT, beat));
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      const subject = beatSubject(evil);
+      const refused = await permissionError(bus.mallory, async () => {
+        for (let i = 0; i < 5; i++) {
+          bus.mallory.publish(subject, beat);
+          bus.mallory.publish(subject, other.seal(subject, beat));
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      });
+      if (secure) assert.match(refused ?? '', /Permissions Violation for (Subscription|Publish) to "algohost\.v1\.(worker|beat)\.evil-worker/);
+      // An insider (a worker node with the cluster's secret) beating on her own subject as another node.
+      const mine = beatSubject('worker-2');
+      for (let i = 0; i < 3; i++) bus.mallory.publish(mine, KEY.seal(mine, beat));
+      await bus.mallory.flush();
+      await until(() => bus.execLog.lines.some((l) => /dropped a beat/.test(l)));
+      assert.ok(bus.execLog.lines.some((l) => /dropped a beat/.test(l)), bus.execLog.lines.join('\n'));
       const outs = await Promise.all([1, 2, 3, 4, 5].map((i) => bus.exec.run(job(ECHO, `call ${i}`))));
       assert.deepEqual(outs.map(result), ['call 1', 'call 2', 'call 3', 'call 4', 'call 5']);
       assert.equal(got.length, 0, 'a job was routed to the forged worker');
-      assert.ok(bus.execLog.lines.filter((l) => /dropped a beat/.test(l)).length >= 10, bus.execLog.lines.join('\n'));
+      if (!secure) assert.ok(bus.execLog.lines.filter((l) => /dropped a beat/.test(l)).length >= 10, bus.execLog.lines.join('\n'));
       sub.unsubscribe();
     });
 
@@ -259,10 +272,16 @@ for (const secure of [false, true]) {
       const sdk = (worker: string) => frame({ type: 'host', call, worker, header: { method: 'PUT', path: '/v1/data/.my/secrets/pwned.txt', headers: {} } }, Buffer.from('pwned'));
       // Unsealed (no answer: dropped), sealed by a node not running the call (403).
       await assert.rejects(bus.mallory.request(api, sdk(bus.worker.node), { timeout: 500 }));
-      const insider = KEY.seal(api, frame({ type: 'host', call, worker: 'another-worker', header: { method: 'GET', path: '/v1/data/.my' } }));
-      const answer = await bus.mallory.request(api, insider, { timeout: 2000 });
-      const opened = unframe(KEY.open(answer.subject, answer.data));
-      assert.equal((opened.header.header as { status: number }).status, 403);
+      // An insider (a worker node that has the cluster's secret too) naming itself, or naming the
+      // worker that runs the call while the answer would go to her own inbox: 403 both.
+      for (const worker of ['another-worker', bus.worker.node]) {
+        const insider = KEY.seal(api, frame({ type: 'host', call, worker, header: { method: 'GET', path: '/v1/data/.my' } }));
+        const answer = await bus.mallory.request(api, insider, { timeout: 2000 });
+        const opened = unframe(KEY.open(answer.subject, answer.data));
+        assert.equal((opened.header.header as { status: number }).status, 403, `naming ${worker}`);
+      }
+      // On the secure bus she cannot read the running worker's inbox, where its answers go.
+      if (secure) assert.match((await permissionError(bus.mallory, () => void bus.mallory.subscribe(`_INBOX_worker.${bus.worker.node}.>`))) ?? '', /Permissions Violation for Subscription/);
       // A forged answer to the call: on the open bus it can be published (and is dropped); on
       // the secure one a worker user may answer only jobs it was given.
       const reply = `algohost.v1.host.${bus.exec.node}.reply.${call}`;
@@ -305,10 +324,10 @@ for (const secure of [false, true]) {
         const strict = await startNats({ secure: true, verifyClients: true });
         try {
           const files = { creds: undefined, ca: strict.ca, cert: strict.client!.cert, key: strict.client!.key };
-          const nc = await connect(natsOptions(strict.urlFor('worker'), files, 'with a certificate', 'worker'));
+          const nc = await connect(natsOptions(strict.workerUrl('worker-1'), files, 'with a certificate', 'worker', 'worker-1'));
           await nc.flush();
           await nc.close();
-          await assert.rejects(connect({ ...natsOptions(strict.urlFor('worker'), { ...files, cert: undefined, key: undefined }, 'without', 'worker'), timeout: 3000, maxReconnectAttempts: 0 }));
+          await assert.rejects(connect({ ...natsOptions(strict.workerUrl('worker-1'), { ...files, cert: undefined, key: undefined }, 'without', 'worker', 'worker-1'), timeout: 3000, maxReconnectAttempts: 0 }));
         } finally {
           await strict.stop();
         }
@@ -316,20 +335,33 @@ for (const secure of [false, true]) {
 
       test('the NATS server refuses an anonymous client, and keeps a worker user out of what is not its part', async () => {
         await assert.rejects(connect({ servers: bus.nats.url, tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
-        await assert.rejects(connect({ servers: bus.nats.url, user: 'algohost-worker', pass: 'wrong', tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
-        for (const subject of ['algohost.v1.host.>', BEAT_SUBJECT, '_INBOX_api.>', 'algohost.v1.async']) {
-          const nc = await bus.conn('worker');
-          const refused = await permissionError(nc, () => nc.subscribe(subject));
-          assert.match(refused ?? '', /Permissions Violation for Subscription/, `a worker user may subscribe to ${subject}`);
+        await assert.rejects(connect({ servers: bus.nats.url, user: 'algohost-worker-1', pass: 'wrong', tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
+        // worker-2's user, beside worker-1 (the node running calls): nothing of another node's.
+        const theirs = [`${WORKER_PREFIX}.worker-1.run`, '_INBOX_worker.worker-1.>', 'algohost.v1.parts.worker-1', beatSubject('worker-1'), BEATS];
+        for (const subject of ['algohost.v1.host.>', '_INBOX_api.>', 'algohost.v1.async', RUN_SUBJECT, ...theirs]) {
+          const nc = await bus.conn('worker-2');
+          const refused = await permissionError(nc, () => void nc.subscribe(subject));
+          assert.match(refused ?? '', /Permissions Violation for Subscription/, `worker-2's user may subscribe to ${subject}`);
         }
-        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT]) {
-          const nc = await bus.conn('worker');
+        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT, `${WORKER_PREFIX}.worker-1.run`, beatSubject('worker-1')]) {
+          const nc = await bus.conn('worker-2');
           const refused = await permissionError(nc, () => nc.publish(subject, Buffer.from('x')));
-          assert.match(refused ?? '', /Permissions Violation for Publish/, `a worker user may publish to ${subject}`);
+          assert.match(refused ?? '', /Permissions Violation for Publish/, `worker-2's user may publish to ${subject}`);
         }
+        // What is its own: the queue group (as a member only), its jobs, beats, parts and inboxes.
+        const own = await bus.conn('worker-2');
+        const allowed = await permissionError(own, () => {
+          for (const subject of [`${WORKER_PREFIX}.worker-2.run`, beatSubject('worker-2'), 'algohost.v1.parts.worker-2', '_INBOX_worker.worker-2.x.>']) own.subscribe(subject);
+          own.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE });
+          own.publish(beatSubject('worker-2'), Buffer.from('x'));
+        });
+        assert.equal(allowed, undefined);
+        // A worker node given a name its user's permissions do not give stops at start, saying so.
+        const misnamed = new WorkerNode(await bus.conn('worker-2'), bus.counted, logger(), () => bus.counted.runtime.pool.load(), KEY, false, 'worker-1');
+        await assert.rejects(misnamed.start(), (err: Error) => err instanceof ConfigError && /named worker-1.*ALGOHOST_NODE_NAME/.test(err.message));
         // An API node's user may not take jobs.
         const apiUser = await bus.conn('api');
-        assert.match((await permissionError(apiUser, () => apiUser.subscribe(RUN_SUBJECT))) ?? '', /Permissions Violation for Subscription/);
+        assert.match((await permissionError(apiUser, () => void apiUser.subscribe(RUN_SUBJECT))) ?? '', /Permissions Violation for Subscription/);
       });
     }
   });

@@ -53,7 +53,7 @@ function busFiles() {
 
 /** `algohost worker` with the cluster's settings (and `extra`); resolves once it says it is ready. */
 function startWorker(extra: Record<string, string> = {}, args: string[] = []): Promise<WorkerProcess> {
-  return startClusterWorker({ ...env, ALGOHOST_NATS_URL: nats.urlFor('worker'), ...extra }, args);
+  return startClusterWorker({ ...env, ...nats.nextWorker(), ...extra }, args);
 }
 
 before(async () => {
@@ -379,7 +379,7 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     const bad = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: 'http://127.0.0.1:4222' });
     assert.match(bad.stderr, /ALGOHOST_NATS_URL must be nats:\/\/HOST:PORT/);
     // Credentials the NATS server refuses, none at all, and no cluster secret: one line each.
-    const wrong = new URL(nats.urlFor('worker'));
+    const wrong = new URL(nats.workerUrl('worker-12'));
     wrong.password = 'not-the-password';
     for (const url of [wrong.toString(), nats.url]) {
       const refused = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: url });
@@ -388,9 +388,15 @@ describe('an API node and a worker node over NATS', { skip }, () => {
       assert.doesNotMatch(refused.stderr, /not-the-password/);
       assert.equal(refused.stderr.trim().split('\n').length, 1, refused.stderr);
     }
-    const noSecret = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.urlFor('worker'), ALGOHOST_CLUSTER_SECRET: '' });
+    const noSecret = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.workerUrl('worker-12'), ALGOHOST_CLUSTER_SECRET: '' });
     assert.notEqual(noSecret.code, 0);
     assert.match(noSecret.stderr, /algohost worker needs ALGOHOST_CLUSTER_SECRET/);
+    // A worker node signed in as one worker's user under another's name: its user may not take
+    // that name's jobs, so it stops at start, saying which setting to fix.
+    const misnamed = await runCli(['worker'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.workerUrl('worker-12'), ALGOHOST_NODE_NAME: 'worker-11' });
+    assert.notEqual(misnamed.code, 0);
+    assert.match(misnamed.stderr, /refused this node \(named worker-11\) the subjects .*algohost\.v1\.worker\.worker-11\.run.*set ALGOHOST_NODE_NAME/);
+    assert.equal(misnamed.stderr.trim().split('\n').length, 1, misnamed.stderr);
     const short = await runCli(['serve', '--role', 'api'], home(), WAIT_MS, { ...env, ALGOHOST_NATS_URL: nats.urlFor('api'), ALGOHOST_CLUSTER_SECRET: 'too short' });
     assert.match(short.stderr, /ALGOHOST_CLUSTER_SECRET must have at least 32 characters/);
   });

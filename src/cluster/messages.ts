@@ -23,8 +23,14 @@ export const WORKER_PREFIX = 'algohost.v1.worker';
 export const HOST_PREFIX = 'algohost.v1.host';
 /** A node's subject for the parts of bodies too big for one message: `${PARTS_PREFIX}.<node>`. */
 export const PARTS_PREFIX = 'algohost.v1.parts';
-/** Where every node says, once a second, that it is alive and what it holds. */
-export const BEAT_SUBJECT = 'algohost.v1.beat';
+/**
+ * Where every node says, once a second, that it is alive and what it holds: `${BEAT_PREFIX}.<node>`,
+ * its own subject, so NATS permissions can let a node beat as itself only.
+ */
+export const BEAT_PREFIX = 'algohost.v1.beat';
+export const beatSubject = (node: string): string => `${BEAT_PREFIX}.${node}`;
+/** Every node's beats, for those that listen to them. */
+export const BEATS = `${BEAT_PREFIX}.*`;
 
 /** A subject a node may be told to send to: tokens of letters, digits, `-` and `_`. */
 const SUBJECT = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
@@ -98,6 +104,11 @@ export interface Taken {
 export interface Beat {
   type: 'beat';
   node: string;
+  /**
+   * Random at each start of the node's process: a node that comes back under the same name is
+   * not the one that held its calls (those are lost), and two processes given one name are told.
+   */
+  instance: string;
   role: 'api' | 'worker';
   host: string;
   /** Calls it is running (a worker) or has out on workers (an API node). */
@@ -297,6 +308,7 @@ export function decodeBeat(data: Uint8Array): Beat {
   return {
     type: 'beat',
     node: str(header, 'node'),
+    instance: str(header, 'instance'),
     role,
     host: str(header, 'host'),
     running: num(header, 'running'),

@@ -1,5 +1,6 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
-import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection } from '@nats-io/transport-node';
+import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection, type Subscription } from '@nats-io/transport-node';
 import { ConfigError, type Config, type NatsAuthConfig } from '../config.ts';
 import { redactUrl } from '../store/redact.ts';
 import { ClusterKey } from './seal.ts';
@@ -36,9 +37,19 @@ export function requireClusterKey(config: Config, what: string): ClusterKey {
   return new ClusterKey(config.clusterSecret);
 }
 
-/** Where the inboxes of a role's requests are: `_INBOX_<role>.…` (docs/cluster.md's permissions name them). */
-export function inboxPrefix(role: NatsRole): string {
-  return `_INBOX_${role}`;
+/**
+ * Where the inboxes of a node's requests are: `_INBOX_<role>.<node>.…`, or `_INBOX_<role>.…` for
+ * a connection that is no node (cluster status). docs/cluster.md's permissions name them: a
+ * worker node's user may read its own inboxes only, so an answer sent to one can only have
+ * been asked for by that node.
+ */
+export function inboxPrefix(role: NatsRole, node?: string): string {
+  return node === undefined ? `_INBOX_${role}` : `_INBOX_${role}.${node}`;
+}
+
+/** This node's name on the bus: ALGOHOST_NODE_NAME, else random (16 hex digits) at each start. */
+export function nodeNameOf(config: Config): string {
+  return config.nodeName ?? crypto.randomBytes(8).toString('hex');
 }
 
 /**
@@ -46,7 +57,7 @@ export function inboxPrefix(role: NatsRole): string {
  * credentials, which go to the client as a user and password (`user:password@`) or a token
  * (`token@`); a creds file; TLS, required with a `tls://` URL, a CA or a client certificate.
  */
-export function natsOptions(url: string, auth: NatsAuthConfig, name: string, role: NatsRole): ConnectionOptions {
+export function natsOptions(url: string, auth: NatsAuthConfig, name: string, role: NatsRole, node?: string): ConnectionOptions {
   const servers: string[] = [];
   let credentials: { user: string; pass: string } | undefined;
   let tls = false;
@@ -66,7 +77,7 @@ export function natsOptions(url: string, auth: NatsAuthConfig, name: string, rol
     tls ||= u.protocol === 'tls:';
     servers.push(`${u.protocol}//${u.host}`);
   }
-  const options: ConnectionOptions = { servers, name, inboxPrefix: inboxPrefix(role) };
+  const options: ConnectionOptions = { servers, name, inboxPrefix: inboxPrefix(role, node) };
   const given = credentials !== undefined && credentials.user !== '';
   if (given) {
     // A user name alone is a token (nats://TOKEN@host), as nats-server's own tools read it.
@@ -85,8 +96,8 @@ export function natsOptions(url: string, auth: NatsAuthConfig, name: string, rol
  * Connects to NATS, or fails at once with one line naming the setting. Once connected, the
  * client reconnects by itself for as long as it takes (a restarted NATS server).
  */
-export async function connectNats(url: string, auth: NatsAuthConfig, name: string, role: NatsRole): Promise<NatsConnection> {
-  const options = natsOptions(url, auth, name, role);
+export async function connectNats(url: string, auth: NatsAuthConfig, name: string, role: NatsRole, node?: string): Promise<NatsConnection> {
+  const options = natsOptions(url, auth, name, role, node);
   const shown = url.split(',').map((s) => redactNatsUrl(s.trim())).join(', ');
   try {
     // noAsyncTraces: no Error (with its stack) made ahead of each request, in case it fails.
@@ -97,5 +108,19 @@ export async function connectNats(url: string, auth: NatsAuthConfig, name: strin
       throw new ConfigError(`ALGOHOST_NATS_URL (${shown}): the NATS server refused this node's credentials (${message}); check the user, password, token or ALGOHOST_NATS_CREDS`);
     }
     throw new ConfigError(`ALGOHOST_NATS_URL (${shown}): no NATS server answers: ${message}`);
+  }
+}
+
+/**
+ * Once the NATS server has had `subscriptions` (after a flush, which it answers after any
+ * refusal of them): stops the start with one line if it refused any, as it does a node whose
+ * user's permissions name another node (ALGOHOST_NODE_NAME, docs/cluster.md).
+ */
+export function checkSubscriptions(subscriptions: Subscription[], node: string): void {
+  const refused = subscriptions.filter((s) => s.isClosed()).map((s) => s.getSubject());
+  if (refused.length > 0) {
+    throw new ConfigError(
+      `the NATS server refused this node (named ${node}) the subjects ${refused.join(', ')}: its NATS user's permissions name another node, or none; set ALGOHOST_NODE_NAME to the name they give it (docs/cluster.md)`,
+    );
   }
 }

@@ -15,7 +15,9 @@ import {
   type Outcome,
 } from '../runtime/contract.ts';
 import {
-  BEAT_SUBJECT,
+  BEAT_PREFIX,
+  BEATS,
+  beatSubject,
   decodeBeat,
   decodeHostRequest,
   decodeRunReply,
@@ -65,6 +67,8 @@ class NoRespondersError extends Error {
 
 /** What an API node knows of a worker node, from its beats and from its own calls since. */
 interface WorkerView {
+  /** The process beating under the worker's name (Beat.instance); undefined until its first beat. */
+  instance: string | undefined;
   seen: number;
   free: number;
   warm: Record<string, number>;
@@ -91,11 +95,10 @@ interface WorkerView {
  * running it. Anything else is dropped and logged.
  */
 export class NatsExecutor implements Executor {
-  /** This node's name on the bus. */
-  readonly node = crypto.randomBytes(8).toString('hex');
-  private readonly apiSubject = `${HOST_PREFIX}.${this.node}`;
+  private readonly instance = crypto.randomBytes(8).toString('hex');
+  private readonly apiSubject: string;
   /** Where workers' answers come: `${replies}.<call>`, one subscription for all (see ask). */
-  private readonly replies = `${HOST_PREFIX}.${this.node}.reply`;
+  private readonly replies: string;
   private readonly ids = new RandomIds();
   private readonly calls = new Map<string, Pending>();
   private readonly workers = new Map<string, WorkerView>();
@@ -107,11 +110,15 @@ export class NatsExecutor implements Executor {
     private readonly nc: NatsConnection,
     private readonly log: ClusterLog,
     key: ClusterKey,
+    /** This node's name on the bus (nats.ts nodeNameOf); its connection's inbox prefix must be inboxPrefix('api', node). */
+    readonly node: string,
   ) {
-    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('api'));
+    this.apiSubject = `${HOST_PREFIX}.${node}`;
+    this.replies = `${HOST_PREFIX}.${node}.reply`;
+    this.wire = new Wire(nc, node, log, key, inboxPrefix('api', node));
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
-      nc.subscribe(BEAT_SUBJECT, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
+      nc.subscribe(BEATS, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
       nc.subscribe(`${this.replies}.*`, { callback: (err, msg) => (err ? log.warn({ err }, 'reply subscription failed') : this.onReply(msg)) }),
     ];
     this.timer = setInterval(() => this.tick(), BEAT_MS / 2);
@@ -305,9 +312,9 @@ export class NatsExecutor implements Executor {
   }
 
   private beat(): void {
-    const b: Beat = { type: 'beat', node: this.node, role: 'api', host: os.hostname(), running: this.calls.size, free: 0, warm: {}, draining: false };
+    const b: Beat = { type: 'beat', node: this.node, instance: this.instance, role: 'api', host: os.hostname(), running: this.calls.size, free: 0, warm: {}, draining: false };
     try {
-      this.wire.send(BEAT_SUBJECT, encodeBeat(b));
+      this.wire.send(beatSubject(this.node), encodeBeat(b));
     } catch {
       // Closed or reconnecting: the next beat goes out once it is back.
     }
@@ -317,12 +324,20 @@ export class NatsExecutor implements Executor {
     let b: Beat;
     try {
       b = decodeBeat(this.wire.unseal(msg));
+      // A node beats as itself, on its own subject (which its NATS user alone may publish on).
+      if (msg.subject !== `${BEAT_PREFIX}.${b.node}`) throw new MessageError(`a beat for node ${b.node} came on ${msg.subject}`);
     } catch (err) {
       this.log.warn({ err }, 'dropped a beat that is not one (a malformed, forged or replayed message on the bus)');
       return;
     }
     if (b.role !== 'worker') return;
-    this.workers.set(b.node, { seen: Date.now(), free: b.free, warm: b.warm, draining: b.draining });
+    const known = this.workers.get(b.node);
+    // The worker's process started again under its name (it was killed, or restarted, and is
+    // back within a beat): the calls the old one took are lost with it.
+    if (known?.instance !== undefined && known.instance !== b.instance) {
+      for (const p of this.calls.values()) if (p.worker === b.node) p.lost(new WorkerLostError(`worker node ${b.node} started again while it ran the call`));
+    }
+    this.workers.set(b.node, { instance: b.instance, seen: Date.now(), free: b.free, warm: b.warm, draining: b.draining });
   }
 
   /** A `taken` notice, or an SDK request of one of this node's calls from the worker running it. */
@@ -345,7 +360,7 @@ export class NatsExecutor implements Executor {
         if (p && p.worker === undefined) {
           p.worker = t.worker;
           // Heard from now, if its first beat has not come yet.
-          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { seen: Date.now(), free: 0, warm: {}, draining: false });
+          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { instance: undefined, seen: Date.now(), free: 0, warm: {}, draining: false });
         }
         return;
       }
@@ -361,9 +376,11 @@ export class NatsExecutor implements Executor {
     }
     const pending = this.calls.get(request.call);
     // Only the worker node running the call speaks for it: a request naming a call that node
-    // was not given is refused (and logged), whoever sealed it.
-    if (pending !== undefined && pending.worker !== request.worker) {
-      this.log.warn({ call: request.call, from: request.worker, runner: pending.worker ?? null }, 'refused an SDK request from a worker node that does not run its call');
+    // was not given is refused (and logged), whoever sealed it. Its answer must go to that
+    // node's own inbox, which, where each worker node has a NATS user of its own, no other node
+    // may read: a node that has the cluster's key cannot pass for another (docs/security.md).
+    if (pending !== undefined && (pending.worker !== request.worker || !msg.reply?.startsWith(`${inboxPrefix('worker', request.worker)}.`))) {
+      this.log.warn({ call: request.call, from: request.worker, runner: pending.worker ?? null, reply: msg.reply ?? null }, 'refused an SDK request from a worker node that does not run its call');
       this.answer(msg, refusal(403, 'forbidden', 'this worker node does not run the call this request names'));
       return;
     }

@@ -1,12 +1,12 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { BEAT_SUBJECT, decodeBeat, type Beat } from './messages.ts';
+import { BEAT_PREFIX, BEATS, decodeBeat, type Beat } from './messages.ts';
 import { ASYNC_CONSUMER, ASYNC_STREAM } from './asyncQueue.ts';
 import { BEAT_MS } from './natsExecutor.ts';
 import type { ClusterKey } from './seal.ts';
 
 export interface ClusterStatus {
-  nodes: Omit<Beat, 'type'>[];
+  nodes: Omit<Beat, 'type' | 'instance'>[];
   /** Async calls waiting for an API node, and taken but not yet answered; null without JetStream's stream. */
   async: { waiting: number; running: number } | null;
 }
@@ -16,13 +16,13 @@ export interface ClusterStatus {
  * second), and the async queue's depth from JetStream.
  */
 export async function clusterStatus(nc: NatsConnection, key: ClusterKey, listenMs = BEAT_MS * 1.6): Promise<ClusterStatus> {
-  const nodes = new Map<string, Omit<Beat, 'type'>>();
-  const sub = nc.subscribe(BEAT_SUBJECT, {
+  const nodes = new Map<string, Omit<Beat, 'type' | 'instance'>>();
+  const sub = nc.subscribe(BEATS, {
     callback: (err, msg) => {
       if (err) return;
       try {
-        const { type: _type, ...b } = decodeBeat(key.open(msg.subject, msg.data));
-        nodes.set(b.node, b);
+        const { type: _type, instance: _instance, ...b } = decodeBeat(key.open(msg.subject, msg.data));
+        if (msg.subject === `${BEAT_PREFIX}.${b.node}`) nodes.set(b.node, b);
       } catch {
         // Not a beat, or not sealed by this cluster: not one of its nodes.
       }

@@ -56,7 +56,7 @@ export class Wire {
     private readonly log: ClusterLog,
     private readonly key: ClusterKey,
     /** The inbox prefix this node's NATS user may read (nats.ts inboxPrefix). */
-    inboxPrefix = '_INBOX',
+    readonly inboxPrefix = '_INBOX',
   ) {
     this.inbox = `${inboxPrefix}.${crypto.randomBytes(9).toString('hex')}`;
     this.answers = nc.subscribe(`${this.inbox}.*`, { callback: (err, msg) => (err ? log.warn({ err }, 'the answers subscription failed') : this.onAnswer(msg)) });
@@ -78,6 +78,11 @@ export class Wire {
         }
       },
     });
+  }
+
+  /** What this wire listens on (its parts subject, its inbox): for a start to check the NATS server took them. */
+  get subscriptions(): Subscription[] {
+    return [this.subscription, this.answers];
   }
 
   /** Publishes `data` on `subject`, sealed for it; answers, if any, go to `reply`. */

@@ -3,7 +3,8 @@ import os from 'node:os';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import { BuildMissingError, ExecutorBusyError, targetKey, WorkerStartError, type Executor, type HostHandler } from '../runtime/contract.ts';
 import {
-  BEAT_SUBJECT,
+  beatSubject,
+  decodeBeat,
   decodeHostReply,
   decodeRunRequest,
   encodeBeat,
@@ -20,7 +21,7 @@ import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
 import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 import type { ClusterKey } from './seal.ts';
-import { inboxPrefix } from './nats.ts';
+import { checkSubscriptions, inboxPrefix } from './nats.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -43,7 +44,8 @@ export type LoadReport = () => { warm: Record<string, number>; free: number; run
  * the job's: with `allowNetwork` false, no job gets it.
  */
 export class WorkerNode {
-  readonly node = crypto.randomBytes(8).toString('hex');
+  /** This process, among any that came before it under its name (Beat.instance). */
+  private readonly instance = crypto.randomBytes(8).toString('hex');
   private readonly wire: Wire;
   private subscriptions: Subscription[] = [];
   private timer: NodeJS.Timeout | undefined;
@@ -59,8 +61,14 @@ export class WorkerNode {
     key: ClusterKey,
     /** Whether this node lets algorithms have the network at all (ALGOHOST_ALGORITHM_NETWORK). */
     private readonly allowNetwork: boolean,
+    /**
+     * Its name on the bus (nats.ts nodeNameOf): where a worker node has a NATS user of its own,
+     * the name that user's permissions give it, and its connection's inbox prefix must be
+     * inboxPrefix('worker', node).
+     */
+    readonly node: string,
   ) {
-    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('worker'));
+    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('worker', node));
   }
 
   /**
@@ -74,11 +82,40 @@ export class WorkerNode {
       // Nothing a message holds may take the node down: whatever escapes is logged.
       this.onJob(msg).catch((e: unknown) => this.log.warn({ err: e }, 'a job failed on this node'));
     };
-    this.subscriptions = [this.nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback }), this.nc.subscribe(`${WORKER_PREFIX}.${this.node}.run`, { callback })];
+    this.subscriptions = [
+      this.nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback }),
+      // A queue of one's own: were two processes ever given one name, each job still runs once.
+      this.nc.subscribe(`${WORKER_PREFIX}.${this.node}.run`, { queue: this.node, callback }),
+      // Its own beats come back to it: one from another process of its name is a mistake to tell.
+      this.nc.subscribe(beatSubject(this.node), { callback: (err, msg) => (err ? undefined : this.onOwnBeat(msg)) }),
+    ];
+    await this.nc.flush();
+    try {
+      checkSubscriptions([...this.subscriptions, ...this.wire.subscriptions], this.node);
+    } catch (err) {
+      for (const s of this.subscriptions) s.unsubscribe();
+      this.wire.close();
+      throw err;
+    }
     this.timer = setInterval(() => this.beat(), BEAT_MS);
     this.timer.unref();
     this.beat();
     await this.nc.flush();
+  }
+
+  private namesake = 0;
+
+  private onOwnBeat(msg: Msg): void {
+    try {
+      const b = decodeBeat(this.wire.unseal(msg));
+      // Said once a minute at most: the other process beats every second.
+      if (b.instance !== this.instance && Date.now() - this.namesake > 60_000) {
+        this.namesake = Date.now();
+        this.log.error({ node: this.node, other: b.host }, `another node, on ${b.host}, beats under this node's name: each job routed to the name runs on one of them, but API nodes count them as one (give each node its own ALGOHOST_NODE_NAME)`);
+      }
+    } catch {
+      // Not a beat of this cluster's: the API nodes drop and log it.
+    }
   }
 
   /** Jobs being run now. */
@@ -90,8 +127,8 @@ export class WorkerNode {
     const { warm, free } = this.load();
     try {
       this.wire.send(
-        BEAT_SUBJECT,
-        encodeBeat({ type: 'beat', node: this.node, role: 'worker', host: os.hostname(), running: this.running, free: this.draining ? 0 : free, warm, draining: this.draining }),
+        beatSubject(this.node),
+        encodeBeat({ type: 'beat', node: this.node, instance: this.instance, role: 'worker', host: os.hostname(), running: this.running, free: this.draining ? 0 : free, warm, draining: this.draining }),
       );
     } catch {
       // Closed or reconnecting: the next beat goes out once it is back.

@@ -170,7 +170,6 @@ export async function startTestCluster(config: Config, env: Record<string, strin
   let balancer: Awaited<ReturnType<typeof roundRobin>> | undefined;
   const secret = crypto.randomBytes(32).toString('hex');
   const common = { ...env, ALGOHOST_NATS_CA: nats.ca!, ALGOHOST_CLUSTER_SECRET: secret };
-  const workerEnv = { ...common, ALGOHOST_NATS_URL: nats.urlFor('worker') };
   const apiEnv = { ...common, ALGOHOST_NATS_URL: nats.urlFor('api') };
   const close = async () => {
     await balancer?.close();
@@ -183,8 +182,8 @@ export async function startTestCluster(config: Config, env: Record<string, strin
   };
   try {
     const [w1, w2, api] = await Promise.allSettled([
-      startWorker(workerEnv),
-      startWorker(workerEnv),
+      startWorker({ ...common, ...nats.nextWorker() }),
+      startWorker({ ...common, ...nats.nextWorker() }),
       single ? undefined : startServerProcess({ home: secondHome, env: apiEnv, args: ['--role', 'api'], timeoutMs: START_MS }),
     ]);
     for (const w of [w1, w2]) if (w.status === 'fulfilled') workers.push(w.value);
@@ -194,8 +193,9 @@ export async function startTestCluster(config: Config, env: Record<string, strin
     }
     for (const r of [w1, w2, api]) if (r.status === 'rejected') throw r.reason;
     const apiConfig = loadConfig({ home: config.home }, apiEnv);
-    nc = await connectNats(apiConfig.natsUrl!, apiConfig.natsAuth, 'algohost test api', 'api');
-    const parts = await apiNodeParts(nc, { ...config, natsUrl: apiConfig.natsUrl, natsAuth: apiConfig.natsAuth, clusterSecret: secret }, pino({ level: 'error' }));
+    const node = `test-api-${crypto.randomBytes(4).toString('hex')}`;
+    nc = await connectNats(apiConfig.natsUrl!, apiConfig.natsAuth, 'algohost test api', 'api', node);
+    const parts = await apiNodeParts(nc, { ...config, natsUrl: apiConfig.natsUrl, natsAuth: apiConfig.natsAuth, clusterSecret: secret }, pino({ level: 'error' }), node);
     return {
       parts,
       nats,
