@@ -8,14 +8,17 @@ import net from 'node:net';
 import { startServer, type TestServer } from './helpers/server.ts';
 import { SLOW_HEAD_MS, SLOW_PER_CLIENT } from '../src/http/headerCap.ts';
 
+/** Past when a slow head is found (it is looked for every SLOW_HEAD_MS / 2). */
+const LATE = SLOW_HEAD_MS * 1.5 + 500;
+
 let s: TestServer;
 before(async () => {
   s = await startServer();
 });
 after(() => s.close());
 
-/** A connection from `from` that sends half a request head and waits; resolves once it is open, with whether the server has closed it. */
-async function slow(port: number, from: string) {
+/** A connection from `from` that sends half a request head (or `first`) and waits; resolves once it is open, with whether the server has closed it. */
+async function slow(port: number, from: string, first = 'GET /health HTTP/1.1\r\nHost: x\r\n') {
   const socket = net.connect({ host: '127.0.0.1', port, localAddress: from });
   let closed = false;
   socket.on('close', () => (closed = true));
@@ -24,7 +27,7 @@ async function slow(port: number, from: string) {
     socket.once('connect', () => resolve());
     socket.once('error', reject);
   });
-  socket.write('GET /health HTTP/1.1\r\nHost: x\r\n');
+  socket.write(first);
   return { socket, closed: () => closed };
 }
 
@@ -36,12 +39,12 @@ test(`one address holds at most ${SLOW_PER_CLIENT} connections still trickling a
     for (let i = 0; i < SLOW_PER_CLIENT + 8; i++) held.push(await slow(port, '127.0.0.1'));
     // Nothing is closed before its head is late...
     assert.equal(held.filter((c) => c.closed()).length, 0);
-    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
+    await new Promise((r) => setTimeout(r, LATE));
     const closed = held.filter((c) => c.closed()).length;
     assert.equal(closed, 8, `${closed} of ${held.length} slow connections were closed`);
     // Another address is served meanwhile...
     const other = await slow(port, '127.0.0.2');
-    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
+    await new Promise((r) => setTimeout(r, LATE));
     held.push(other);
     other.socket.write('\r\n');
     const answer = await new Promise<string>((resolve) => other.socket.once('data', (d) => resolve(d.toString())));
@@ -51,9 +54,41 @@ test(`one address holds at most ${SLOW_PER_CLIENT} connections still trickling a
     open.socket.write('\r\n');
     assert.match(await new Promise<string>((resolve) => open.socket.once('data', (d) => resolve(d.toString()))), /^HTTP\/1\.1 200/);
     const again = await slow(port, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, SLOW_HEAD_MS + 500));
+    await new Promise((r) => setTimeout(r, LATE));
     held.push(again);
     assert.equal(again.closed(), false, 'the place a finished head freed was not given back');
+  } finally {
+    for (const c of held) c.socket.destroy();
+  }
+});
+
+/**
+ * A kept-alive connection from `from` that has had one request answered (a cheap one, refused
+ * before any store is asked); then, if `trickle`, it sends half of its next head and waits.
+ */
+async function keptAlive(port: number, from: string, trickle: boolean) {
+  const c = await slow(port, from, 'GET /v1/data/.my HTTP/1.1\r\nHost: x\r\n\r\n');
+  const first = await new Promise<string>((resolve) => c.socket.once('data', (d) => resolve(d.toString())));
+  assert.match(first, /^HTTP\/1\.1 401/);
+  if (trickle) c.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n');
+  return c;
+}
+
+test(`a kept-alive connection trickling its next head counts as slow too; idle kept-alive connections do not`, async () => {
+  const port = Number(new URL(s.node).port);
+  const held: Awaited<ReturnType<typeof slow>>[] = [];
+  try {
+    const idle: Awaited<ReturnType<typeof slow>>[] = [];
+    for (let i = 0; i < SLOW_PER_CLIENT + 8; i++) idle.push(await keptAlive(port, '127.0.0.4', false));
+    const trickling: Awaited<ReturnType<typeof slow>>[] = [];
+    for (let i = 0; i < SLOW_PER_CLIENT + 8; i++) trickling.push(await keptAlive(port, '127.0.0.3', true));
+    held.push(...idle, ...trickling);
+    await new Promise((r) => setTimeout(r, LATE));
+    assert.equal(trickling.filter((c) => c.closed()).length, 8, 'slow second heads were not capped');
+    assert.equal(idle.filter((c) => c.closed()).length, 0, 'idle kept-alive connections were closed');
+    // An idle one still takes its next request whole.
+    idle[0]!.socket.write('GET /v1/data/.my HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.match(await new Promise<string>((resolve) => idle[0]!.socket.once('data', (d) => resolve(d.toString()))), /^HTTP\/1\.1 401/);
   } finally {
     for (const c of held) c.socket.destroy();
   }
