@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { nftRuleset, parseCidr, probeFence, type FencePolicy } from '../src/runtime/egressFence.ts';
+import { fencedHosts, nftRuleset, parseCidr, probeFence, type FencePolicy } from '../src/runtime/egressFence.ts';
 import { DEFAULT_LIMITS, probeSandbox } from '../src/runtime/sandbox.ts';
 import { Worker } from '../src/runtime/worker.ts';
 import { loadConfig } from '../src/config.ts';
@@ -56,6 +56,15 @@ def apply(targets):
             if proto == "tcp":
                 s = socket.create_connection((host, port), timeout=2)
                 out.append("OK " + s.recv(20).decode())
+            elif proto == "resolve":
+                out.append("OK " + ",".join(sorted({a[4][0] for a in socket.getaddrinfo(host, port, socket.AF_INET)})))
+            elif proto == "dns":
+                # A real query (for example.com, type A) straight to the NAT's DNS forwarder.
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.settimeout(2)
+                s.connect((host, port))
+                s.send(bytes.fromhex("abcd01000001000000000000076578616d706c6503636f6d0000010001"))
+                out.append("OK " + s.recv(512)[:2].hex())
             else:
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.settimeout(2)
@@ -101,6 +110,29 @@ def apply(targets):
       assert.equal(o.kind, 'result', JSON.stringify(o));
       const seen = JSON.parse((o as { body: Buffer }).body.toString()) as string[];
       assert.deepEqual(seen.slice(0, 2), ['OK HOST', 'OK HOST'], JSON.stringify(seen));
+      for (const [i, s] of seen.entries()) if (i >= 2) assert.match(s, /^REFUSED/, `${JSON.stringify(targets[i])}: ${s}`);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test('a build behind the fence resolves only the names it may reach (its /etc/hosts), and has no DNS at all', async () => {
+    const policy: FencePolicy = { reach: 'allowed', allow: [{ cidr: '127.0.0.1', ports: [port] }], deny: [], names: { 'registry.test': ['127.0.0.1'], 'bad name\n1.2.3.4 evil.test': ['127.0.0.1'] } };
+    assert.doesNotMatch(fencedHosts(policy), /evil/, 'a name with a space or line break reached /etc/hosts');
+    const w = await Worker.start({ runner: 'python', algoDir: dir, entry: 'probe.py', network: true, fence: policy, limits: DEFAULT_LIMITS });
+    try {
+      const targets = [
+        ['tcp', 'registry.test', port],
+        ['resolve', 'localhost', 80],
+        ['resolve', 'example.com', 80],
+        ['resolve', 'evil.test', 80],
+        ['dns', '10.0.2.3', 53],
+        ['tcp', '10.0.2.3', 53],
+      ];
+      const o = await w.call('json', Buffer.from(JSON.stringify(targets)), 30_000);
+      assert.equal(o.kind, 'result', JSON.stringify(o));
+      const seen = JSON.parse((o as { body: Buffer }).body.toString()) as string[];
+      assert.deepEqual(seen.slice(0, 2), ['OK HOST', 'OK 127.0.0.1'], JSON.stringify(seen));
       for (const [i, s] of seen.entries()) if (i >= 2) assert.match(s, /^REFUSED/, `${JSON.stringify(targets[i])}: ${s}`);
     } finally {
       await w.stop();

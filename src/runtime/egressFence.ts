@@ -69,7 +69,31 @@ export interface FencePolicy {
   allow: EgressRule[];
   /** Refused, whatever `reach` says: the host's own addresses, the deployment's services. */
   deny: string[];
+  /**
+   * With `allowed` (builds): the names the sandbox may resolve, with the addresses they had when
+   * the policy was made, for its /etc/hosts. Such a sandbox has no DNS at all: a query for any
+   * name would reach the host's resolver, and through it whoever serves that name (a channel
+   * out, however narrow).
+   */
+  names?: Record<string, string[]> | undefined;
 }
+
+/**
+ * The /etc/hosts of a sandbox behind a fence that allows only what it names (a build): its
+ * names, and localhost.
+ */
+export function fencedHosts(policy: FencePolicy): string {
+  const lines = ['127.0.0.1 localhost', '::1 localhost ip6-localhost'];
+  for (const [name, addresses] of Object.entries(policy.names ?? {}).sort(([a], [b]) => a.localeCompare(b))) {
+    // Names come from the operator's settings; a line break or a space in one would add a line or a name.
+    if (!/^[A-Za-z0-9.-]+$/.test(name)) continue;
+    for (const a of addresses) if (/^[0-9A-Fa-f.:]+$/.test(a)) lines.push(`${a} ${name}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** Where a fenced sandbox without DNS looks names up: its /etc/hosts alone. */
+export const FILES_ONLY_NSSWITCH = 'hosts: files\n';
 
 /** Azure's platform endpoint (its metadata and agent traffic), a public address the other rules would let through. */
 const AZURE_WIRESERVER = '168.63.129.16';
@@ -148,7 +172,8 @@ export function nftRuleset(policy: FencePolicy): string {
     // IPv6 neighbour discovery on the link, or IPv6 breaks before it starts.
     '    icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept',
     ...loopback,
-    `    ip daddr ${SLIRP_DNS} meta l4proto { tcp, udp } th dport 53 accept`,
+    // DNS only for what may reach the internet anyway: a build resolves nothing (FencePolicy.names).
+    ...(policy.reach === 'public' ? [`    ip daddr ${SLIRP_DNS} meta l4proto { tcp, udp } th dport 53 accept`] : []),
     // The NAT's own network: every address of it but the forwarder is the host's loopback, so
     // it is refused before any allowed range (10.0.0.0/8, say) could open it.
     `    ip daddr ${SLIRP_NET} reject with icmpx admin-prohibited`,

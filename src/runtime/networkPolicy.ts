@@ -19,6 +19,8 @@ export class SandboxNetwork {
     /** Why the fence cannot be made here, when it cannot (then `nat` is `none`, and builds have the host's network). */
     readonly fenceProblem: string | undefined,
     private readonly allow: EgressRule[],
+    /** The names in the operator's allow-list, with their addresses (a build's /etc/hosts). */
+    private readonly allowNames: Record<string, string[]>,
     /** The deployment's own services: its database, S3 store, NATS servers, wherever they are. */
     private readonly services: string[],
   ) {}
@@ -28,8 +30,8 @@ export class SandboxNetwork {
     const requested = config.algorithmNetwork;
     const support = requested === 'host' ? { available: false, reason: 'ALGOHOST_ALGORITHM_NETWORK=host' } : probe();
     const mode = requested === 'nat' && !support.available ? 'none' : requested;
-    const [allow, services] = await Promise.all([allowRules(config.egressAllow), addressesOf(serviceHosts(config))]);
-    return new SandboxNetwork(mode, support.available ? undefined : support.reason, allow, services);
+    const [{ rules, names }, services] = await Promise.all([allowRules(config.egressAllow), addressesOf(serviceHosts(config))]);
+    return new SandboxNetwork(mode, support.available ? undefined : support.reason, rules, names, services);
   }
 
   /** Whether algorithms may have the network at all (`network_access: full` is taken). */
@@ -49,12 +51,14 @@ export class SandboxNetwork {
 
   /**
    * The fence a build step runs behind: only `endpoints` (its registries and proxy, as URLs),
-   * resolved now, on their ports, and what the operator allows. Undefined where builds keep the
-   * host's network: with `host`, or where no fence can be made.
+   * resolved now, on their ports, and what the operator allows. Their names are all it can
+   * resolve (its /etc/hosts): it has no DNS. Undefined where builds keep the host's network:
+   * with `host`, or where no fence can be made.
    */
   async buildFence(endpoints: string[]): Promise<FencePolicy | undefined> {
     if (this.mode === 'host' || this.fenceProblem !== undefined) return undefined;
     const rules: EgressRule[] = [];
+    const names: Record<string, string[]> = { ...this.allowNames };
     for (const endpoint of endpoints) {
       let url: URL;
       try {
@@ -64,9 +68,12 @@ export class SandboxNetwork {
       }
       if (url.protocol !== 'http:' && url.protocol !== 'https:') continue;
       const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
-      for (const address of await resolve(url.hostname.replace(/^\[|\]$/g, ''))) rules.push(...reachable(address, [port]));
+      const host = url.hostname.replace(/^\[|\]$/g, '');
+      const addresses = await resolve(host);
+      if (!net.isIP(host) && addresses.length > 0) names[host.toLowerCase()] = addresses;
+      for (const address of addresses) rules.push(...reachable(address, [port]));
     }
-    return { reach: 'allowed', allow: [...rules, ...this.allow], deny: [] };
+    return { reach: 'allowed', allow: [...rules, ...this.allow], deny: [], names };
   }
 }
 
@@ -121,8 +128,14 @@ function reachable(address: string, ports: number[] | undefined): EgressRule[] {
   return [{ cidr: address, ports }];
 }
 
-async function allowRules(entries: EgressAllowEntry[]): Promise<EgressRule[]> {
+/** The allow-list as rules, and its names with their addresses. */
+async function allowRules(entries: EgressAllowEntry[]): Promise<{ rules: EgressRule[]; names: Record<string, string[]> }> {
   const rules: EgressRule[] = [];
-  for (const e of entries) for (const address of await resolve(e.host)) rules.push(...reachable(address, e.ports));
-  return rules;
+  const names: Record<string, string[]> = {};
+  for (const e of entries) {
+    const addresses = await resolve(e.host);
+    if (!net.isIP(e.host.split('/')[0] ?? '') && addresses.length > 0) names[e.host.toLowerCase()] = addresses;
+    for (const address of addresses) rules.push(...reachable(address, e.ports));
+  }
+  return { rules, names };
 }

@@ -6,7 +6,8 @@ import { seccompProgram } from './seccomp.ts';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
-import { FENCE_FD, FENCED_RESOLV_CONF, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
+import crypto from 'node:crypto';
+import { FENCE_FD, FENCED_RESOLV_CONF, fencedHosts, FILES_ONLY_NSSWITCH, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
 
 import type { RunnerKind } from './contract.ts';
 
@@ -200,16 +201,35 @@ function joinArgs(l: Launch, keep: number): string[] {
 /** Whether a launch goes behind the egress fence (its own namespace, the holder's pipes on FENCE_FD). */
 const fenced = (l: Launch): l is Launch & { fence: FencePolicy } => l.network && l.fence !== undefined;
 
-let resolvConf: string | undefined;
-/** A fenced sandbox's /etc/resolv.conf (the NAT's DNS forwarder), written once in a private directory. */
-function fencedResolvConf(): string {
-  if (resolvConf === undefined || !fs.existsSync(resolvConf)) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-net-'));
-    resolvConf = path.join(dir, 'resolv.conf');
-    fs.writeFileSync(resolvConf, FENCED_RESOLV_CONF, { mode: 0o644 });
-    fs.chmodSync(dir, 0o755);
+let etcDir: string | undefined;
+/**
+ * A file of `text` for a sandbox's /etc (its resolv.conf, hosts, nsswitch.conf), written once
+ * per content in a directory of the server's own, readable by the sandbox's user.
+ */
+function etcFile(text: string): string {
+  if (etcDir === undefined || !fs.existsSync(etcDir)) {
+    etcDir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-net-'));
+    fs.chmodSync(etcDir, 0o755);
   }
-  return resolvConf;
+  const file = path.join(etcDir, crypto.createHash('sha256').update(text).digest('hex').slice(0, 32));
+  if (!fs.existsSync(file)) {
+    // Whole or not at all: another launch may read it meanwhile.
+    const tmp = `${file}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`;
+    fs.writeFileSync(tmp, text, { mode: 0o644 });
+    fs.renameSync(tmp, file);
+  }
+  return file;
+}
+
+/**
+ * What a sandbox with the network sees of names: the host's resolver and /etc/hosts (the host's
+ * network); the NAT's DNS forwarder (an algorithm behind the fence); or no DNS, only an
+ * /etc/hosts of the names it may reach (a build behind the fence).
+ */
+function nameArgs(l: Launch): string[] {
+  if (!fenced(l)) return ['--ro-bind-try', '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/hosts', '/etc/hosts'];
+  if (l.fence.reach === 'public') return ['--ro-bind', etcFile(FENCED_RESOLV_CONF), '/etc/resolv.conf', '--ro-bind-try', '/etc/hosts', '/etc/hosts'];
+  return ['--ro-bind', etcFile(fencedHosts(l.fence)), '/etc/hosts', '--ro-bind', etcFile(FILES_ONLY_NSSWITCH), '/etc/nsswitch.conf'];
 }
 
 /** bwrap reads the seccomp program from this descriptor (a pipe the server fills). */
@@ -240,7 +260,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[]; options: Buffe
     l.writable ? '--bind' : '--ro-bind', path.resolve(l.algoDir), '/algo',
     '--ro-bind', RUNNERS_DIR, '/runner',
     ...Object.entries(l.binds ?? {}).flatMap(([host, inside]) => ['--ro-bind', host, inside]),
-    ...(l.network ? ['--ro-bind-try', fenced(l) ? fencedResolvConf() : '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/ssl', '/etc/ssl', '--ro-bind-try', '/etc/hosts', '/etc/hosts'] : []),
+    ...(l.network ? [...nameArgs(l), '--ro-bind-try', '/etc/ssl', '/etc/ssl'] : []),
     // bwrap builds the tree on a writable tmpfs root: make that root read-only, so /tmp
     // (a mount of its own) stays the only writable place.
     '--remount-ro', '/',
