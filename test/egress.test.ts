@@ -5,7 +5,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { isInternalAddress, refusedRange } from '../src/data/accounts/egress.ts';
+import { checkPublicEndpoint, isInternalAddress, refusedRange } from '../src/data/accounts/egress.ts';
+import { AppError } from '../src/errors.ts';
 
 /** Address → the range named when it is refused. */
 const REFUSED: [string, RegExp][] = [
@@ -115,4 +116,8 @@ test('public addresses, documentation ranges and public IPv4 inside IPv6 are not
     assert.equal(refusedRange(address), undefined, address);
     assert.equal(isInternalAddress(address), false, address);
   }
+});
+
+test('an account whose stored endpoint is not a URL answers 400 invalid_connector, naming the account, not 500', async () => {
+  await assert.rejects(checkPublicEndpoint('http://[not-an-address', 'nas'), (err: unknown) => err instanceof AppError && err.code === 'invalid_connector' && /"nas".*not a valid URL/.test(err.message));
 });

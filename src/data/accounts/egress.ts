@@ -108,7 +108,13 @@ export function isInternalAddress(address: string): boolean {
  * that changes its answer later (DNS rebinding).
  */
 export async function checkPublicEndpoint(url: string, label: string): Promise<void> {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+  let host: string;
+  try {
+    host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+  } catch {
+    // Checked when the account is made: a row that holds no URL was stored otherwise (an older version, by hand).
+    throw new AppError('invalid_connector', `the account "${label}" has an endpoint that is not a valid URL: change it (PATCH the account) or connect it again`);
+  }
   let addresses: string[];
   if (net.isIP(host)) {
     addresses = [host];
