@@ -152,7 +152,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const unsandboxed = !sandbox.available;
   // What sandboxes with the network get: the egress fence where it can be made (docs/security.md).
   const network = await SandboxNetwork.open(config, unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe);
-  const algorithms = new AlgorithmRegistry(store, markers, network.allowsNetwork);
+  // Whether algorithms may have the network: this node's fence decides where it runs them; where
+  // calls run on worker nodes (an API node), the operator's setting does, and each worker node
+  // gives what its own fence can (an API node without nftables still takes network_access "full").
+  const allowsNetwork = options.executor ? config.algorithmNetwork !== 'none' : network.allowsNetwork;
+  const algorithms = new AlgorithmRegistry(store, markers, allowsNetwork);
   const builder = new Builder({
     unsandboxed,
     installTimeoutMs: config.buildTimeoutMs,
@@ -172,7 +176,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     ...options.runtime,
   });
   const usage = new UsageRecorder(store, options.usage);
-  const calls = new CallService(releases, options.executor ?? runtime, network.allowsNetwork, usage);
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage);
   const keys = new KeyService(store);
   const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
     resultTtlMs: config.asyncResultTtlS * 1000,

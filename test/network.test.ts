@@ -71,6 +71,34 @@ describe('with ALGOHOST_ALGORITHM_NETWORK=none', () => {
   });
 });
 
+describe('on a node whose calls run elsewhere (an API node), without the fence here', () => {
+  let s: TestServer;
+  let ran = 0;
+  before(async () => {
+    // The executor stands for the worker nodes; this node cannot make the fence.
+    s = await startServer({
+      networkProbe: () => ({ available: false, reason: 'no nftables on this node' }),
+      executor: {
+        run: async () => {
+          ran++;
+          return { kind: 'result', contentType: 'json', body: Buffer.from('"ran"'), stdout: '', stdoutTruncated: false, durationMs: 1 };
+        },
+        close: async () => undefined,
+      },
+    });
+  });
+  after(() => s.close());
+
+  test('network_access "full" is taken: the operator\'s setting decides, and each worker node gives what its own fence can', async () => {
+    const alice = api(s.url, await s.user('alice'));
+    const r = await alice('/v1/algorithms/alice', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'Net', settings: { network_access: 'full' } }) });
+    assert.equal(r.status, 201, await r.text());
+    const health = await json(await fetch(`${s.url}/health`));
+    assert.equal(health.network.mode, 'none', 'this node itself cannot fence');
+    assert.equal(ran, 0);
+  });
+});
+
 describe('with ALGOHOST_ALGORITHM_NETWORK=host', () => {
   let s: TestServer;
   before(async () => {
