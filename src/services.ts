@@ -151,7 +151,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available;
   // What sandboxes with the network get: the egress fence where it can be made (docs/security.md).
-  const network = await SandboxNetwork.open(config, unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe);
+  const network = await SandboxNetwork.open(config, { probe: unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe });
   // Whether algorithms may have the network: this node's fence decides where it runs them; where
   // calls run on worker nodes (an API node), the operator's setting does, and each worker node
   // gives what its own fence can (an API node without nftables still takes network_access "full").

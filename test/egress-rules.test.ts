@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fencedHosts, nftRuleset, parseCidr, probeFence, type FencePolicy } from '../src/runtime/egressFence.ts';
 import { DEFAULT_LIMITS, probeSandbox } from '../src/runtime/sandbox.ts';
 import { Worker } from '../src/runtime/worker.ts';
+import { SandboxNetwork, SERVICES_RESOLVE_MS } from '../src/runtime/networkPolicy.ts';
 import { loadConfig } from '../src/config.ts';
 
 test('the NAT network is refused before any allowed range, loopback ports are TCP only, and nothing but addresses and ports reaches the rules', () => {
@@ -138,4 +139,30 @@ def apply(targets):
       await w.stop();
     }
   });
+});
+
+test("the deployment's services are resolved again: one that moves is refused at its new address, and still at its old", async () => {
+  let answer = ['203.0.113.5'];
+  let now = 0;
+  const asked: string[] = [];
+  const config = loadConfig({}, { ALGOHOST_HOME: os.tmpdir(), ALGOHOST_NATS_URL: 'nats://nats.internal:4222' });
+  const network = await SandboxNetwork.open(config, {
+    probe: () => ({ available: true }),
+    lookup: async (host) => {
+      asked.push(host);
+      return host === 'nats.internal' ? answer : [];
+    },
+    now: () => now,
+  });
+  const denied = () => network.algorithmFence()!.deny;
+  assert.ok(denied().includes('203.0.113.5'), JSON.stringify(denied()));
+  answer = ['203.0.113.9'];
+  now += SERVICES_RESOLVE_MS - 1;
+  assert.ok(!denied().includes('203.0.113.9'));
+  assert.equal(asked.length, 1, 'resolved again before its time');
+  now += 1;
+  denied();
+  await new Promise((r) => setImmediate(r));
+  assert.ok(denied().includes('203.0.113.9') && denied().includes('203.0.113.5'), JSON.stringify(denied()));
+  assert.equal(asked.length, 2);
 });

@@ -6,6 +6,20 @@ import { probeFence, type EgressRule, type FencePolicy, type FenceSupport } from
 
 export type NetworkMode = 'none' | 'nat' | 'host';
 
+/** How often the deployment's service names are resolved again (a database that moved, a NATS server replaced). */
+export const SERVICES_RESOLVE_MS = 30_000;
+/** At most this many addresses of the deployment's services are kept refused (every one they ever had, up to it). */
+const MAX_SERVICE_ADDRESSES = 256;
+
+/** What SandboxNetwork.open asks of the world: tests give their own. */
+export interface NetworkWorld {
+  /** Whether the fence can be made. */
+  probe?: (() => FenceSupport) | undefined;
+  /** A name's addresses (dns.lookup, all of them). */
+  lookup?: ((host: string) => Promise<string[]>) | undefined;
+  now?: (() => number) | undefined;
+}
+
 /**
  * What network the sandboxes of this server get (ALGOHOST_ALGORITHM_NETWORK), worked out once
  * at start: whether the egress fence can be made here, the operator's allow-list and the
@@ -21,17 +35,47 @@ export class SandboxNetwork {
     private readonly allow: EgressRule[],
     /** The names in the operator's allow-list, with their addresses (a build's /etc/hosts). */
     private readonly allowNames: Record<string, string[]>,
-    /** The deployment's own services: its database, S3 store, NATS servers, wherever they are. */
-    private readonly services: string[],
-  ) {}
+    /** The hosts of the deployment's own services: its database, S3 store, NATS servers, wherever they are. */
+    private readonly serviceHosts: string[],
+    /** Every address they have had since the start (up to MAX_SERVICE_ADDRESSES). */
+    private services: Set<string>,
+    private readonly lookup: (host: string) => Promise<string[]>,
+    private readonly now: () => number,
+  ) {
+    this.resolvedAt = now();
+  }
 
-  /** The server's network for its sandboxes; `probe` is whether the fence can be made (tests pass their own answer). */
-  static async open(config: Config, probe: () => FenceSupport = probeFence): Promise<SandboxNetwork> {
+  private resolvedAt: number;
+  private resolving = false;
+
+  /** The server's network for its sandboxes (`world`: how it finds out, for tests). */
+  static async open(config: Config, world: NetworkWorld = {}): Promise<SandboxNetwork> {
+    const lookup = world.lookup ?? lookupAll;
     const requested = config.algorithmNetwork;
-    const support = requested === 'host' ? { available: false, reason: 'ALGOHOST_ALGORITHM_NETWORK=host' } : probe();
+    const support = requested === 'host' ? { available: false, reason: 'ALGOHOST_ALGORITHM_NETWORK=host' } : (world.probe ?? probeFence)();
     const mode = requested === 'nat' && !support.available ? 'none' : requested;
-    const [{ rules, names }, services] = await Promise.all([allowRules(config.egressAllow), addressesOf(serviceHosts(config))]);
-    return new SandboxNetwork(mode, support.available ? undefined : support.reason, rules, names, services);
+    const hosts = serviceHosts(config);
+    const [{ rules, names }, services] = await Promise.all([allowRules(config.egressAllow, lookup), addressesOf(hosts, lookup)]);
+    return new SandboxNetwork(mode, support.available ? undefined : support.reason, rules, names, hosts, new Set(services), lookup, world.now ?? Date.now);
+  }
+
+  /**
+   * The deployment's services' addresses, resolved again in the background once they are older
+   * than SERVICES_RESOLVE_MS: a service that moves is refused at its new address from then on,
+   * and still at its old ones.
+   */
+  private serviceAddresses(): string[] {
+    const names = this.serviceHosts.filter((h) => !net.isIP(h));
+    if (names.length > 0 && !this.resolving && this.now() - this.resolvedAt >= SERVICES_RESOLVE_MS) {
+      this.resolving = true;
+      this.resolvedAt = this.now();
+      void addressesOf(names, this.lookup)
+        .then((found) => {
+          for (const a of found) if (this.services.size < MAX_SERVICE_ADDRESSES) this.services.add(a);
+        })
+        .finally(() => (this.resolving = false));
+    }
+    return [...this.services];
   }
 
   /** Whether algorithms may have the network at all (`network_access: full` is taken). */
@@ -46,7 +90,7 @@ export class SandboxNetwork {
    */
   algorithmFence(): FencePolicy | undefined {
     if (this.mode !== 'nat') return undefined;
-    return { reach: 'public', allow: this.allow, deny: [...hostAddresses(), ...this.services] };
+    return { reach: 'public', allow: this.allow, deny: [...hostAddresses(), ...this.serviceAddresses()] };
   }
 
   /**
@@ -69,7 +113,7 @@ export class SandboxNetwork {
       if (url.protocol !== 'http:' && url.protocol !== 'https:') continue;
       const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
       const host = url.hostname.replace(/^\[|\]$/g, '');
-      const addresses = await resolve(host);
+      const addresses = await resolve(host, this.lookup);
       if (!net.isIP(host) && addresses.length > 0) names[host.toLowerCase()] = addresses;
       for (const address of addresses) rules.push(...reachable(address, [port]));
     }
@@ -103,15 +147,19 @@ function hostAddresses(): string[] {
   return out;
 }
 
-async function addressesOf(hosts: string[]): Promise<string[]> {
-  return (await Promise.all(hosts.map(resolve))).flat();
+async function addressesOf(hosts: string[], lookup: (host: string) => Promise<string[]>): Promise<string[]> {
+  return (await Promise.all(hosts.map((h) => resolve(h, lookup)))).flat();
+}
+
+async function lookupAll(host: string): Promise<string[]> {
+  return (await dns.lookup(host, { all: true })).map((a) => a.address);
 }
 
 /** A name's addresses (an address is its own); none for a name that does not resolve. */
-async function resolve(host: string): Promise<string[]> {
+async function resolve(host: string, lookup: (host: string) => Promise<string[]>): Promise<string[]> {
   if (net.isIP(host.split('/')[0] ?? '')) return [host];
   try {
-    return (await dns.lookup(host, { all: true })).map((a) => a.address);
+    return await lookup(host);
   } catch {
     return [];
   }
@@ -129,11 +177,11 @@ function reachable(address: string, ports: number[] | undefined): EgressRule[] {
 }
 
 /** The allow-list as rules, and its names with their addresses. */
-async function allowRules(entries: EgressAllowEntry[]): Promise<{ rules: EgressRule[]; names: Record<string, string[]> }> {
+async function allowRules(entries: EgressAllowEntry[], lookup: (host: string) => Promise<string[]>): Promise<{ rules: EgressRule[]; names: Record<string, string[]> }> {
   const rules: EgressRule[] = [];
   const names: Record<string, string[]> = {};
   for (const e of entries) {
-    const addresses = await resolve(e.host);
+    const addresses = await resolve(e.host, lookup);
     if (!net.isIP(e.host.split('/')[0] ?? '') && addresses.length > 0) names[e.host.toLowerCase()] = addresses;
     for (const address of addresses) rules.push(...reachable(address, e.ports));
   }
