@@ -35,7 +35,11 @@ export class FairSlots {
   private running = 0;
   private readonly held = new Map<string, number>();
   private readonly waiting: { owner: string; start: () => void }[] = [];
-  /** When each owner was last given a slot (a count of slots given), for the turns. */
+  /**
+   * When each owner was last given a slot (a count of slots given), for the turns; kept after
+   * its requests end, so an owner who asks again as soon as one ends takes its turn, not a
+   * newcomer's (up to MAX_REMEMBERED owners).
+   */
   private readonly served = new Map<string, number>();
   private given = 0;
 
@@ -88,11 +92,19 @@ export class FairSlots {
       this.take(w!.owner);
       w!.start();
     }
-    // Owners with nothing running or waiting need no turn kept.
-    if (!this.held.has(owner) && !this.waiting.some((w) => w.owner === owner)) this.served.delete(owner);
+    if (this.served.size > FairSlots.MAX_REMEMBERED) this.forget();
   }
 
-  /** An owner never served (or forgotten) goes before any that was. */
+  /** How many owners' turns are remembered at most. */
+  static readonly MAX_REMEMBERED = 10_000;
+
+  /** Forgets the turns of the owners served longest ago that hold and wait for nothing, down to half of MAX_REMEMBERED. */
+  private forget(): void {
+    const idle = [...this.served].filter(([o]) => !this.held.has(o) && !this.waiting.some((w) => w.owner === o)).sort((a, b) => a[1] - b[1]);
+    for (const [o] of idle.slice(0, this.served.size - FairSlots.MAX_REMEMBERED / 2)) this.served.delete(o);
+  }
+
+  /** An owner never served (or forgotten, long ago) goes before any that was. */
   private turn(owner: string): number {
     return this.served.get(owner) ?? -1;
   }

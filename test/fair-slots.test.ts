@@ -55,3 +55,35 @@ test('the builder shares its slots this way', () => {
   assert.equal(b.slots.perOwner, MAX_BUILDS_PER_OWNER);
   assert.ok(MAX_BUILDS_PER_OWNER < MAX_CONCURRENT_BUILDS, 'one owner could hold every slot');
 });
+
+test('an owner who asks again as soon as a build ends takes its turn: it is not a newcomer who goes first', async () => {
+  const h = harness(new FairSlots(2, 1));
+  h.ask('dave', 'd0');
+  h.ask('bob', 'b0');
+  h.ask('dave', 'd1');
+  h.ask('bob', 'b1');
+  h.ask('alice', 'a0');
+  await h.settle();
+  assert.deepEqual(h.started, ['d0', 'b0']);
+  await h.finish('d0');
+  // alice, never served, goes first; then dave's turn.
+  assert.deepEqual(h.started, ['d0', 'b0', 'a0']);
+  await h.finish('a0');
+  assert.deepEqual(h.started, ['d0', 'b0', 'a0', 'd1']);
+  // alice asks again at once: bob, served before her and waiting since, goes first.
+  h.ask('alice', 'a1');
+  await h.settle();
+  await h.finish('b0');
+  assert.deepEqual(h.started, ['d0', 'b0', 'a0', 'd1', 'b1'], 'alice went before bob, whose turn it was');
+  await h.finish('d1');
+  assert.deepEqual(h.started, ['d0', 'b0', 'a0', 'd1', 'b1', 'a1']);
+});
+
+test('the turns of owners gone idle are forgotten once more than MAX_REMEMBERED are kept', async () => {
+  const slots = new FairSlots(2, 1);
+  for (let i = 0; i <= FairSlots.MAX_REMEMBERED; i++) (await slots.acquire(`owner${i}`))();
+  const served = (slots as unknown as { served: Map<string, number> }).served;
+  assert.ok(served.size <= FairSlots.MAX_REMEMBERED / 2 + 1, `${served.size} turns kept`);
+  // The most recent are the ones kept.
+  assert.ok(served.has(`owner${FairSlots.MAX_REMEMBERED}`));
+});
