@@ -1,25 +1,30 @@
 /**
- * The server side of test/egress-fence.test.ts, run inside the test's "server" network
- * namespace (never on its own): a real algohost server (its default, ALGOHOST_ALGORITHM_NETWORK
- * =nat) and a stand-in npm registry on this namespace's 127.0.0.1; hostile algorithms (Python
- * and JavaScript) and hostile builds (an npm preinstall, a setup.py) try every target, and what
- * each saw is printed as one JSON line for the outer test to judge.
+ * The server side of the egress-fence suite (test/helpers/egressFence.ts), run inside the
+ * test's "server" network namespace (never on its own): the deployment under test, with its
+ * default ALGOHOST_ALGORITHM_NETWORK=nat, and a stand-in npm registry on this namespace's
+ * 127.0.0.1; hostile algorithms (Python and JavaScript) and hostile builds (an npm preinstall, a
+ * setup.py) try every target, and what each saw is printed as one JSON line for the outer test
+ * to judge.
  *
- * Environment: PROBE_TARGETS (JSON: [{ name, proto, host, port }]).
+ * The deployment (PROBE_CONFIGURATION "one node"): an all-in-one server in this process
+ * (test/helpers/server.ts).
+ * Every service of the deployment listens on 127.0.0.1 only; a relay puts each of their ports on
+ * the server's address (198.51.100.2) too, as a service listening on every address would be, so
+ * that a probe refused there was refused by the fence, not by nobody listening.
+ *
+ * Environment: PROBE_TARGETS (JSON: [{ name, proto, host, port }]), PROBE_CONFIGURATION.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net from 'node:net';
 import { api, json, startServer } from './helpers/server.ts';
 import { callAlgo, createAlgorithm, release, upload } from './helpers/algorithms.ts';
-
-interface Target {
-  name: string;
-  proto: 'tcp' | 'udp';
-  host: string;
-  port: number;
-}
+import { serviceTargets, type Configuration, type Service, type Target } from './helpers/egressTargets.ts';
 
 const targets = JSON.parse(process.env.PROBE_TARGETS!) as Target[];
+const configuration = process.env.PROBE_CONFIGURATION as Configuration;
+const SERVER_ADDRESS = '198.51.100.2';
+/** Longest the whole of this script may take to stop once done (a connection left open must not hold it). */
+const EXIT_MS = 10_000;
 
 /** Tries each target: a TCP connection or a UDP datagram, each waiting at most 2 s for an answer. */
 const PY_PROBE = `import json, socket
@@ -39,9 +44,13 @@ def probe(targets):
                 out[t["name"]] = "OK made a " + t["proto"] + " socket"
             elif t["proto"] == "tcp":
                 s = socket.create_connection((host, port), timeout=2)
-                s.settimeout(2)
-                s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
-                out[t["name"]] = "OK " + s.recv(200).decode(errors="replace").strip().split("\\n")[0].strip()
+                # Connected is reached, whatever the other end then says (PostgreSQL closes on this).
+                try:
+                    s.settimeout(2)
+                    s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+                    out[t["name"]] = "OK " + (s.recv(200).decode(errors="replace").strip().split("\\n")[0].strip() or "connected, closed without an answer")
+                except Exception as e:
+                    out[t["name"]] = "OK connected, then " + type(e).__name__
             else:
                 infos = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM)
                 s = socket.socket(infos[0][0], socket.SOCK_DGRAM)
@@ -59,10 +68,14 @@ const dgram = require('node:dgram');
 const dns = require('node:dns/promises');
 function tcp(host, port) {
   return new Promise((resolve) => {
-    const s = net.connect({ host, port, timeout: 2000 }, () => s.write('GET / HTTP/1.0\\r\\n\\r\\n'));
-    s.once('data', (d) => { resolve('OK ' + d.toString().split('\\n')[0].trim()); s.destroy(); });
-    s.once('timeout', () => { resolve('REFUSED timeout'); s.destroy(); });
-    s.once('error', (e) => resolve('REFUSED ' + (e.code || e.message)));
+    // Connected is reached, whatever the other end then says (PostgreSQL closes on this).
+    let connected = false;
+    const s = net.connect({ host, port, timeout: 2000 }, () => { connected = true; s.write('GET / HTTP/1.0\\r\\n\\r\\n'); });
+    const done = (what) => { resolve(what); s.destroy(); };
+    s.once('data', (d) => done('OK ' + d.toString().split('\\n')[0].trim()));
+    s.once('timeout', () => done(connected ? 'OK connected, no answer' : 'REFUSED timeout'));
+    s.once('error', (e) => done((connected ? 'OK connected, then ' : 'REFUSED ') + (e.code || e.message)));
+    s.once('close', () => done(connected ? 'OK connected, closed without an answer' : 'REFUSED closed'));
   });
 }
 async function udp(host, port) {
@@ -84,25 +97,71 @@ async function probe(targets) {
 module.exports = { probe };
 `;
 
+/** The deployment under test, as its clients and the probes see it. */
+interface Deployment {
+  /** Where clients call: the API node. */
+  url: string;
+  /** Creates a user; its API key. */
+  user(name: string): Promise<string>;
+  /** Each of the deployment's own services: its TCP port on this namespace's 127.0.0.1. */
+  ports: Partial<Record<Service, number>>;
+  close(): Promise<void>;
+}
+
+/** An all-in-one server in this process. */
+async function oneNode(env: Record<string, string>): Promise<Deployment> {
+  const s = await startServer({ env });
+  return { url: s.url, user: (name) => s.user(name), ports: { api: Number(new URL(s.node).port) }, close: () => s.close() };
+}
+
+/** Each of `ports` of 127.0.0.1 on the server's address too, by a relay passing bytes untouched; close() closes it and its connections. */
+async function onServerAddress(ports: number[]): Promise<{ close(): void }> {
+  const sockets = new Set<net.Socket>();
+  const track = (s: net.Socket) => (sockets.add(s), s.once('close', () => sockets.delete(s)));
+  const relays = await Promise.all(
+    ports.map(
+      (port) =>
+        new Promise<net.Server>((resolve, reject) => {
+          const relay = net.createServer((client) => {
+            const upstream = net.connect({ host: '127.0.0.1', port });
+            track(client);
+            track(upstream);
+            client.on('error', () => upstream.destroy());
+            upstream.on('error', () => client.destroy());
+            client.pipe(upstream).pipe(client);
+          });
+          relay.once('error', reject);
+          relay.listen(port, SERVER_ADDRESS, () => resolve(relay));
+        }),
+    ),
+  );
+  return {
+    close() {
+      for (const r of relays) r.close();
+      for (const s of sockets) s.destroy();
+    },
+  };
+}
+
 async function main(): Promise<void> {
   // The stand-in registry: anything on 127.0.0.1:<port> of this namespace, named in ALGOHOST_BUILD_NPM_REGISTRY and _PIP_INDEX_URL.
   const registry = http.createServer((_req, res) => res.end('REGISTRY'));
   await new Promise<void>((r) => registry.listen(0, '127.0.0.1', r));
-  const registryPort = (registry.address() as AddressInfo).port;
-  const s = await startServer({ env: { ALGOHOST_BUILD_NPM_REGISTRY: `http://127.0.0.1:${registryPort}/`, ALGOHOST_BUILD_PIP_INDEX_URL: `http://127.0.0.1:${registryPort}/simple/` } });
-  const apiPort = Number(new URL(s.node).port);
-  // What only this side knows: the API node's port, the registry's, here and on this namespace's own address.
-  const all: Target[] = [
-    ...targets,
-    { name: 'api on 127.0.0.1', proto: 'tcp', host: '127.0.0.1', port: apiPort },
-    { name: 'api on the server address', proto: 'tcp', host: '198.51.100.2', port: apiPort },
-    { name: 'api by a name resolving to the server address', proto: 'tcp', host: 'api.test', port: apiPort },
-    { name: 'api through the NAT gateway', proto: 'tcp', host: '10.0.2.2', port: apiPort },
-    { name: 'registry', proto: 'tcp', host: '127.0.0.1', port: registryPort },
-  ];
+  const registryPort = (registry.address() as net.AddressInfo).port;
+  const env = { ALGOHOST_BUILD_NPM_REGISTRY: `http://127.0.0.1:${registryPort}/`, ALGOHOST_BUILD_PIP_INDEX_URL: `http://127.0.0.1:${registryPort}/simple/` };
+  if (configuration !== 'one node') throw new Error(`PROBE_CONFIGURATION: ${configuration} is not made here yet`);
+  const d = await oneNode(env);
   const results: Record<string, unknown> = {};
+  let relays: { close(): void } | undefined;
   try {
-    const alice = api(s.url, await s.user('alice'));
+    relays = await onServerAddress(Object.values(d.ports));
+    // What only this side knows: the ports of the deployment's services and of the registry.
+    const all: Target[] = [
+      ...targets,
+      ...Object.entries(d.ports).flatMap(([service, port]) => serviceTargets(service as Service, port)),
+      { name: 'registry', proto: 'tcp', host: '127.0.0.1', port: registryPort },
+    ];
+    const alice = api(d.url, await d.user('alice'));
     const settings = { network_access: 'full' };
     await release(alice, 'alice', 'PyProbe', { 'src/PyProbe.py': `${PY_PROBE}\ndef apply(targets):\n    return probe(targets)\n` }, { settings: { ...settings, language: 'python3' } });
     await release(alice, 'alice', 'JsProbe', { 'src/probe.js': JS_PROBE, 'src/index.js': "const { probe } = require('./probe.js');\nexports.apply = (targets) => probe(targets);\n", 'package.json': '{"type":"commonjs"}' }, { settings: { ...settings, language: 'javascript' } });
@@ -112,7 +171,7 @@ async function main(): Promise<void> {
     }
     // An algorithm on a server whose deployment names 198.51.100.1 among its own services
     // (ALGOHOST_NATS_URL): that address is refused too, public as it is.
-    results.deployment = await deploymentRefused(all.filter((t) => t.name === 'internet tcp'));
+    if (configuration === 'one node') results.deployment = await deploymentRefused(all.filter((t) => t.name === 'internet tcp'));
 
     // Builds: an npm preinstall script and a setup.py try every target while installing.
     const jsBuild = { 'package.json': JSON.stringify({ name: 'hostile', version: '1.0.0', dependencies: { dummy: 'file:./dummy' }, scripts: { preinstall: 'node probe-run.js' } }), 'probe.js': JS_PROBE, 'probe-run.js': `require('./probe.js').probe(${JSON.stringify(all)}).then((r) => console.log('PROBE ' + JSON.stringify(r)));\n`, 'dummy/package.json': '{"name":"dummy","version":"1.0.0"}', 'src/index.js': 'exports.apply = () => 1;\n' };
@@ -120,7 +179,8 @@ async function main(): Promise<void> {
     const pyBuild = { 'src/PyBuild.py': 'def apply(x):\n    return 1\n', 'requirements.txt': './pkg\n', 'pkg/setup.py': `${PY_PROBE}\nimport json\n# pip shows a setup.py's output only when it fails: it fails, saying what it reached.\nraise SystemExit("PROBE " + json.dumps(probe(${JSON.stringify(all)})))\n` };
     results.pipBuild = await buildLog(alice, 'PyBuild', 'python3', pyBuild);
   } finally {
-    await s.close();
+    relays?.close();
+    await d.close();
     registry.close();
   }
   process.stdout.write(`RESULTS ${JSON.stringify(results)}\n`);
@@ -148,7 +208,9 @@ async function deploymentRefused(internet: Target[]): Promise<unknown> {
   }
 }
 
-main().catch((err: unknown) => {
-  process.stdout.write(`FAILED ${(err as Error).stack ?? String(err)}\n`);
-  process.exitCode = 1;
-});
+main()
+  .catch((err: unknown) => {
+    process.stdout.write(`FAILED ${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  })
+  .finally(() => setTimeout(() => process.exit(), EXIT_MS).unref());
