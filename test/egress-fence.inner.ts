@@ -6,23 +6,38 @@
  * setup.py) try every target, and what each saw is printed as one JSON line for the outer test
  * to judge.
  *
- * The deployment (PROBE_CONFIGURATION "one node"): an all-in-one server in this process
- * (test/helpers/server.ts).
+ * The deployment, by PROBE_CONFIGURATION:
+ * - "one node": an all-in-one server in this process (test/helpers/server.ts);
+ * - "cluster": as docs/cluster.md runs one, each a process of its own on this namespace's
+ *   loopback: PostgreSQL (test/helpers/postgres.ts), s3rver (test/helpers/s3.ts), a secure
+ *   nats-server (test/helpers/nats.ts: TLS, a user per role), an API node (`serve --role api`,
+ *   where builds run) and a worker node (`algohost worker --port 0`, where algorithms run,
+ *   answering /health on its port), all with ALGOHOST_CLUSTER_SECRET. Each is stopped by its
+ *   pid (PostgreSQL by pg_ctl stop) whatever happens.
  * Every service of the deployment listens on 127.0.0.1 only; a relay puts each of their ports on
  * the server's address (198.51.100.2) too, as a service listening on every address would be, so
  * that a probe refused there was refused by the fence, not by nobody listening.
  *
  * Environment: PROBE_TARGETS (JSON: [{ name, proto, host, port }]), PROBE_CONFIGURATION.
  */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
-import { api, json, startServer } from './helpers/server.ts';
+import { api, json, startServer, tempHome } from './helpers/server.ts';
 import { callAlgo, createAlgorithm, release, upload } from './helpers/algorithms.ts';
 import { serviceTargets, type Configuration, type Service, type Target } from './helpers/egressTargets.ts';
+import { createDatabase, startPostgres } from './helpers/postgres.ts';
+import { S3RVER_KEY, startS3 } from './helpers/s3.ts';
+import { startNats } from './helpers/nats.ts';
+import { startWorker, stopWorker } from './helpers/cluster.ts';
+import { runCli, startServerProcess, within } from './helpers/process.ts';
 
 const targets = JSON.parse(process.env.PROBE_TARGETS!) as Target[];
 const configuration = process.env.PROBE_CONFIGURATION as Configuration;
 const SERVER_ADDRESS = '198.51.100.2';
+/** Longest a node of the cluster, or the admin CLI, may take to start or stop (another suite's builds may load the machine). */
+const NODE_MS = 60_000;
 /** Longest the whole of this script may take to stop once done (a connection left open must not hold it). */
 const EXIT_MS = 10_000;
 
@@ -114,6 +129,55 @@ async function oneNode(env: Record<string, string>): Promise<Deployment> {
   return { url: s.url, user: (name) => s.user(name), ports: { api: Number(new URL(s.node).port) }, close: () => s.close() };
 }
 
+/** A cluster as docs/cluster.md runs one: its backends, an API node and a worker node, as processes; all stopped by close(), or here if one fails to start. */
+async function cluster(extra: Record<string, string>): Promise<Deployment> {
+  const stops: Array<() => unknown> = [];
+  const close = async () => {
+    for (const stop of stops.reverse()) await Promise.resolve().then(stop).catch((err: unknown) => process.stderr.write(`stopping the cluster: ${String(err)}\n`));
+  };
+  /** `p`, its `stop` kept as soon as it has started. */
+  const kept = <T>(p: Promise<T>, stop: (started: T) => unknown) => p.then((started) => (stops.push(() => stop(started)), started));
+  try {
+    const backends = [kept(startPostgres(), (pg) => pg.stop()), kept(startS3(['egress']), (s3) => s3.stop()), kept(startNats({ secure: true }), (nats) => nats.stop())] as const;
+    await Promise.allSettled(backends); // each one that started is kept, whichever failed
+    const [pg, s3, nats] = await Promise.all(backends);
+    const env = {
+      ALGOHOST_DATABASE_URL: await createDatabase(pg.adminUrl, 'egress'),
+      ALGOHOST_BLOBS: `s3://egress/e?endpoint=${encodeURIComponent(s3.endpoint)}&force_path_style=true`,
+      AWS_ACCESS_KEY_ID: S3RVER_KEY.access_key_id,
+      AWS_SECRET_ACCESS_KEY: S3RVER_KEY.secret_access_key,
+      ALGOHOST_NATS_CA: nats.ca!,
+      ALGOHOST_CLUSTER_SECRET: crypto.randomBytes(32).toString('hex'),
+      ...extra,
+    };
+    const homes = [tempHome('algohost-egress-api-'), tempHome('algohost-egress-cli-')] as const;
+    stops.push(() => homes.forEach((h) => fs.rmSync(h, { recursive: true, force: true })));
+    const apiNode = await startServerProcess({ home: homes[0], env: { ...env, ALGOHOST_NATS_URL: nats.urlFor('api') }, args: ['--role', 'api'], timeoutMs: NODE_MS });
+    stops.push(() => apiNode.kill('SIGTERM', NODE_MS).catch(() => apiNode.kill('SIGKILL')));
+    const worker = await startWorker({ ...env, ...nats.nextWorker() }, ['--port', '0']);
+    stops.push(async () => {
+      worker.child.kill('SIGTERM');
+      await within(worker.exited, NODE_MS, 'the worker node did not stop').catch(() => undefined);
+      await stopWorker(worker); // SIGKILL if it is still there, and its home removed
+    });
+    const health = /\/health at http:\/\/127\.0\.0\.1:(\d+)/.exec(worker.output());
+    if (!health) throw new Error(`the worker node did not say where its /health is:\n${worker.output()}`);
+    return {
+      url: apiNode.url,
+      async user(name) {
+        const r = await runCli(['user', 'create', name], homes[1], NODE_MS, env);
+        if (r.code !== 0) throw new Error(`user create ${name}: ${r.code} ${r.stderr}`);
+        return (JSON.parse(r.stdout) as { api_key: string }).api_key;
+      },
+      ports: { api: Number(new URL(apiNode.url).port), postgres: pg.port, s3: Number(new URL(s3.endpoint).port), nats: nats.port, 'worker health': Number(health[1]) },
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
 /** Each of `ports` of 127.0.0.1 on the server's address too, by a relay passing bytes untouched; close() closes it and its connections. */
 async function onServerAddress(ports: number[]): Promise<{ close(): void }> {
   const sockets = new Set<net.Socket>();
@@ -149,8 +213,7 @@ async function main(): Promise<void> {
   await new Promise<void>((r) => registry.listen(0, '127.0.0.1', r));
   const registryPort = (registry.address() as net.AddressInfo).port;
   const env = { ALGOHOST_BUILD_NPM_REGISTRY: `http://127.0.0.1:${registryPort}/`, ALGOHOST_BUILD_PIP_INDEX_URL: `http://127.0.0.1:${registryPort}/simple/` };
-  if (configuration !== 'one node') throw new Error(`PROBE_CONFIGURATION: ${configuration} is not made here yet`);
-  const d = await oneNode(env);
+  const d = await (configuration === 'cluster' ? cluster(env) : oneNode(env));
   const results: Record<string, unknown> = {};
   let relays: { close(): void } | undefined;
   try {

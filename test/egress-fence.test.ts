@@ -10,7 +10,8 @@
  * internet and nothing else; builds reach their configured registry (a stand-in on the
  * server's loopback) and nothing else; no leak listener hears from any of them.
  *
- * The targets and assertions are test/helpers/egressFence.ts and test/helpers/egressTargets.ts.
+ * The targets and assertions are shared with the cluster's run (test/egress-fence-cluster.test.ts):
+ * test/helpers/egressFence.ts, test/helpers/egressTargets.ts.
  */
 import { egressFenceSuite } from './helpers/egressFence.ts';
 

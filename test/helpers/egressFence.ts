@@ -1,7 +1,7 @@
 /**
  * The egress-fence suite of issue 22 (docs/security.md, "The egress fence"), for one
- * configuration of the deployment under test: test/egress-fence.test.ts runs it on one node.
- * Each configuration shares this: the network of the test's own
+ * configuration of the deployment under test: test/egress-fence.test.ts runs it on one node,
+ * test/egress-fence-cluster.test.ts in a cluster. Both share this: the network of the test's own
  * (test/helpers/netns.ts), the server side (test/egress-fence.inner.ts, run in its "server"
  * namespace), the targets (test/helpers/egressTargets.ts) and the assertions.
  */
