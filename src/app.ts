@@ -19,6 +19,8 @@ import { Lingering } from './http/linger.ts';
 import { capHeaderPhase } from './http/headerCap.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
+import { eventRoutes } from './http/eventRoutes.ts';
+import { EventFeed } from './events/feed.ts';
 import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
 import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { consoleRoutes } from './console/routes.ts';
@@ -165,6 +167,11 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   deprecated('/api', '/v1');
   deprecated('/data', '/v1/data');
 
+  // The outbox of events, read for the live streams of this node (docs/events.md).
+  const feed = new EventFeed(services.store, app.log);
+  feed.keepFor(services.config.eventRetentionH * 3_600_000);
+  app.addHook('preClose', async () => feed.close());
+
   app.register(webPreflight);
   // Console sign-in: user name and password for a session cookie (no key needed to ask).
   app.register(sessionRoutes, { sessions: services.sessions });
@@ -215,6 +222,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(usageRoutes, { usage: services.usage, users: services.users });
+    await authed.register(eventRoutes, { feed, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the

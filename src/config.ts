@@ -113,6 +113,8 @@ export interface Config {
   nodeName: string | undefined;
   /** ALGOHOST_ASYNC_RESULT_TTL_S: how long the answer of a call with output=void is kept for GET /v1/requests/:id. */
   asyncResultTtlS: number;
+  /** ALGOHOST_EVENT_RETENTION_H: how long events are kept for the live stream to resume from (docs/events.md). */
+  eventRetentionH: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
   sessionTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
@@ -192,6 +194,7 @@ export const DEFAULTS = {
   shutdownTimeoutMs: 30_000,
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
+  eventRetentionH: 24,
   sessionTtlS: 43_200,
   asyncAttempts: 3,
   demo: true,
@@ -731,6 +734,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => nodeName(env.ALGOHOST_NODE_NAME),
     docs: [
       { vars: ["ALGOHOST_NODE_NAME"], shown: "unset: a random name at each start", meaning: "This node's name on the cluster bus (1 to 64 letters, digits, `-`, `_`), unique in the cluster: it names the node in `algohost cluster status` and in the subjects it takes jobs, beats and answers on. A worker node with a NATS user of its own (docs/cluster.md) must be given the name that user's permissions name: with any other, the NATS server refuses its subscriptions and it stops at start." },
+    ],
+  },
+  eventRetentionH: {
+    read: (env) => int('ALGOHOST_EVENT_RETENTION_H', env.ALGOHOST_EVENT_RETENTION_H, DEFAULTS.eventRetentionH, 1, 24 * 90),
+    docs: [
+      { vars: ["ALGOHOST_EVENT_RETENTION_H"], shown: code(DEFAULTS.eventRetentionH), meaning: "How long events are kept, in hours (1 to 90 days): a live stream (`GET /v1/users/:user/events`) resumes with `Last-Event-ID` after an event kept that long; an older one answers 410 `event_expired` (docs/events.md)." },
     ],
   },
   asyncResultTtlS: {

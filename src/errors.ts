@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   no_build: 409,
   already_published: 409,
   deprecated_route: 410,
+  event_expired: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
   range_not_satisfiable: 416,

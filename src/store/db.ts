@@ -23,6 +23,11 @@ export interface MetadataStore {
    */
   write<T>(fn: (trx: Db) => Promise<T>): Promise<T>;
   /**
+   * Calls `listener` after every `write` of this process that committed (the outbox's readers
+   * wake on it, rather than wait for their next poll). Returns a function that stops it.
+   */
+  onCommit(listener: () => void): () => void;
+  /**
    * A read on the hot path (every call authenticates and resolves), compiled by Kysely once
    * and then run with new parameters, in the order they appear in the query, without building
    * and compiling it again per request.

@@ -8,6 +8,7 @@ import type { Schema } from './schema.ts';
 import type { MetadataStore } from './db.ts';
 import { CHANGE_NOTICES, MIGRATIONS } from './migrations.ts';
 import { redactUrl } from './redact.ts';
+import { Listeners } from './listeners.ts';
 
 export interface PostgresOptions {
   /** postgres://user:password@host:port/database (ALGOHOST_DATABASE_URL). */
@@ -101,6 +102,7 @@ const READ = /^\s*(select|show)\b/i;
 export async function openPostgresStore(options: PostgresOptions): Promise<MetadataStore> {
   const url = options.url;
   // Safe in a `-c` option: no spaces, no quotes.
+  const committed = new Listeners();
   const instance = `${os.hostname().replace(/[^\w.-]/g, '_')}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
   const config: pg.PoolConfig = {
     connectionString: url,
@@ -150,11 +152,15 @@ export async function openPostgresStore(options: PostgresOptions): Promise<Metad
     db,
     instance,
     location: redactUrl(url),
-    write: (fn) =>
-      db.transaction().execute(async (trx) => {
+    write: async (fn) => {
+      const result = await db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(${sql.lit(LOCK_NAMESPACE)}, ${sql.lit(WRITE_LOCK)})`.execute(trx);
         return fn(trx);
-      }),
+      });
+      committed.emit();
+      return result;
+    },
+    onCommit: (listener) => committed.add(listener),
     prepared<R>(query: Compilable<R>) {
       const compiled = query.compile();
       return async (params: readonly unknown[]) => (await db.executeQuery<R>(CompiledQuery.raw(compiled.sql, [...params]))).rows;

@@ -220,7 +220,28 @@ export interface UsageTable {
   bytes_out: number;
 }
 
+/**
+ * The outbox of events (src/events/outbox.ts): each written in the transaction of the change it
+ * tells of. `id` orders them across users (writes are serialised, so ids commit in order);
+ * `seq` counts a user's own events from 1.
+ */
+export interface EventsTable {
+  id: Generated<number>;
+  /** The CloudEvent's id (`evt_…`), what a consumer sees and resumes from. */
+  event_id: string;
+  user_id: number;
+  seq: number;
+  type: string;
+  /** The canonical URI the event is about (`data://alice/inbox/a.txt`). */
+  subject: string;
+  /** When the change was made, ms. */
+  time: number;
+  /** The event's `data`, JSON. */
+  data: string;
+}
+
 export interface Schema {
+  events: EventsTable;
   sessions: SessionsTable;
   signin_failures: SigninFailuresTable;
   usage: UsageTable;

@@ -4,6 +4,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CompiledQuery, Kysely, SqliteDialect, sql, type Compilable } from 'kysely';
 import type { Schema } from './schema.ts';
+import { Listeners } from './listeners.ts';
 import type { MetadataStore } from './db.ts';
 import { MIGRATIONS } from './migrations.ts';
 
@@ -33,6 +34,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
   // While a write transaction is open on the one connection, a direct read would see its
   // uncommitted rows: reads then take Kysely's way, which waits for the transaction to end.
   let writing = 0;
+  const committed = new Listeners();
   const instance = crypto.randomUUID();
   return {
     dialect: 'sqlite',
@@ -54,6 +56,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
           try {
             const result = await fn(conn);
             await sql`COMMIT`.execute(conn);
+            committed.emit();
             return result;
           } catch (err) {
             await sql`ROLLBACK`.execute(conn);
@@ -63,6 +66,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
           writing--;
         }
       }),
+    onCommit: (listener) => committed.add(listener),
     version: () => (writing > 0 ? `w${generation}` : `${generation}:${commits.count()}`),
     prepared<R>(query: Compilable<R>) {
       const compiled = query.compile();

@@ -6,6 +6,7 @@ import { DEFAULT_ACL, aclFromStored, aclToApi, canRead, isOwner, parseAcl, type 
 import { BlobMissingError, type BlobStore } from '../blobStore.ts';
 import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptions } from '../connector.ts';
 import { contentTypeFor } from '../contentType.ts';
+import { appendEvent, appendEvents } from '../../events/outbox.ts';
 import type { MarkerCodec, Position } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
 
@@ -268,6 +269,14 @@ export class HostedConnector implements Connector {
           throw new AppError('storage_unavailable', 'the upload was interrupted while this server had lost the database; send it again');
         }
         const existing = await this.checkFileTarget(trx, owner, rel);
+        const name = rel[rel.length - 1]!;
+        await appendEvent(trx, {
+          userId: owner.id,
+          type: existing ? 'data.file.updated' : 'data.file.created',
+          subject: uri(owner, rel),
+          data: { size, content_type: contentTypeFor(name), etag: `"${blobId}"`, by: principal.username },
+          time: now,
+        });
         if (existing) {
           await trx.updateTable('nodes').set({ blob_id: blobId, size, modified_at: now }).where('id', '=', existing.id).execute();
           await trx.insertInto('pending_blobs').values({ blob_id: existing.blob_id!, created_at: now, holder: this.store.instance }).execute();
@@ -333,6 +342,7 @@ export class HostedConnector implements Connector {
         .insertInto('nodes')
         .values({ owner_id: owner.id, dir: parentRel.join('/'), name, kind: 'dir', acl, blob_id: null, size: 0, created_at: now, modified_at: now })
         .execute();
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.created', subject: uri(owner, rel), data: { by: principal.username }, time: now });
     });
     return uri(owner, rel);
   }
@@ -368,15 +378,16 @@ export class HostedConnector implements Connector {
         if (!current || current.kind !== 'file') throw notFound(uri(owner, rel));
         await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now(), holder: this.store.instance }).execute();
         await trx.deleteFrom('nodes').where('id', '=', current.id).execute();
+        await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, by: principal.username } });
         return current.blob_id!;
       });
       await this.releaseBlobs([blob]);
       return 1;
     }
-    return force ? this.deleteTree(owner, rel) : this.deleteEmptyDir(owner, rel);
+    return force ? this.deleteTree(principal, owner, rel) : this.deleteEmptyDir(principal, owner, rel);
   }
 
-  private async deleteEmptyDir(owner: Owner, rel: string[]): Promise<number> {
+  private async deleteEmptyDir(principal: Principal, owner: Owner, rel: string[]): Promise<number> {
     const dir = rel.join('/');
     await this.store.write(async (trx) => {
       const child = await trx.selectFrom('nodes').select('id').where('owner_id', '=', owner.id).where('dir', '=', dir).limit(1).executeTakeFirst();
@@ -391,6 +402,7 @@ export class HostedConnector implements Connector {
         .where('kind', '=', 'dir')
         .executeTakeFirst();
       if (Number(res.numDeletedRows) === 0) throw notFound(uri(owner, rel));
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.deleted', subject: uri(owner, rel), data: { by: principal.username } });
     });
     return 0;
   }
@@ -401,7 +413,7 @@ export class HostedConnector implements Connector {
    * file left (a file uploaded meanwhile is caught by that check). A failure part-way
    * answers how many files were already deleted.
    */
-  private async deleteTree(owner: Owner, rel: string[]): Promise<number> {
+  private async deleteTree(principal: Principal, owner: Owner, rel: string[]): Promise<number> {
     const dir = rel.join('/');
     const inTree = (db: Db) =>
       db
@@ -412,23 +424,31 @@ export class HostedConnector implements Connector {
     try {
       for (;;) {
         const batch = await this.store.write(async (trx) => {
-          const files = await inTree(trx).select(['id', 'blob_id']).where('kind', '=', 'file').orderBy('dir').orderBy('name').limit(this.deleteBatch).execute();
+          const files = await inTree(trx).select(['id', 'blob_id', 'dir', 'name', 'size']).where('kind', '=', 'file').orderBy('dir').orderBy('name').limit(this.deleteBatch).execute();
           if (files.length === 0) {
-            const ids = (await inTree(trx).select('id').execute()).map((r) => r.id);
-            for (let i = 0; i < ids.length; i += 500) {
-              await trx.deleteFrom('nodes').where('id', 'in', ids.slice(i, i + 500)).execute();
+            const dirs = await inTree(trx).select(['id', 'dir', 'name']).execute();
+            for (let i = 0; i < dirs.length; i += 500) {
+              await trx.deleteFrom('nodes').where('id', 'in', dirs.slice(i, i + 500).map((d) => d.id)).execute();
             }
-            await trx
+            const top = await trx
               .deleteFrom('nodes')
               .where('owner_id', '=', owner.id)
               .where('dir', '=', rel.slice(0, -1).join('/'))
               .where('name', '=', rel[rel.length - 1]!)
-              .execute();
+              .executeTakeFirst();
+            // The directories, deepest first, then the one named.
+            const gone = dirs.map((d) => relOf(d.dir, d.name)).sort((a, b) => b.length - a.length);
+            if (Number(top.numDeletedRows) > 0) gone.push(rel);
+            await appendEvents(trx, gone.map((r) => ({ userId: owner.id, type: 'data.directory.deleted' as const, subject: uri(owner, r), data: { by: principal.username } })));
             return null;
           }
           const now = Date.now();
           await trx.insertInto('pending_blobs').values(files.map((f) => ({ blob_id: f.blob_id!, created_at: now, holder: this.store.instance }))).execute();
           await trx.deleteFrom('nodes').where('id', 'in', files.map((f) => f.id)).execute();
+          await appendEvents(
+            trx,
+            files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, by: principal.username }, time: now })),
+          );
           return files.map((f) => f.blob_id!);
         });
         if (batch === null) return deleted;
@@ -513,6 +533,11 @@ export class HostedConnector implements Connector {
     }
     return { removed };
   }
+}
+
+/** A node's path inside its owner's space, from its row's `dir` and `name`. */
+function relOf(dir: string, name: string): string[] {
+  return dir === '' ? [name] : [...dir.split('/'), name];
 }
 
 function uri(owner: Owner, rel: string[]): string {
