@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
 import crypto from 'node:crypto';
 import { FENCE_FD, FENCED_RESOLV_CONF, fencedHosts, FILES_ONLY_NSSWITCH, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
+import { CHANNEL_TO_STDIN, gvisorBundle, removeBundle, type BindMount, type GvisorOptions } from './gvisor.ts';
 
 import type { RunnerKind } from './contract.ts';
 
@@ -80,6 +81,8 @@ export interface SandboxSpec {
   seccomp?: boolean;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
+  /** Run it under gVisor (ALGOHOST_SANDBOX=gvisor) instead of bubblewrap: same mounts, limits, network. */
+  gvisor?: GvisorOptions | undefined;
   /**
    * Put the worker in a cgroup of its own with `limits.maxPids` and workerMemoryBytes(limits)
    * where the host supports cgroups (default true; false: rlimits and the heap cap only).
@@ -104,6 +107,8 @@ export interface ToolSpec {
   env?: Record<string, string>;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
+  /** Under gVisor instead of bubblewrap (SandboxSpec.gvisor). */
+  gvisor?: GvisorOptions | undefined;
 }
 
 const RUNNERS_DIR = fileURLToPath(new URL('./runners', import.meta.url));
@@ -119,7 +124,8 @@ const SH = '/bin/bash'; // dash cannot redirect descriptors above 9
  * are not close-on-exec and would pass into every sandbox: close all above 3 (fd 3 is the
  * channel), then exec the rest of the command line.
  */
-const CLOSE_INHERITED_FDS = 'keep=$1; shift; for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt "$keep" ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@"';
+const CLOSE_FDS = 'keep=$1; shift; for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt "$keep" ] 2>/dev/null && eval "exec $n>&-"; done; ';
+const CLOSE_INHERITED_FDS = CLOSE_FDS + 'exec "$@"';
 /**
  * Before that, the shell joins the worker's cgroup (its first argument: how many cgroup.procs
  * files follow), so that prlimit, bwrap and everything inside inherit it. A failed join ends
@@ -127,6 +133,15 @@ const CLOSE_INHERITED_FDS = 'keep=$1; shift; for f in /proc/self/fd/*; do n=${f#
  */
 const JOIN_CGROUPS = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || { echo "algohost: cannot join the worker\'s cgroup ($1): not starting it without its limits" >&2; exit 125; }; shift; n=$((n-1)); done; ';
 const PRELUDE = JOIN_CGROUPS + CLOSE_INHERITED_FDS;
+/** The same for gVisor, which takes the channel as the container's stdin (gvisor.ts says why). */
+const GVISOR_PRELUDE = JOIN_CGROUPS + CLOSE_FDS + CHANNEL_TO_STDIN + 'exec "$@"';
+/**
+ * Tasks and memory a gVisor worker's cgroup has on top of its limits: runsc, its gofer and its
+ * Sentry are Go programs with threads of their own (some 30 tasks and 70 MiB with an idle
+ * algorithm), all in the worker's group.
+ */
+const GVISOR_TASKS = 128;
+const GVISOR_MEMORY_MB = 128;
 /** Nobody: the sandbox's user inside its own user namespace. */
 const SANDBOX_UID = 65534;
 
@@ -177,8 +192,8 @@ interface Launch {
   /** With `network`: behind the egress fence, in a namespace of its own. */
   fence?: FencePolicy | undefined;
   limits: SandboxLimits;
-  /** Extra prlimit options (Python's address space). */
-  rlimits: string[];
+  /** Extra rlimits, by name without RLIMIT_ (Python's address space: AS). */
+  rlimits: Record<string, number>;
   binds?: Record<string, string>;
   /** Variables added to the cleared environment. */
   env?: Record<string, string>;
@@ -189,6 +204,8 @@ interface Launch {
   seccomp?: Buffer | undefined;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
   bwrap?: string | undefined;
+  /** gVisor instead of bubblewrap (gvisor.ts). */
+  gvisor?: GvisorOptions | undefined;
 }
 
 /** The shell prelude's arguments: the cgroup.procs files to join, counted. */
@@ -226,11 +243,29 @@ function etcFile(text: string): string {
  * network); the NAT's DNS forwarder (an algorithm behind the fence); or no DNS, only an
  * /etc/hosts of the names it may reach (a build behind the fence).
  */
-function nameArgs(l: Launch): string[] {
-  if (!fenced(l)) return ['--ro-bind-try', '/etc/resolv.conf', '/etc/resolv.conf', '--ro-bind-try', '/etc/hosts', '/etc/hosts'];
-  if (l.fence.reach === 'public') return ['--ro-bind', etcFile(FENCED_RESOLV_CONF), '/etc/resolv.conf', '--ro-bind-try', '/etc/hosts', '/etc/hosts'];
-  return ['--ro-bind', etcFile(fencedHosts(l.fence)), '/etc/hosts', '--ro-bind', etcFile(FILES_ONLY_NSSWITCH), '/etc/nsswitch.conf'];
+function nameBinds(l: Launch): BindMount[] {
+  const hostFile = (f: string): BindMount => ({ source: f, dest: f, optional: true });
+  if (!fenced(l)) return [hostFile('/etc/resolv.conf'), hostFile('/etc/hosts')];
+  if (l.fence.reach === 'public') return [{ source: etcFile(FENCED_RESOLV_CONF), dest: '/etc/resolv.conf' }, hostFile('/etc/hosts')];
+  return [{ source: etcFile(fencedHosts(l.fence)), dest: '/etc/hosts' }, { source: etcFile(FILES_ONLY_NSSWITCH), dest: '/etc/nsswitch.conf' }];
 }
+
+/**
+ * What a sandbox has of the host's files besides the system's /usr: the algorithm at /algo
+ * (read-only, except for build steps), the runners at /runner, a build's binds, and with the
+ * network what it needs of /etc to resolve names and check certificates. The same for
+ * bubblewrap and gVisor.
+ */
+function bindsOf(l: Launch): BindMount[] {
+  return [
+    { source: path.resolve(l.algoDir), dest: '/algo', writable: l.writable },
+    { source: RUNNERS_DIR, dest: '/runner' },
+    ...Object.entries(l.binds ?? {}).map(([source, dest]) => ({ source, dest })),
+    ...(l.network ? [...nameBinds(l), { source: '/etc/ssl', dest: '/etc/ssl', optional: true }] : []),
+  ];
+}
+
+const bwrapBind = (b: BindMount): string[] => [b.optional ? '--ro-bind-try' : b.writable ? '--bind' : '--ro-bind', b.source, b.dest];
 
 /** bwrap reads the seccomp program from this descriptor (a pipe the server fills). */
 const SECCOMP_FD = 4;
@@ -257,10 +292,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[]; options: Buffe
     '--proc', '/proc',
     '--dev', '/dev',
     '--size', String(lim.tmpBytes), '--tmpfs', '/tmp',
-    l.writable ? '--bind' : '--ro-bind', path.resolve(l.algoDir), '/algo',
-    '--ro-bind', RUNNERS_DIR, '/runner',
-    ...Object.entries(l.binds ?? {}).flatMap(([host, inside]) => ['--ro-bind', host, inside]),
-    ...(l.network ? [...nameArgs(l), '--ro-bind-try', '/etc/ssl', '/etc/ssl'] : []),
+    ...bindsOf(l).flatMap(bwrapBind),
     // bwrap builds the tree on a writable tmpfs root: make that root read-only, so /tmp
     // (a mount of its own) stays the only writable place.
     '--remount-ro', '/',
@@ -290,7 +322,35 @@ const ENV: ReadonlyArray<[string, string]> = [
 ];
 
 function prlimitArgs(l: Launch): string[] {
-  return [PRLIMIT, `--fsize=${l.limits.maxFileBytes}`, `--nofile=${l.limits.maxOpenFiles}`, '--core=0', ...l.rlimits];
+  return [PRLIMIT, ...Object.entries(rlimitsOf(l)).map(([name, value]) => `--${name.toLowerCase()}=${value}`)];
+}
+
+/** Every rlimit of a launch: the file size, open files, no core dumps, and its own (Python's AS). */
+function rlimitsOf(l: Launch): Record<string, number> {
+  return { FSIZE: l.limits.maxFileBytes, NOFILE: l.limits.maxOpenFiles, CORE: 0, ...l.rlimits };
+}
+
+/**
+ * The command line of one sandbox under gVisor, and its bundle (gvisor.ts): the same mounts,
+ * environment, user and rlimits as bubblewrap's, the channel on the container's stdin. The shell
+ * joins the cgroups first, as for bubblewrap; behind the fence, runsc is what the holder execs.
+ */
+function gvisorCommand(l: Launch & { gvisor: GvisorOptions }): { file: string; args: string[]; bundle: ReturnType<typeof gvisorBundle> } {
+  const bundle = gvisorBundle(
+    {
+      binds: bindsOf(l),
+      tmpBytes: l.limits.tmpBytes,
+      argv: l.argv({ algo: '/algo', runner: '/runner' }),
+      env: [...ENV, ...Object.entries(l.env ?? {})],
+      cwd: l.writable ? '/algo' : '/tmp',
+      rlimits: rlimitsOf(l),
+      network: l.network,
+      seccomp: l.seccomp !== undefined,
+    },
+    l.gvisor,
+  );
+  const keep = fenced(l) ? FENCE_FD.go : 3;
+  return { file: SH, args: ['-c', GVISOR_PRELUDE, 'sandbox', ...joinArgs(l, keep), '--', ...bundle.prefix, ...(fenced(l) ? holderArgs() : []), ...bundle.command], bundle };
 }
 
 function runnerArgv(spec: SandboxSpec): Launch['argv'] {
@@ -316,9 +376,10 @@ function workerLaunch(spec: SandboxSpec): Launch {
     network: spec.network,
     fence: spec.fence,
     limits: spec.limits,
-    rlimits: spec.runner === 'python' ? [`--as=${(spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024}`] : [],
+    rlimits: spec.runner === 'python' ? { AS: (spec.limits.heapMb + PYTHON_AS_SLACK_MB) * 1024 * 1024 } : {},
     argv: runnerArgv(spec),
     bwrap: spec.bwrap,
+    gvisor: spec.gvisor,
     seccomp: spec.seccomp === false ? undefined : seccompProgram(),
   };
 }
@@ -357,6 +418,7 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
     if (fenced(l)) throw new Error('a sandbox behind the egress fence needs bubblewrap');
     return spawnUnsandboxed({ ...l, seccomp: undefined });
   }
+  if (l.gvisor) return launchGvisor({ ...l, gvisor: l.gvisor });
   const { file, args, options } = bwrapCommand(l);
   const stdio: ('pipe' | 'ignore')[] = ['ignore', 'pipe', 'pipe', 'pipe'];
   if (l.seccomp || fenced(l)) stdio.push(l.seccomp ? 'pipe' : 'ignore');
@@ -373,16 +435,44 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
     pipe.on('error', () => undefined); // bwrap died before reading it: the exit says why
     pipe.end(l.seccomp);
   }
-  if (fenced(l)) {
-    raiseFence(child, l.fence).catch((err: Error) => {
-      failures.set(child, err.message);
-      try {
-        process.kill(-child.pid!, 'SIGKILL');
-      } catch {
-        // Gone already.
-      }
-    });
+  if (fenced(l)) fence(child, l.fence);
+  return child;
+}
+
+/** Raises the egress fence around a sandbox started behind its holder; kills it if that fails. */
+function fence(child: ChildProcess, policy: FencePolicy): void {
+  raiseFence(child, policy).catch((err: Error) => {
+    failures.set(child, err.message);
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  });
+}
+
+/**
+ * A sandbox under gVisor: the same descriptors as bubblewrap's (the channel on fd 3, the fence's
+ * pipes), no options or seccomp pipe (gVisor's Sentry is the filter). Its bundle and runsc's
+ * state go once it has exited.
+ */
+function launchGvisor(l: Launch & { gvisor: GvisorOptions }): ChildProcess {
+  const { file, args, bundle } = gvisorCommand(l);
+  const stdio: ('pipe' | 'ignore')[] = ['ignore', 'pipe', 'pipe', 'pipe'];
+  if (fenced(l)) stdio.push('ignore', 'pipe', 'pipe', 'pipe');
+  let child: ChildProcess;
+  try {
+    child = spawn(file, args, { stdio, env: fenced(l) ? holderEnv(l.fence) : {}, cwd: '/', detached: true });
+  } catch (err) {
+    removeBundle(bundle, l.gvisor);
+    throw err;
   }
+  const cleanup = () => removeBundle(bundle, l.gvisor);
+  child.once('exit', cleanup);
+  child.once('error', () => {
+    if (child.pid === undefined) cleanup();
+  });
+  if (fenced(l)) fence(child, l.fence);
   return child;
 }
 
@@ -411,8 +501,14 @@ export function cgroupOf(child: ChildProcess): WorkerCgroup | undefined {
  * Throws if the host supports cgroups and the group cannot be created.
  */
 export function spawnSandbox(spec: SandboxSpec): ChildProcess {
-  const group = spec.cgroup === false ? undefined : { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids };
+  const group = spec.cgroup === false ? undefined : groupLimits(spec.limits, spec.gvisor !== undefined);
   return launchInCgroup(workerLaunch(spec), spec.unsandboxed, group);
+}
+
+/** A worker's cgroup limits (with gVisor's own processes on top, under gVisor). */
+function groupLimits(limits: SandboxLimits, gvisor: boolean): { memoryBytes: number; maxPids: number } {
+  const extra = gvisor ? { memoryBytes: GVISOR_MEMORY_MB * 1024 * 1024, maxPids: GVISOR_TASKS } : { memoryBytes: 0, maxPids: 0 };
+  return { memoryBytes: workerMemoryBytes(limits) + extra.memoryBytes, maxPids: limits.maxPids + extra.maxPids };
 }
 
 /** Launches in a cgroup of its own with these limits (where the host has cgroups), removed at exit. */
@@ -440,8 +536,8 @@ function launchInCgroup(l: Launch, unsandboxed: boolean | undefined, limits: { m
 export function spawnTool(spec: ToolSpec): ChildProcess {
   // Build steps run the owner's install scripts: they get a cgroup too, with build-sized limits.
   return launchInCgroup(
-    { algoDir: spec.algoDir, writable: true, network: spec.network, fence: spec.fence, limits: spec.limits, rlimits: [], binds: spec.binds, env: spec.env, bwrap: spec.bwrap, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
+    { algoDir: spec.algoDir, writable: true, network: spec.network, fence: spec.fence, limits: spec.limits, rlimits: {}, binds: spec.binds, env: spec.env, bwrap: spec.bwrap, gvisor: spec.gvisor, seccomp: seccompProgram(), argv: ({ algo }) => spec.argv(algo) },
     spec.unsandboxed,
-    { memoryBytes: workerMemoryBytes(spec.limits), maxPids: spec.limits.maxPids },
+    groupLimits(spec.limits, spec.gvisor !== undefined),
   );
 }
