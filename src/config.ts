@@ -34,10 +34,16 @@ export interface Config {
   trustProxy: false | string[];
   /** ALGOHOST_DEMO: create the `demo` user on first start of an empty home (`--no-demo`). */
   demo: boolean;
-  /** ALGOHOST_SANDBOX: `required` refuses to start without a working bubblewrap; `auto` warns. */
-  sandbox: 'auto' | 'required';
+  /**
+   * ALGOHOST_SANDBOX: what algorithms and builds run in. Bubblewrap: `auto` warns without a
+   * working one, `required` (or `bwrap`) refuses to start. `gvisor`: gVisor's runsc (a kernel of
+   * its own between the algorithm and the host's), refusing to start where it cannot run.
+   */
+  sandbox: 'auto' | 'required' | 'gvisor';
   /** ALGOHOST_BWRAP: the bubblewrap binary. */
   bwrapPath: string;
+  /** ALGOHOST_RUNSC: gVisor's runsc, with ALGOHOST_SANDBOX=gvisor. */
+  runscPath: string;
   /** ALGOHOST_WORKERS: warm algorithm workers alive at once, all algorithms together. */
   maxWorkers: number;
   /** ALGOHOST_WORKERS_PER_VERSION: workers of one algorithm version at once (its parallel calls). */
@@ -200,6 +206,7 @@ export const DEFAULTS = {
   demo: true,
   sandbox: 'auto',
   bwrapPath: '/usr/bin/bwrap',
+  runscPath: '/usr/bin/runsc',
   maxWorkers: 16,
   workersPerVersion: 4,
   workerIdleMs: 5 * 60_000,
@@ -527,10 +534,11 @@ function egressAllow(raw: string | undefined): EgressAllowEntry[] {
   });
 }
 
-function sandboxMode(raw: string | undefined): 'auto' | 'required' {
+function sandboxMode(raw: string | undefined): 'auto' | 'required' | 'gvisor' {
   if (raw === undefined || raw === '' || raw === 'auto') return 'auto';
-  if (raw === 'required') return 'required';
-  throw new ConfigError(`ALGOHOST_SANDBOX must be auto or required, got "${raw}"`);
+  if (raw === 'required' || raw === 'bwrap') return 'required';
+  if (raw === 'gvisor') return 'gvisor';
+  throw new ConfigError(`ALGOHOST_SANDBOX must be auto, required (or bwrap) or gvisor, got "${raw}"`);
 }
 
 /**
@@ -595,13 +603,19 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
   sandbox: {
     read: (env) => sandboxMode(env.ALGOHOST_SANDBOX),
     docs: [
-      { vars: ["ALGOHOST_SANDBOX"], shown: code(DEFAULTS.sandbox), meaning: "Algorithms run in bubblewrap sandboxes. At start the server checks that bwrap works; without it, `auto` starts anyway and says loudly, at start and in `GET /health` (`\"sandbox\": {\"enabled\": false, \"warning\": ...}`), that algorithms are not sandboxed; `required` refuses to start." },
+      { vars: ["ALGOHOST_SANDBOX"], shown: code(DEFAULTS.sandbox), meaning: "Algorithms run in bubblewrap sandboxes. At start the server checks that bwrap works; without it, `auto` starts anyway and says loudly, at start and in `GET /health` (`\"sandbox\": {\"enabled\": false, \"warning\": ...}`), that algorithms are not sandboxed; `required` (or `bwrap`) refuses to start. `gvisor`: algorithms and builds run under gVisor's `runsc` (`apt-get install runsc`; the server must be root) instead, a kernel of its own between them and the host's, with the same mounts, user, limits and network (docs/security.md); each sandbox starts slower (docs/performance.md). The server runs one at start, and refuses to start, saying why, where it cannot: it never falls back to bubblewrap. `GET /health` says which is in use (`\"sandbox\": {\"enabled\": true, \"kind\": \"gvisor\"}`)." },
     ],
   },
   bwrapPath: {
     read: (env) => env.ALGOHOST_BWRAP || DEFAULTS.bwrapPath,
     docs: [
       { vars: ["ALGOHOST_BWRAP"], shown: code(DEFAULTS.bwrapPath), meaning: "The bubblewrap binary." },
+    ],
+  },
+  runscPath: {
+    read: (env) => env.ALGOHOST_RUNSC || DEFAULTS.runscPath,
+    docs: [
+      { vars: ["ALGOHOST_RUNSC"], shown: code(DEFAULTS.runscPath), meaning: "gVisor's `runsc` binary, used with `ALGOHOST_SANDBOX=gvisor` (run with `--platform=ptrace`)." },
     ],
   },
   demo: {

@@ -39,7 +39,12 @@ export async function healthReport(services: Services, extra: Pick<Health, 'role
   const [metadata, blobs, nats] = (await Promise.all(checks)) as [BackendHealth, BackendHealth, BackendHealth?];
   const ok = metadata.ok && blobs.ok && (nats?.ok ?? true);
   // Ready means serving; the sandbox line says loudly whether algorithms would be contained.
-  const sandbox: Health['sandbox'] = services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
+  const { kind } = services.sandbox;
+  const sandbox: Health['sandbox'] = services.sandbox.available
+    ? { enabled: true, kind }
+    : kind === 'gvisor'
+      ? { enabled: false, kind, warning: `gVisor cannot run here: ${services.sandbox.reason}` }
+      : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
   const warning = networkWarning(services);
   const network: Health['network'] = { mode: services.network.mode, ...(warning ? { warning } : {}) };
   return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, network, metadata, blobs, ...(nats ? { nats } : {}) } };

@@ -186,9 +186,14 @@ async function openAsyncQueue(nc: NatsConnection, config: Config, logger: pino.L
   }
 }
 
-/** Refuses to run unsandboxed when ALGOHOST_SANDBOX=required, else warns (once, loudly). */
+/**
+ * Refuses to run unsandboxed when ALGOHOST_SANDBOX=required, else warns (once, loudly). With
+ * gvisor, refuses to start where runsc cannot run: the operator asked for a kernel boundary, and
+ * bubblewrap is not one.
+ */
 function checkSandbox(services: Services, config: Config, logger: pino.Logger, out: NodeJS.WritableStream): ConfigError | undefined {
   if (services.sandbox.available) return undefined;
+  if (config.sandbox === 'gvisor') return new ConfigError(`ALGOHOST_SANDBOX=gvisor, but ${services.sandbox.reason}`);
   if (config.sandbox === 'required') return new ConfigError(`ALGOHOST_SANDBOX=required, but ${services.sandbox.reason}`);
   const warning = `WARNING: algorithms are NOT sandboxed: ${services.sandbox.reason}. Set ALGOHOST_SANDBOX=required to refuse to start like this.`;
   logger.warn(warning);

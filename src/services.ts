@@ -13,6 +13,7 @@ import { DataService } from './data/dataService.ts';
 import { MarkerCodec } from './data/marker.ts';
 import { AlgorithmRegistry } from './algorithms/registry.ts';
 import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/sandbox.ts';
+import { probeGvisor } from './runtime/gvisor.ts';
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
 import { DEFAULT_POOL } from './runtime/pool.ts';
 import type { Executor } from './runtime/contract.ts';
@@ -64,8 +65,11 @@ export interface Services {
   pruneAlgorithms(minAgeMs: number): Promise<number>;
   bus: Bus | undefined;
   accounts: ConnectedAccounts;
-  /** Whether algorithms can run sandboxed here (checked once at start by running bwrap). */
-  sandbox: SandboxSupport;
+  /**
+   * Which sandbox algorithms run in (ALGOHOST_SANDBOX: bubblewrap, or gVisor), and whether it
+   * works here (checked once at start by running one).
+   */
+  sandbox: SandboxSupport & { kind: 'bubblewrap' | 'gvisor' };
   /** What sandboxes with the network get here (the egress fence, or why not; ALGOHOST_ALGORITHM_NETWORK). */
   network: SandboxNetwork;
   close(): Promise<void>;
@@ -146,10 +150,13 @@ export async function createServices(config: Config, options: ServiceOptions = {
       }
     },
   );
-  const sandbox = probeSandbox(config.bwrapPath);
+  // ALGOHOST_SANDBOX=gvisor: every sandbox (workers and builds) under gVisor's runsc, never
+  // without it (the server refuses to start where it cannot run, in main).
+  const gvisor = config.sandbox === 'gvisor' ? { runsc: config.runscPath } : undefined;
+  const sandbox = gvisor ? { ...probeGvisor(gvisor.runsc), kind: 'gvisor' as const } : { ...probeSandbox(config.bwrapPath), kind: 'bubblewrap' as const };
   // Without a working bubblewrap, algorithms run unsandboxed only when the operator did not
   // require it (the server refuses to start otherwise, in main).
-  const unsandboxed = !sandbox.available;
+  const unsandboxed = !sandbox.available && !gvisor;
   // What sandboxes with the network get: the egress fence where it can be made (docs/security.md).
   const network = await SandboxNetwork.open(config, { probe: unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe });
   // Whether algorithms may have the network: this node's fence decides where it runs them; where
@@ -161,6 +168,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     unsandboxed,
     installTimeoutMs: config.buildTimeoutMs,
     bwrapPath: config.bwrapPath,
+    gvisor,
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
     fence: (endpoints) => network.buildFence(endpoints),
   });
@@ -172,6 +180,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
     unsandboxed,
     bwrapPath: config.bwrapPath,
+    gvisor,
     fence: () => network.algorithmFence(),
     ...options.runtime,
   });

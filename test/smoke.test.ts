@@ -10,7 +10,7 @@ test('health answers ok once the server listens', async () => {
     assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
     const health = await json(res);
     assert.equal(health.status, 'ok');
-    assert.deepEqual(health.sandbox, s.services.sandbox.available ? { enabled: true } : { enabled: false, warning: `algorithms are NOT sandboxed: ${s.services.sandbox.reason}` });
+    assert.deepEqual(health.sandbox, s.services.sandbox.available ? { enabled: true, kind: 'bubblewrap' } : { enabled: false, warning: `algorithms are NOT sandboxed: ${s.services.sandbox.reason}` });
     const key = await s.user('alice');
     const call = api(s.url, key);
     assert.equal((await call('/v1/data/.my', { method: 'POST', body: JSON.stringify({ name: 'c' }), headers: { 'content-type': 'application/json' } })).status, 200);

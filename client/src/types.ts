@@ -353,7 +353,8 @@ export interface BackendHealth {
 /** `GET /health` (docs/deployment.md): 200 when every backend answers, 503 otherwise. */
 export interface Health {
   status: 'ok' | 'unavailable';
-  sandbox: { enabled: boolean; warning?: string };
+  /** `kind`: which sandbox algorithms run in (ALGOHOST_SANDBOX), when they are. */
+  sandbox: { enabled: boolean; kind?: 'bubblewrap' | 'gvisor'; warning?: string };
   /**
    * What algorithms that ask for the network get: `nat` (the internet behind the egress fence),
    * `none`, or `host` (the host's own network: a warning); `warning` says why, when it is not what

@@ -7,6 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { Language } from './manifest.ts';
 import { fromNpmRegistry, pipIndexOf, type BuildNetwork, type Installer, type InstallerSetup } from './buildNetwork.ts';
 import type { FencePolicy } from '../runtime/egressFence.ts';
+import type { GvisorOptions } from '../runtime/gvisor.ts';
 import { FairSlots } from '../concurrency.ts';
 
 export interface BuildRequest {
@@ -34,6 +35,8 @@ export interface BuilderOptions {
   installTimeoutMs: number;
   /** The bubblewrap binary (ALGOHOST_BWRAP). */
   bwrapPath?: string | undefined;
+  /** Builds under gVisor instead of bubblewrap (ALGOHOST_SANDBOX=gvisor). */
+  gvisor?: GvisorOptions | undefined;
   /** Registry, CA and proxy settings of the installers (ALGOHOST_BUILD_*). */
   network?: BuildNetwork;
   /**
@@ -297,7 +300,7 @@ export class Builder {
 
     const runner: RunnerKind = req.language === 'python3' ? 'python' : 'node';
     log.line(`checking that ${source} loads and exports apply`);
-    const check = await finish(spawnSandbox({ runner, algoDir: out, entry, network: false, limits: DEFAULT_LIMITS, unsandboxed: this.options.unsandboxed, bwrap: this.options.bwrapPath, check: true }), log, 60_000);
+    const check = await finish(spawnSandbox({ runner, algoDir: out, entry, network: false, limits: DEFAULT_LIMITS, unsandboxed: this.options.unsandboxed, bwrap: this.options.bwrapPath, gvisor: this.options.gvisor, check: true }), log, 60_000);
     if (check.timedOut) return fail(`loading ${source} took longer than 60 s`);
     if (check.code !== 0) return fail(`${source} does not load (see above)`);
     log.line(`build succeeded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
@@ -309,7 +312,7 @@ export class Builder {
     const network = installer !== undefined;
     const endpoints = installer && this.options.network ? await this.options.network.endpoints(installer) : [];
     const fence = network ? await this.options.fence?.(endpoints) : undefined;
-    const child = spawnTool({ algoDir: dir, argv, network, fence, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds: { ...binds, ...setup?.binds }, env: setup?.env, bwrap: this.options.bwrapPath });
+    const child = spawnTool({ algoDir: dir, argv, network, fence, limits: BUILD_LIMITS, unsandboxed: this.options.unsandboxed, binds: { ...binds, ...setup?.binds }, env: setup?.env, bwrap: this.options.bwrapPath, gvisor: this.options.gvisor });
     const r = await finish(child, log, this.options.installTimeoutMs);
     if (r.timedOut) return `took longer than ${Math.round(this.options.installTimeoutMs / 1000)} s`;
     return r.code === 0 ? undefined : `exited with code ${r.code}`;

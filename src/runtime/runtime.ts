@@ -2,6 +2,7 @@ import { WorkerPool, DEFAULT_POOL, type PoolOptions } from './pool.ts';
 import { Worker } from './worker.ts';
 import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
+import type { GvisorOptions } from './gvisor.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -25,6 +26,8 @@ export interface RuntimeOptions {
   startTimeoutMs: number;
   /** The bubblewrap binary (ALGOHOST_BWRAP). */
   bwrapPath?: string | undefined;
+  /** Workers under gVisor instead of bubblewrap (ALGOHOST_SANDBOX=gvisor). */
+  gvisor?: GvisorOptions | undefined;
   /**
    * The egress fence a worker with the network runs behind (SandboxNetwork.algorithmFence);
    * without one, a worker with the network has the host's (ALGOHOST_ALGORITHM_NETWORK=host).
@@ -90,6 +93,7 @@ export class AlgorithmRuntime implements Executor {
           limits: this.options.limits,
           unsandboxed: this.options.unsandboxed,
           bwrap: this.options.bwrapPath,
+          gvisor: this.options.gvisor,
         },
         { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
       );
