@@ -236,10 +236,13 @@ async function main(): Promise<void> {
     // (ALGOHOST_NATS_URL): that address is refused too, public as it is.
     if (configuration === 'one node') results.deployment = await deploymentRefused(all.filter((t) => t.name === 'internet tcp'));
 
-    // Builds: an npm preinstall script and a setup.py try every target while installing.
-    const jsBuild = { 'package.json': JSON.stringify({ name: 'hostile', version: '1.0.0', dependencies: { dummy: 'file:./dummy' }, scripts: { preinstall: 'node probe-run.js' } }), 'probe.js': JS_PROBE, 'probe-run.js': `require('./probe.js').probe(${JSON.stringify(all)}).then((r) => console.log('PROBE ' + JSON.stringify(r)));\n`, 'dummy/package.json': '{"name":"dummy","version":"1.0.0"}', 'src/index.js': 'exports.apply = () => 1;\n' };
+    // Builds: an npm preinstall script and a setup.py try every target while installing, and a
+    // name no one else asks for: a build has no DNS, so no query for it may reach a resolver
+    // (the outer test reads the stand-in DNS server's log).
+    const forBuild = (tag: string): Target[] => [...all, { name: 'a name of its own', proto: 'tcp', host: `exfil-${tag}.test`, port: 80 }];
+    const jsBuild = { 'package.json': JSON.stringify({ name: 'hostile', version: '1.0.0', dependencies: { dummy: 'file:./dummy' }, scripts: { preinstall: 'node probe-run.js' } }), 'probe.js': JS_PROBE, 'probe-run.js': `require('./probe.js').probe(${JSON.stringify(forBuild('npm'))}).then((r) => console.log('PROBE ' + JSON.stringify(r)));\n`, 'dummy/package.json': '{"name":"dummy","version":"1.0.0"}', 'src/index.js': 'exports.apply = () => 1;\n' };
     results.npmBuild = await buildLog(alice, 'NpmBuild', 'javascript', jsBuild);
-    const pyBuild = { 'src/PyBuild.py': 'def apply(x):\n    return 1\n', 'requirements.txt': './pkg\n', 'pkg/setup.py': `${PY_PROBE}\nimport json\n# pip shows a setup.py's output only when it fails: it fails, saying what it reached.\nraise SystemExit("PROBE " + json.dumps(probe(${JSON.stringify(all)})))\n` };
+    const pyBuild = { 'src/PyBuild.py': 'def apply(x):\n    return 1\n', 'requirements.txt': './pkg\n', 'pkg/setup.py': `${PY_PROBE}\nimport json\n# pip shows a setup.py's output only when it fails: it fails, saying what it reached.\nraise SystemExit("PROBE " + json.dumps(probe(${JSON.stringify(forBuild('pip'))})))\n` };
     results.pipBuild = await buildLog(alice, 'PyBuild', 'python3', pyBuild);
   } finally {
     relays?.close();
