@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { sweepEvents } from '../src/events/feed.ts';
+import { callAlgo, compile, createAlgorithm, publish, upload } from './helpers/algorithms.ts';
 
 let s: TestServer;
 let alice: ReturnType<typeof api>;
@@ -242,6 +243,84 @@ describe('events of hosted data, live', () => {
     const late = await stream('alice', aliceKey, '', { 'last-event-id': old!.id });
     assert.equal(late.res.status, 410);
     await late.res.body?.cancel();
+  });
+});
+
+describe('events of algorithms and async calls', () => {
+  test('a build that succeeds or fails, a version published, and an async call ended each tell their user; a caller hears of their own call only', async () => {
+    const owner = await stream('alice', aliceKey, `?types=${encodeURIComponent('algorithm.**')}`);
+    const caller = await stream('bob', bobKey, '?types=call.completed');
+    try {
+      await createAlgorithm(alice, 'alice', 'Evented', { language: 'javascript', algorithm_callability: 'public' });
+      assert.equal((await upload(alice, 'alice', 'Evented', { 'src/index.js': "exports.apply = (x) => x === 'big' ? 'x'.repeat(70000) : x === 'fail' ? (() => { throw new Error('asked to') })() : 'hi ' + x;\n" })).status, 200);
+      const hash = await compile(alice, 'alice', 'Evented');
+      const version = await publish(alice, 'alice', 'Evented', { version_type: 'minor' });
+      // A source that cannot build: its package.json is not JSON.
+      assert.equal((await upload(alice, 'alice', 'Evented', { 'src/index.js': 'exports.apply = () => 1;\n', 'package.json': '{ not json' })).status, 200);
+      const failed = await alice('/v1/algorithms/alice/Evented/compile', { method: 'POST' });
+      assert.equal((await json(failed)).compilation?.successful, false);
+      const got = await owner.until(3, 60_000);
+      assert.deepEqual(
+        got.map((e) => e.event.type),
+        ['algorithm.build.succeeded', 'algorithm.version.published', 'algorithm.build.failed'],
+      );
+      assert.equal(got[0]!.event.subject, `algo://alice/Evented/${hash}`);
+      assert.deepEqual({ ...got[0]!.event.data, duration_ms: 0 }, { algorithm: 'alice/Evented', build: hash, language: 'javascript', duration_ms: 0 });
+      assert.equal(got[1]!.event.subject, `algo://alice/Evented/${version}`);
+      assert.equal(got[1]!.event.data.build, hash);
+      assert.equal(got[1]!.event.data.by, 'alice');
+      assert.equal(got[2]!.event.data.algorithm, 'alice/Evented');
+
+      // bob calls alice's algorithm without waiting: the events are his, not alice's.
+      const ids: string[] = [];
+      for (const input of ['bob', 'fail', 'big']) {
+        const r = await json(await callAlgo(bob, `alice/Evented/${version}`, JSON.stringify(input), 'application/json', '?output=void'));
+        ids.push(r.request_id as string);
+      }
+      const calls = await caller.until(3, 60_000);
+      const byId = new Map(calls.map((e) => [e.event.data.request_id as string, e.event]));
+      const [ok, bad, big] = ids.map((id) => byId.get(id)!) as [CloudEventJson, CloudEventJson, CloudEventJson];
+      assert.equal(ok.subject, `algo://alice/Evented/${version}`);
+      assert.equal(ok.source, '/v1/users/bob');
+      assert.equal(ok.data.status, 'succeeded');
+      assert.equal(ok.data.http_status, 200);
+      assert.equal((ok.data.envelope as { result: string }).result, 'hi bob');
+      assert.equal(typeof ok.data.duration_ms, 'number');
+      assert.equal(bad.data.status, 'failed');
+      assert.match((bad.data.envelope as { error: { message: string } }).error.message, /asked to/);
+      // Past 64 KiB, the envelope is where GET /v1/requests/:id has it.
+      assert.equal(big.data.envelope, undefined);
+      assert.equal(big.data.envelope_url, `/v1/requests/${ids[2]}`);
+      assert.equal((await bob(big.data.envelope_url as string)).status, 200);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.ok(!owner.events.some((e) => e.event.type === 'call.completed'), "alice heard of bob's calls");
+    } finally {
+      await owner.close();
+      await caller.close();
+    }
+  });
+});
+
+describe('a build its server died running', () => {
+  test('is failed by the next sweep, and its owner told, in the same transaction', async () => {
+    await createAlgorithm(alice, 'alice', 'Orphan', { language: 'javascript' });
+    const algo = await s.services.store.db.selectFrom('algorithms').select('id').where('name', '=', 'Orphan').executeTakeFirstOrThrow();
+    const hash = 'f'.repeat(40);
+    await s.services.store.db
+      .insertInto('builds')
+      .values({ algorithm_id: algo.id, hash, status: 'building', language: 'javascript', runner: null, entry: null, logs: '', started_at: Date.now() - 5000, finished_at: null, holder: 'a-server-long-gone' })
+      .execute();
+    const st = await stream('alice', aliceKey, '?types=algorithm.build.failed');
+    try {
+      await s.services.builds.failInterrupted();
+      const [e] = await st.until(1);
+      assert.equal(e!.event.subject, `algo://alice/Orphan/${hash}`);
+      assert.ok((e!.event.data.duration_ms as number) >= 5000);
+      const row = await s.services.store.db.selectFrom('builds').select('status').where('hash', '=', hash).executeTakeFirstOrThrow();
+      assert.equal(row.status, 'failed');
+    } finally {
+      await st.close();
+    }
   });
 });
 

@@ -8,6 +8,7 @@ import type { AsyncRequestsTable } from '../store/schema.ts';
 import { envelope } from './envelope.ts';
 import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type CallService } from './calls.ts';
 import type { AsyncRequest } from '../../client/src/types.ts';
+import { appendEvent, type NewEvent } from '../events/outbox.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -132,7 +133,7 @@ export class AsyncCalls {
     if (row.attempts >= this.options.maxAttempts) {
       // Started that many times and never finished: each time, the node running it was lost.
       await this.finish(
-        id,
+        row,
         200,
         JSON.stringify({
           error: { message: `the call was started ${row.attempts} times and each time the node running it was lost; it is not tried again`, error_type: 'WorkerLostError' },
@@ -180,7 +181,7 @@ export class AsyncCalls {
     } finally {
       this.running.delete(id);
     }
-    await this.finish(id, status, body);
+    await this.finish(row, status, body);
     return 'done';
   }
 
@@ -196,14 +197,22 @@ export class AsyncCalls {
     return 'retry';
   }
 
-  /** Stores the answer, unless another run stored one first (that one stands). */
-  private async finish(id: string, status: number, body: string): Promise<void> {
-    await this.store.db
-      .updateTable('async_requests')
-      .set({ status: 'done', response_status: status, response: body, input: null, holder: null, finished_at: Date.now() })
-      .where('id', '=', id)
-      .where('status', '<>', 'done')
-      .execute();
+  /**
+   * Stores the answer, unless another run stored one first (that one stands), and tells the
+   * caller with `call.completed`, in the same transaction (events/outbox.ts): once per request.
+   */
+  private async finish(row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number }, status: number, body: string): Promise<void> {
+    await this.store.write(async (trx) => {
+      const now = Date.now();
+      const done = await trx
+        .updateTable('async_requests')
+        .set({ status: 'done', response_status: status, response: body, input: null, holder: null, finished_at: now })
+        .where('id', '=', row.id)
+        .where('status', '<>', 'done')
+        .executeTakeFirst();
+      if (Number(done.numUpdatedRows) !== 1) return;
+      await appendEvent(trx, callCompleted(row, status, body, now));
+    });
   }
 
   /** `GET /v1/requests/:id`: the request's state and, once done, its answer; only its caller's key's user sees it. */
@@ -326,4 +335,34 @@ export class LocalQueue implements AsyncQueue {
   async close(): Promise<void> {
     await Promise.allSettled([...this.settled]);
   }
+}
+
+/** The largest envelope a `call.completed` event carries inline; a bigger one is linked. */
+export const INLINE_ENVELOPE_BYTES = 64 * 1024;
+
+/** `call.completed` for an async call's caller: how it ended, and its envelope (or where to get it). */
+function callCompleted(row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number }, status: number, body: string, now: number): NewEvent {
+  let answer: Record<string, unknown> | undefined;
+  try {
+    answer = JSON.parse(body) as Record<string, unknown>;
+  } catch {
+    answer = undefined;
+  }
+  const failed = status !== 200 || (answer !== undefined && 'error' in answer);
+  const inline = Buffer.byteLength(body) <= INLINE_ENVELOPE_BYTES && answer !== undefined;
+  return {
+    userId: row.user_id,
+    type: 'call.completed',
+    subject: `algo://${row.owner}/${row.name}${row.version ? `/${row.version}` : ''}`,
+    data: {
+      request_id: row.id,
+      algorithm: `${row.owner}/${row.name}`,
+      version: row.version,
+      status: failed ? 'failed' : 'succeeded',
+      http_status: status,
+      duration_ms: Math.max(0, now - Number(row.created_at)),
+      ...(inline ? { envelope: answer } : { envelope_url: `/v1/requests/${row.id}` }),
+    },
+    time: now,
+  };
 }

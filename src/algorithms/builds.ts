@@ -15,6 +15,7 @@ import type { Builder } from './builder.ts';
 import { KeyedLock } from './keyedLock.ts';
 import type { AlgorithmArtifacts } from './artifacts.ts';
 import type { Language } from './manifest.ts';
+import { appendEvent, appendEvents, type NewEvent } from '../events/outbox.ts';
 
 export interface Build {
   id: number;
@@ -162,6 +163,7 @@ function toBuild(row: Omit<Selectable<BuildsTable>, 'holder' | 'readme'>): Build
 export class BuildService {
   readonly lock = new KeyedLock();
   private readonly db: Db;
+  private readonly store: MetadataStore;
   private readonly instance: string;
   private readonly isLive: (holder: string | null) => Promise<boolean>;
   private readonly byHash;
@@ -176,6 +178,7 @@ export class BuildService {
     private readonly extractLimits: Partial<ExtractLimits>,
   ) {
     this.db = store.db;
+    this.store = store;
     this.instance = store.instance;
     this.isLive = (holder) => store.isLive(holder);
     this.byHash = store.prepared(this.db.selectFrom('builds').selectAll().where('algorithm_id', '=', 0).where('hash', '=', ''));
@@ -316,20 +319,25 @@ export class BuildService {
       await fs.promises.rm(work, { recursive: true, force: true });
     }
     await logWrites;
-    await this.db
-      .updateTable('builds')
-      .set({
-        status: result.ok ? 'succeeded' : 'failed',
-        logs: result.logs,
-        runner: result.ok ? result.runner : null,
-        entry: result.ok ? result.entry : null,
-        finished_at: Date.now(),
-        holder: null,
-        readme,
-      })
-      .where('algorithm_id', '=', algo.id)
-      .where('hash', '=', hash)
-      .execute();
+    const finished = Date.now();
+    // The build's record and its event, together (events/outbox.ts).
+    await this.store.write(async (trx) => {
+      await trx
+        .updateTable('builds')
+        .set({
+          status: result.ok ? 'succeeded' : 'failed',
+          logs: result.logs,
+          runner: result.ok ? result.runner : null,
+          entry: result.ok ? result.entry : null,
+          finished_at: finished,
+          holder: null,
+          readme,
+        })
+        .where('algorithm_id', '=', algo.id)
+        .where('hash', '=', hash)
+        .execute();
+      await appendEvent(trx, buildEvent(await ownerId(trx, algo.id), algo, hash, result.ok, algo.settings.language, finished - now, finished));
+    });
     return (await this.find(algo.id, hash))!;
   }
 
@@ -395,12 +403,45 @@ export class BuildService {
     const holders = await this.db.selectFrom('builds').select('holder').distinct().where('status', '=', 'building').execute();
     for (const { holder } of holders) {
       if (await this.isLive(holder)) continue;
-      let q = this.db
-        .updateTable('builds')
-        .set({ status: 'failed', logs: 'build interrupted: the server stopped while building; compile again\n', finished_at: Date.now(), holder: null })
-        .where('status', '=', 'building');
-      q = holder === null ? q.where('holder', 'is', null) : q.where('holder', '=', holder);
-      await q.execute();
+      // Each failed build tells its owner, in the transaction that fails it.
+      await this.store.write(async (trx) => {
+        let q = trx
+          .selectFrom('builds')
+          .innerJoin('algorithms', 'algorithms.id', 'builds.algorithm_id')
+          .innerJoin('users', 'users.id', 'algorithms.owner_id')
+          .select(['builds.id', 'builds.hash', 'builds.language', 'builds.started_at', 'algorithms.id as algorithm_id', 'algorithms.name', 'algorithms.owner_id', 'users.username'])
+          .where('builds.status', '=', 'building');
+        q = holder === null ? q.where('builds.holder', 'is', null) : q.where('builds.holder', '=', holder);
+        const rows = await q.execute();
+        if (rows.length === 0) return;
+        const now = Date.now();
+        await trx
+          .updateTable('builds')
+          .set({ status: 'failed', logs: 'build interrupted: the server stopped while building; compile again\n', finished_at: now, holder: null })
+          .where('id', 'in', rows.map((r) => r.id))
+          .execute();
+        await appendEvents(
+          trx,
+          rows.map((r) => buildEvent(r.owner_id, { owner: r.username, name: r.name }, r.hash, false, r.language, now - r.started_at, now)),
+        );
+      });
     }
   }
+}
+
+/** The id of an algorithm's owner, inside a transaction (whose events are theirs). */
+export async function ownerId(trx: Db, algorithmId: number): Promise<number> {
+  const row = await trx.selectFrom('algorithms').select('owner_id').where('id', '=', algorithmId).executeTakeFirstOrThrow();
+  return row.owner_id;
+}
+
+/** `algorithm.build.succeeded` or `.failed`, about `algo://owner/name/<hash>`. */
+function buildEvent(userId: number, algo: { owner: string; name: string }, hash: string, ok: boolean, language: string, durationMs: number, time: number): NewEvent {
+  return {
+    userId,
+    type: ok ? 'algorithm.build.succeeded' : 'algorithm.build.failed',
+    subject: `algo://${algo.owner}/${algo.name}/${hash}`,
+    data: { algorithm: `${algo.owner}/${algo.name}`, build: hash, language, duration_ms: Math.max(0, durationMs) },
+    time,
+  };
 }

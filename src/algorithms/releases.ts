@@ -7,7 +7,8 @@ import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { MarkerCodec } from '../data/marker.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
-import type { Build, BuildService } from './builds.ts';
+import { ownerId, type Build, type BuildService } from './builds.ts';
+import { appendEvent } from '../events/outbox.ts';
 import { DEFAULT_SETTINGS, checkSourceFields, readVersionInfo, type AlgorithmSettings } from './manifest.ts';
 import { compareSemVer, formatSemVer, type Selector, nextVersion, parseSelector, resolveVersion, type PublishedVersion, type SemVer, type VersionType } from './versions.ts';
 
@@ -63,6 +64,7 @@ function notFound(owner: string, name: string, version?: string): AppError {
  */
 export class ReleaseService {
   private readonly db: Db;
+  private readonly store: MetadataStore;
   private readonly ofAlgorithm;
   /** What a (caller, reference) resolves to, until the store changes. */
   private readonly targets: VersionedCache<CallTarget | { missing: AppError }>;
@@ -74,6 +76,7 @@ export class ReleaseService {
     private readonly markers: MarkerCodec,
   ) {
     this.db = store.db;
+    this.store = store;
     this.ofAlgorithm = store.prepared(this.versions().where('versions.algorithm_id', '=', 0));
     this.targets = new VersionedCache(store);
   }
@@ -132,20 +135,33 @@ export class ReleaseService {
       }
       const latest = all.reduce<SemVer | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
       const next = nextVersion(latest, info.version_type);
+      const visibility = callability ?? algo.settings.algorithm_callability;
       try {
-        await this.db
-          .insertInto('versions')
-          .values({
-            algorithm_id: algo.id,
-            build_id: build.id,
-            ...next,
-            callability: callability ?? algo.settings.algorithm_callability,
-            release_notes: info.release_notes ?? algo.version_info.release_notes ?? '',
-            sample_input: JSON.stringify(info.sample_input ?? algo.version_info.sample_input) ?? null,
-            settings: JSON.stringify(algo.settings),
-            created_at: Date.now(),
-          })
-          .execute();
+        // The version and its event, together (events/outbox.ts).
+        await this.store.write(async (trx) => {
+          const now = Date.now();
+          await trx
+            .insertInto('versions')
+            .values({
+              algorithm_id: algo.id,
+              build_id: build.id,
+              ...next,
+              callability: visibility,
+              release_notes: info.release_notes ?? algo.version_info.release_notes ?? '',
+              sample_input: JSON.stringify(info.sample_input ?? algo.version_info.sample_input) ?? null,
+              settings: JSON.stringify(algo.settings),
+              created_at: now,
+            })
+            .execute();
+          const version = formatSemVer(next);
+          await appendEvent(trx, {
+            userId: await ownerId(trx, algo.id),
+            type: 'algorithm.version.published',
+            subject: `algo://${algo.owner}/${algo.name}/${version}`,
+            data: { algorithm: `${algo.owner}/${algo.name}`, version, build: build.hash, callability: visibility, by: principal.username },
+            time: now,
+          });
+        });
       } catch (err) {
         if (isUniqueViolation(err)) throw new AppError('already_published', `version ${formatSemVer(next)} of algo://${algo.owner}/${algo.name} was published at the same time; try again`);
         throw err;
