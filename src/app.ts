@@ -20,6 +20,7 @@ import { capHeaderPhase } from './http/headerCap.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
 import { eventRoutes } from './http/eventRoutes.ts';
+import { subscriptionRoutes } from './http/subscriptionRoutes.ts';
 import { EventFeed } from './events/feed.ts';
 import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
 import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
@@ -171,6 +172,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const feed = new EventFeed(services.store, app.log);
   feed.keepFor(services.config.eventRetentionH * 3_600_000);
   app.addHook('preClose', async () => feed.close());
+  // This node sends webhooks too (each delivery is claimed by one node; docs/events.md).
+  const dispatcher = services.webhooks.start(app.log);
+  app.addHook('onClose', async () => dispatcher.stop());
 
   app.register(webPreflight);
   // Console sign-in: user name and password for a session cookie (no key needed to ask).
@@ -223,6 +227,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(usageRoutes, { usage: services.usage, users: services.users });
     await authed.register(eventRoutes, { feed, users: services.users });
+    await authed.register(subscriptionRoutes, { webhooks: services.webhooks, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the

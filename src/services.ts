@@ -30,6 +30,7 @@ import type { FenceSupport } from './runtime/egressFence.ts';
 import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
 import { ConnectedAccounts } from './data/accounts/accounts.ts';
 import { CredentialBox } from './data/accounts/credentials.ts';
+import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -72,6 +73,8 @@ export interface Services {
   sandbox: SandboxSupport & { kind: 'bubblewrap' | 'gvisor' };
   /** What sandboxes with the network get here (the egress fence, or why not; ALGOHOST_ALGORITHM_NETWORK). */
   network: SandboxNetwork;
+  /** Webhook subscriptions and their deliveries (docs/events.md); API nodes run its dispatcher. */
+  webhooks: Webhooks;
   close(): Promise<void>;
 }
 
@@ -84,6 +87,8 @@ export interface Bus {
 export interface ServiceOptions {
   /** Tuning for tests and benchmarks (page size, delete batch); defaults otherwise. */
   hosted?: Partial<Omit<HostedOptions, 'maxUploadBytes'>>;
+  /** Webhook retries and clock (tests shorten them). */
+  webhooks?: Partial<Omit<WebhookOptions, 'network'>>;
   /** Worker pool and limits for tests and benchmarks; the config's otherwise. */
   runtime?: Partial<RuntimeOptions>;
   /** Connected-account tuning for tests (page size, S3 part size). */
@@ -125,7 +130,9 @@ export async function createServices(config: Config, options: ServiceOptions = {
     // `users` is made below (it purges through `hosted`); this runs only once requests come.
     (name) => users.findByName(name),
   );
-  const accounts = new ConnectedAccounts(store, new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials')));
+  // Secrets at rest (connector credentials, webhook secrets), each sealed to its row.
+  const box = new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'));
+  const accounts = new ConnectedAccounts(store, box);
   const connected = new ConnectedStorage(accounts, markers, {
     maxUploadBytes: config.maxUploadBytes,
     timeoutMs: config.connectorTimeoutMs,
@@ -227,6 +234,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, ...options.webhooks }),
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();

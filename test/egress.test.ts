@@ -119,5 +119,5 @@ test('public addresses, documentation ranges and public IPv4 inside IPv6 are not
 });
 
 test('an account whose stored endpoint is not a URL answers 400 invalid_connector, naming the account, not 500', async () => {
-  await assert.rejects(checkPublicEndpoint('http://[not-an-address', 'nas'), (err: unknown) => err instanceof AppError && err.code === 'invalid_connector' && /"nas".*not a valid URL/.test(err.message));
+  await assert.rejects(checkPublicEndpoint('http://[not-an-address', 'the account "nas"'), (err: unknown) => err instanceof AppError && err.code === 'invalid_connector' && /"nas".*not a valid URL/.test(err.message));
 });

@@ -488,6 +488,98 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX events_time ON events(time);
   `,
   },
+  // Webhooks (src/events/webhooks.ts): a user's subscriptions, the deliveries of events to them
+  // (one per event and subscription, retried on a schedule), and each attempt's outcome. The
+  // secrets are sealed (AES-GCM, like connector credentials). `meta` row `webhooks.cursor`
+  // holds the last outbox id turned into deliveries.
+  {
+    sqlite: `
+  CREATE TABLE subscriptions (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    url TEXT NOT NULL,
+    types TEXT NOT NULL,
+    path TEXT,
+    enabled INTEGER NOT NULL,
+    disabled_reason TEXT,
+    secrets TEXT NOT NULL,
+    failing_since INTEGER,
+    overflowed INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE INDEX subscriptions_user ON subscriptions(user_id);
+  CREATE TABLE deliveries (
+    id TEXT PRIMARY KEY,
+    subscription_id TEXT NOT NULL REFERENCES subscriptions(id) ON DELETE CASCADE,
+    event_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts INTEGER NOT NULL,
+    next_at INTEGER NOT NULL,
+    claimed_until INTEGER NOT NULL,
+    last_status INTEGER,
+    last_error TEXT,
+    created_at INTEGER NOT NULL,
+    finished_at INTEGER
+  );
+  CREATE INDEX deliveries_due ON deliveries(status, next_at);
+  CREATE INDEX deliveries_subscription ON deliveries(subscription_id, created_at);
+  CREATE TABLE delivery_attempts (
+    delivery_id TEXT NOT NULL REFERENCES deliveries(id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    status INTEGER,
+    latency_ms INTEGER NOT NULL,
+    error TEXT,
+    PRIMARY KEY (delivery_id, attempt)
+  );
+  `,
+    postgres: `
+  CREATE TABLE subscriptions (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    url TEXT NOT NULL,
+    types TEXT NOT NULL,
+    path TEXT,
+    enabled INTEGER NOT NULL,
+    disabled_reason TEXT,
+    secrets TEXT NOT NULL,
+    failing_since BIGINT,
+    overflowed BIGINT NOT NULL DEFAULT 0,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+  );
+  CREATE INDEX subscriptions_user ON subscriptions(user_id);
+  CREATE TABLE deliveries (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    subscription_id TEXT COLLATE "C" NOT NULL REFERENCES subscriptions(id) ON DELETE CASCADE,
+    event_id TEXT COLLATE "C" NOT NULL,
+    event_type TEXT COLLATE "C" NOT NULL,
+    payload TEXT NOT NULL,
+    status TEXT COLLATE "C" NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts INTEGER NOT NULL,
+    next_at BIGINT NOT NULL,
+    claimed_until BIGINT NOT NULL,
+    last_status INTEGER,
+    last_error TEXT,
+    created_at BIGINT NOT NULL,
+    finished_at BIGINT
+  );
+  CREATE INDEX deliveries_due ON deliveries(status, next_at);
+  CREATE INDEX deliveries_subscription ON deliveries(subscription_id, created_at);
+  CREATE TABLE delivery_attempts (
+    delivery_id TEXT COLLATE "C" NOT NULL REFERENCES deliveries(id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL,
+    at BIGINT NOT NULL,
+    status INTEGER,
+    latency_ms BIGINT NOT NULL,
+    error TEXT,
+    PRIMARY KEY (delivery_id, attempt)
+  );
+  `,
+  },
 ];
 
 /**

@@ -240,7 +240,63 @@ export interface EventsTable {
   data: string;
 }
 
+/** A user's webhook subscription (src/events/webhooks.ts). */
+export interface SubscriptionsTable {
+  /** `sub_` and 24 hex digits. */
+  id: string;
+  user_id: number;
+  url: string;
+  /** Type patterns, JSON array (empty: every type). */
+  types: string;
+  /** A path pattern, `data://user/…`, or null. */
+  path: string | null;
+  enabled: number;
+  /** Why it was turned off: by its owner (null), or by us after days of failures. */
+  disabled_reason: string | null;
+  /** Sealed JSON: [{ secret, expires_at }] (the current one first; a rotated one signs beside it for 24 h). */
+  secrets: string;
+  /** Since when every delivery to it has failed (ms), or null. */
+  failing_since: number | null;
+  /** Deliveries not queued because its queue was full. */
+  overflowed: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface DeliveriesTable {
+  /** `msg_` and 24 hex digits: the `webhook-id`, the same on every attempt. */
+  id: string;
+  subscription_id: string;
+  event_id: string;
+  event_type: string;
+  /** The body sent: the CloudEvent's JSON. */
+  payload: string;
+  status: 'pending' | 'delivered' | 'failed';
+  attempts: number;
+  /** When the next attempt is due (ms). */
+  next_at: number;
+  /** A node sending it holds it until then (ms); 0 when nobody does. */
+  claimed_until: number;
+  last_status: number | null;
+  last_error: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+export interface DeliveryAttemptsTable {
+  delivery_id: string;
+  attempt: number;
+  at: number;
+  /** The endpoint's HTTP status, or null when there was none (refused, timed out). */
+  status: number | null;
+  latency_ms: number;
+  error: string | null;
+}
+
 export interface Schema {
+  subscriptions: SubscriptionsTable;
+  deliveries: DeliveriesTable;
+  delivery_attempts: DeliveryAttemptsTable;
   events: EventsTable;
   sessions: SessionsTable;
   signin_failures: SigninFailuresTable;

@@ -107,13 +107,13 @@ export function isInternalAddress(address: string): boolean {
  * client is made; its connections then resolve through `publicOnlyLookup`, which catches a name
  * that changes its answer later (DNS rebinding).
  */
-export async function checkPublicEndpoint(url: string, label: string): Promise<void> {
+export async function checkPublicEndpoint(url: string, what: string): Promise<void> {
   let host: string;
   try {
     host = new URL(url).hostname.replace(/^\[|\]$/g, '');
   } catch {
     // Checked when the account is made: a row that holds no URL was stored otherwise (an older version, by hand).
-    throw new AppError('invalid_connector', `the account "${label}" has an endpoint that is not a valid URL: change it (PATCH the account) or connect it again`);
+    throw new AppError('invalid_connector', `${what} has an endpoint that is not a valid URL: change it (PATCH it) or make it again`);
   }
   let addresses: string[];
   if (net.isIP(host)) {
@@ -122,7 +122,7 @@ export async function checkPublicEndpoint(url: string, label: string): Promise<v
     try {
       addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
     } catch {
-      throw new AppError('connector_unreachable', `the account "${label}" could not be reached: its host ${host} does not resolve`);
+      throw new AppError('connector_unreachable', `${what} could not be reached: its host ${host} does not resolve`);
     }
   }
   for (const address of addresses) {
@@ -130,7 +130,7 @@ export async function checkPublicEndpoint(url: string, label: string): Promise<v
     if (range === undefined) continue;
     throw new AppError(
       'connector_address_refused',
-      `the account "${label}" points at ${host} (${address}), an internal address (${range}); this server only connects accounts to public addresses unless its operator sets ALGOHOST_CONNECTOR_NETWORK=any`,
+      `${what} points at ${host} (${address}), an internal address (${range}); this server only connects to public addresses unless its operator sets ALGOHOST_CONNECTOR_NETWORK=any`,
     );
   }
 }

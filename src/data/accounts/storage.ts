@@ -158,7 +158,7 @@ export class ConnectedStorage {
   }
 
   private async checkEndpoint(url: string, label: string): Promise<void> {
-    if (this.options.network === 'public') await checkPublicEndpoint(url, label);
+    if (this.options.network === 'public') await checkPublicEndpoint(url, `the account "${label}"`);
   }
 
   close(): void {
