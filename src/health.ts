@@ -45,16 +45,23 @@ export async function healthReport(services: Services, extra: Pick<Health, 'role
     : kind === 'gvisor'
       ? { enabled: false, kind, warning: `gVisor cannot run here: ${services.sandbox.reason}` }
       : { enabled: false, warning: `algorithms are NOT sandboxed: ${services.sandbox.reason}` };
-  const warning = networkWarning(services);
+  const warning = networkWarning(services, extra.role === 'api');
   const network: Health['network'] = { mode: services.network.mode, ...(warning ? { warning } : {}) };
   return { status: ok ? 200 : 503, body: { status: ok ? 'ok' : 'unavailable', ...extra, sandbox, network, metadata, blobs, ...(nats ? { nats } : {}) } };
 }
 
-/** What a node says at start and in /health about its sandboxes' network, when it is not the safe default working. */
-export function networkWarning(services: Pick<Services, 'network' | 'config'>): string | undefined {
+/**
+ * What a node says at start and in /health about its sandboxes' network, when it is not the safe
+ * default working. `apiNode`: its calls run on worker nodes (which give the network as their own
+ * fence can), so only its builds are at stake here.
+ */
+export function networkWarning(services: Pick<Services, 'network' | 'config'>, apiNode = false): string | undefined {
   const { network, config } = services;
   if (network.mode === 'host') return 'ALGOHOST_ALGORITHM_NETWORK=host: algorithms with network access, and builds, share this host\'s network: they can reach its loopback services, its network and cloud metadata addresses';
   if (network.fenceProblem === undefined) return undefined;
+  if (apiNode) {
+    return `the egress fence cannot be made here (${network.fenceProblem}): builds on this API node have this host's network, and can reach its services (install nftables and slirp4netns); algorithms run on worker nodes, each behind its own fence`;
+  }
   const algorithms = config.algorithmNetwork === 'nat' ? 'algorithms that ask for the network are refused it, and ' : '';
   return `the egress fence cannot be made here (${network.fenceProblem}): ${algorithms}builds have this host's network`;
 }

@@ -42,7 +42,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   // An API node runs no algorithm: only builds, which need the sandbox too.
   const sandboxProblem = checkSandbox(services, config, logger, out);
   if (sandboxProblem) return giveUp(sandboxProblem);
-  checkNetwork(services, logger, out);
+  checkNetwork(services, logger, out, role === 'api');
   const { removed } = await services.hosted.recover();
   if (removed > 0) logger.info({ removed }, 'removed file contents left unreferenced by an interrupted write');
   await services.builds.recover();
@@ -127,7 +127,7 @@ function natsBus(nc: NatsConnection): Bus {
 }
 
 /** A worker node's only HTTP: GET /health (for its process manager or load balancer's checks). */
-async function listenHealth(services: Services, port: number, host: string): Promise<http.Server> {
+async function listenHealth(services: Services, port: number, host: string, logger: pino.Logger): Promise<http.Server> {
   const server = http.createServer((req, res) => {
     if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/health') {
       res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'route_not_found', message: 'a worker node serves GET /health only' } }));
@@ -136,7 +136,10 @@ async function listenHealth(services: Services, port: number, host: string): Pro
     const load = services.runtime.pool.load();
     void healthReport(services, { role: 'worker', running: load.running, free: load.free }).then(
       ({ status, body }) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body)),
-      () => res.writeHead(500).end(),
+      (err: unknown) => {
+        logger.error({ err }, 'the health report failed');
+        res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'internal_error', message: 'internal error; the server log has the details' } }));
+      },
     );
   });
   await new Promise<void>((resolve, reject) => {
@@ -202,8 +205,8 @@ function checkSandbox(services: Services, config: Config, logger: pino.Logger, o
 }
 
 /** Says, at every start, when sandboxes' network is not the fence working (ALGOHOST_ALGORITHM_NETWORK). */
-function checkNetwork(services: Services, logger: pino.Logger, out: NodeJS.WritableStream): void {
-  const warning = networkWarning(services);
+function checkNetwork(services: Services, logger: pino.Logger, out: NodeJS.WritableStream, apiNode = false): void {
+  const warning = networkWarning(services, apiNode);
   if (!warning) return;
   logger.warn(warning);
   out.write(`WARNING: ${warning}\n`);
@@ -226,7 +229,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     const problem = checkSandbox(services, config, logger, out);
     if (problem) throw problem;
     checkNetwork(services, logger, out);
-    if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host);
+    if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host, logger);
     await node.start();
   } catch (err) {
     health?.close();

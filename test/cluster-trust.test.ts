@@ -213,7 +213,7 @@ for (const secure of [false, true]) {
     test('a body fetched in parts takes only a sealed answer: a forged one on the inbox first changes nothing', async () => {
       // mallory answers every part request she sees on the open bus before the real sender can.
       const spy = secure ? undefined : await bus.conn('api');
-      spy?.subscribe('algohost.v1.parts.*', { callback: (_e, m) => void (m.reply && spy.publish(m.reply, frame({ type: 'part_data' }, Buffer.from('forged')))) });
+      spy?.subscribe('algohost.v1.parts.>', { callback: (_e, m) => void (m.reply && spy.publish(m.reply, frame({ type: 'part_data' }, Buffer.from('forged')))) });
       await spy?.flush();
       const big = crypto.randomBytes(3 * 1024 * 1024).toString('base64');
       const out = await bus.exec.run(job(ECHO, big));
@@ -294,6 +294,25 @@ for (const secure of [false, true]) {
       spy?.close();
     });
 
+    test('no node answers into a subject that is not an inbox: a request naming $JS.API or another subject as its reply gets no answer there', async () => {
+      // What a reply would reach: a sentinel subject an API node's user may read.
+      const api = await bus.conn('api');
+      const heard: Msg[] = [];
+      api.subscribe('algohost.v1.host.sentinel.x', { callback: (_e, m) => void heard.push(m) });
+      await api.flush();
+      const reply = 'algohost.v1.host.sentinel.x';
+      // An insider (the cluster's secret, a worker's credentials): an SDK request, and a part request.
+      const host = `algohost.v1.host.${bus.exec.node}`;
+      bus.mallory.publish(host, KEY.seal(host, frame({ type: 'host', call: 'c-none', worker: 'worker-2', header: { method: 'GET', path: '/v1/data/.my' } })), { reply });
+      const parts = `algohost.v1.parts.api.${bus.exec.node}`;
+      bus.mallory.publish(parts, KEY.seal(parts, frame({ type: 'part', id: 'nothing', index: 0 })), { reply });
+      await bus.mallory.flush();
+      await until(() => bus.execLog.lines.filter((l) => /reply subject is no inbox/.test(l)).length >= 2);
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(heard.length, 0, 'a node answered into a subject that is no inbox');
+      assert.equal(bus.execLog.lines.filter((l) => /reply subject is no inbox/.test(l)).length, 2, bus.execLog.lines.join('\n'));
+    });
+
     test("a job's key and network are the worker's to derive: a job cannot file its build under another's key, or get the network the worker does not give", async () => {
       // Sealed by the cluster (an API node's job), naming alice/Echo's key for another build, and the network.
       const api = await bus.conn('api');
@@ -337,25 +356,37 @@ for (const secure of [false, true]) {
         await assert.rejects(connect({ servers: bus.nats.url, tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
         await assert.rejects(connect({ servers: bus.nats.url, user: 'algohost-worker-1', pass: 'wrong', tls: { caFile: bus.nats.ca } }), /Authorization Violation/);
         // worker-2's user, beside worker-1 (the node running calls): nothing of another node's.
-        const theirs = [`${WORKER_PREFIX}.worker-1.run`, '_INBOX_worker.worker-1.>', 'algohost.v1.parts.worker-1', beatSubject('worker-1'), BEATS];
+        const theirs = [`${WORKER_PREFIX}.worker-1.run`, '_INBOX_worker.worker-1.>', 'algohost.v1.parts.worker.worker-1', 'algohost.v1.parts.api.api-1', beatSubject('worker-1'), beatSubject('worker-2'), BEATS];
         for (const subject of ['algohost.v1.host.>', '_INBOX_api.>', 'algohost.v1.async', RUN_SUBJECT, ...theirs]) {
           const nc = await bus.conn('worker-2');
           const refused = await permissionError(nc, () => void nc.subscribe(subject));
           assert.match(refused ?? '', /Permissions Violation for Subscription/, `worker-2's user may subscribe to ${subject}`);
         }
-        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT, `${WORKER_PREFIX}.worker-1.run`, beatSubject('worker-1')]) {
+        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT, `${WORKER_PREFIX}.worker-1.run`, beatSubject('worker-1'), 'algohost.v1.parts.worker.worker-1', 'algohost.v1.parts.worker.worker-2']) {
           const nc = await bus.conn('worker-2');
           const refused = await permissionError(nc, () => nc.publish(subject, Buffer.from('x')));
           assert.match(refused ?? '', /Permissions Violation for Publish/, `worker-2's user may publish to ${subject}`);
         }
         // What is its own: the queue group (as a member only), its jobs, beats, parts and inboxes.
         const own = await bus.conn('worker-2');
+        const mine = [`${WORKER_PREFIX}.worker-2.run`, 'algohost.v1.parts.worker.worker-2', '_INBOX_worker.worker-2.x'];
         const allowed = await permissionError(own, () => {
-          for (const subject of [`${WORKER_PREFIX}.worker-2.run`, beatSubject('worker-2'), 'algohost.v1.parts.worker-2', '_INBOX_worker.worker-2.x.>']) own.subscribe(subject);
+          for (const subject of mine) own.subscribe(subject);
           own.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE });
           own.publish(beatSubject('worker-2'), Buffer.from('x'));
+          own.publish('algohost.v1.parts.api.api-1', Buffer.from('x'));
         });
         assert.equal(allowed, undefined);
+        // It may publish on no subject it may subscribe to: a message sent to itself would
+        // otherwise give it the right to answer on any subject it named as the reply.
+        for (const subject of [...mine, RUN_SUBJECT]) {
+          const nc = await bus.conn('worker-2');
+          nc.subscribe(subject, subject === RUN_SUBJECT ? { queue: WORKERS_QUEUE } : {});
+          const refused = await permissionError(nc, () => nc.publish(subject, Buffer.from('x'), { reply: '$JS.API.INFO' }));
+          assert.match(refused ?? '', /Permissions Violation for Publish/, `worker-2's user may publish on ${subject}, which it reads`);
+          const still = await permissionError(nc, () => nc.publish('$JS.API.INFO', Buffer.from('')));
+          assert.match(still ?? '', /Permissions Violation for Publish to "\$JS\.API\.INFO"/, `after a message to itself on ${subject}, worker-2 may publish on $JS.API`);
+        }
         // A worker node given a name its user's permissions do not give stops at start, saying so.
         const misnamed = new WorkerNode(await bus.conn('worker-2'), bus.counted, logger(), () => bus.counted.runtime.pool.load(), KEY, false, 'worker-1');
         await assert.rejects(misnamed.start(), (err: Error) => err instanceof ConfigError && /named worker-1.*ALGOHOST_NODE_NAME/.test(err.message));

@@ -55,6 +55,8 @@ interface Pending {
   deadline: number;
   /** The worker node that took it (from its `taken` notice, or the one it was routed to). */
   worker: string | undefined;
+  /** The process beating under that name when the call went to it (WorkerView.instance), if known. */
+  instance: string | undefined;
   lost: (err: WorkerLostError) => void;
   /** The attempt waiting for its answer on this node's reply subject (ask). */
   answer?: { resolve: (m: Message) => void; reject: (err: Error) => void } | undefined;
@@ -69,6 +71,8 @@ class NoRespondersError extends Error {
 interface WorkerView {
   /** The process beating under the worker's name (Beat.instance); undefined until its first beat. */
   instance: string | undefined;
+  /** When each process that beat under the name last did: a call is lost with the process it went to. */
+  instances: Map<string, number>;
   seen: number;
   free: number;
   warm: Record<string, number>;
@@ -115,7 +119,7 @@ export class NatsExecutor implements Executor {
   ) {
     this.apiSubject = `${HOST_PREFIX}.${node}`;
     this.replies = `${HOST_PREFIX}.${node}.reply`;
-    this.wire = new Wire(nc, node, log, key, inboxPrefix('api', node));
+    this.wire = new Wire(nc, node, log, key, 'api');
     this.subscriptions = [
       nc.subscribe(this.apiSubject, { callback: (err, msg) => (err ? log.warn({ err }, 'SDK request subscription failed') : void this.onApiMessage(msg)) }),
       nc.subscribe(BEATS, { callback: (err, msg) => (err ? log.warn({ err }, 'beat subscription failed') : this.onBeat(msg)) }),
@@ -153,7 +157,7 @@ export class NatsExecutor implements Executor {
     const deadline = Date.now() + job.timeoutMs + REPLY_GRACE_MS;
     const { data, ref } = this.wire.pack(encodeRunRequest({ type: 'run', call, api: this.apiSubject, sdk: host !== undefined, job }), job.timeoutMs + REPLY_GRACE_MS);
     const routed = this.route(job.target.key);
-    const pending: Pending = { host, deadline, worker: routed, lost: () => undefined };
+    const pending: Pending = { host, deadline, worker: routed, instance: routed === undefined ? undefined : this.workers.get(routed)?.instance, lost: () => undefined };
     const lost = new Promise<never>((_, reject) => (pending.lost = reject));
     lost.catch(() => undefined);
     this.calls.set(call, pending);
@@ -169,6 +173,7 @@ export class NatsExecutor implements Executor {
           // The worker it was routed to is gone: any other may take it.
           this.workers.delete(pending.worker);
           pending.worker = undefined;
+          pending.instance = undefined;
           continue;
         }
         const opened = this.wire.read(answer, deadline);
@@ -178,6 +183,7 @@ export class NatsExecutor implements Executor {
           const w = pending.worker ? this.workers.get(pending.worker) : undefined;
           if (w) w.draining = true;
           pending.worker = undefined;
+          pending.instance = undefined;
           continue;
         }
         break;
@@ -291,6 +297,12 @@ export class NatsExecutor implements Executor {
     w.warm[key] = (w.warm[key] ?? 0) + 1;
   }
 
+  /** Whether process `instance` of `worker` has been silent past LOST_AFTER_MS (another may beat under the name). */
+  private gone(worker: string, instance: string): boolean {
+    const seen = this.workers.get(worker)?.instances.get(instance);
+    return seen !== undefined && Date.now() - seen > LOST_AFTER_MS;
+  }
+
   private silent(worker: string): boolean {
     const w = this.workers.get(worker);
     return w === undefined || Date.now() - w.seen > LOST_AFTER_MS;
@@ -302,6 +314,9 @@ export class NatsExecutor implements Executor {
     const now = Date.now();
     for (const p of this.calls.values()) {
       if (p.worker && this.silent(p.worker)) p.lost(new WorkerLostError(`worker node ${p.worker} has not been heard from for ${LOST_AFTER_MS / 1000} s`));
+      else if (p.worker && p.instance && this.gone(p.worker, p.instance)) {
+        p.lost(new WorkerLostError(`worker node ${p.worker} started again while it ran the call (its process ${p.instance} has not been heard from for ${LOST_AFTER_MS / 1000} s)`));
+      }
       else if (p.answer && now > p.deadline) {
         p.answer.reject(new Error('timed out waiting for its answer'));
         p.answer = undefined;
@@ -331,14 +346,21 @@ export class NatsExecutor implements Executor {
       return;
     }
     if (b.role !== 'worker') return;
+    const now = Date.now();
     const known = this.workers.get(b.node);
-    // The worker's process started again under its name (it was killed, or restarted, and is
-    // back within a beat): the calls the old one took are lost with it.
-    if (known?.instance !== undefined && known.instance !== b.instance) {
-      for (const p of this.calls.values()) if (p.worker === b.node) p.lost(new WorkerLostError(`worker node ${b.node} started again while it ran the call`));
+    const instances = known?.instances ?? new Map<string, number>();
+    // A process that beat before, after another took the name over: two processes share it.
+    if (known?.instance !== undefined && known.instance !== b.instance && instances.has(b.instance) && now - this.namesakeLogged > 60_000) {
+      this.namesakeLogged = now;
+      this.log.error({ node: b.node }, `two worker node processes beat under the name ${b.node} (on ${b.host} and another): give each its own ALGOHOST_NODE_NAME`);
     }
-    this.workers.set(b.node, { instance: b.instance, seen: Date.now(), free: b.free, warm: b.warm, draining: b.draining });
+    instances.set(b.instance, now);
+    // A restarted node's old process is remembered until its calls could be failed as lost.
+    for (const [i, at] of instances) if (now - at > 10 * LOST_AFTER_MS) instances.delete(i);
+    this.workers.set(b.node, { instance: b.instance, instances, seen: now, free: b.free, warm: b.warm, draining: b.draining });
   }
+
+  private namesakeLogged = 0;
 
   /** A `taken` notice, or an SDK request of one of this node's calls from the worker running it. */
   private async onApiMessage(msg: Msg): Promise<void> {
@@ -359,8 +381,9 @@ export class NatsExecutor implements Executor {
         // Only a call sent to the queue, and only once: a call routed to one worker stays with it.
         if (p && p.worker === undefined) {
           p.worker = t.worker;
+          p.instance = this.workers.get(t.worker)?.instance;
           // Heard from now, if its first beat has not come yet.
-          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { instance: undefined, seen: Date.now(), free: 0, warm: {}, draining: false });
+          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { instance: undefined, instances: new Map(), seen: Date.now(), free: 0, warm: {}, draining: false });
         }
         return;
       }

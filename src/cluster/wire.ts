@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import { frame, MessageError, PARTS_PREFIX, readRef, unframe, type BodyRef, type Message } from './messages.ts';
+import { frame, HOST_PREFIX, MessageError, PARTS_PREFIX, readRef, unframe, type BodyRef, type Message } from './messages.ts';
+import { inboxPrefix, type NatsRole } from './nats.ts';
 import type { ClusterLog } from './log.ts';
 import { SEAL_BYTES, type ClusterKey } from './seal.ts';
 
@@ -44,6 +45,8 @@ export class Wire {
   private readonly subscription: Subscription;
   private emptied: (() => void) | undefined;
 
+  /** The prefix of this node's inboxes. */
+  readonly inboxPrefix: string;
   /** Where this node's requests are answered: `${inbox}.<n>`, one subscription for all (request). */
   private readonly inbox: string;
   private readonly answers: Subscription;
@@ -55,12 +58,17 @@ export class Wire {
     node: string,
     private readonly log: ClusterLog,
     private readonly key: ClusterKey,
-    /** The inbox prefix this node's NATS user may read (nats.ts inboxPrefix). */
-    readonly inboxPrefix = '_INBOX',
+    /**
+     * What the node is: its inboxes are `inboxPrefix(role, node)`, which its NATS user alone may
+     * read, and its parts subject `${PARTS_PREFIX}.<role>.<node>`, on which only the other role
+     * may publish (docs/cluster.md): a worker may publish on no subject it can subscribe to.
+     */
+    role: NatsRole = 'worker',
   ) {
-    this.inbox = `${inboxPrefix}.${crypto.randomBytes(9).toString('hex')}`;
+    this.inboxPrefix = inboxPrefix(role, node);
+    this.inbox = `${this.inboxPrefix}.${crypto.randomBytes(9).toString('hex')}`;
     this.answers = nc.subscribe(`${this.inbox}.*`, { callback: (err, msg) => (err ? log.warn({ err }, 'the answers subscription failed') : this.onAnswer(msg)) });
-    this.subject = `${PARTS_PREFIX}.${node}`;
+    this.subject = `${PARTS_PREFIX}.${role}.${node}`;
     this.subscription = nc.subscribe(this.subject, {
       callback: (err, msg) => {
         if (err) return log.warn({ err }, 'the parts subscription failed');
@@ -90,9 +98,18 @@ export class Wire {
     this.nc.publish(subject, this.key.seal(subject, data), reply === undefined ? undefined : { reply });
   }
 
-  /** Answers `msg` with `data`, sealed for its reply subject (nothing, if it asked for no answer). */
+  /**
+   * Answers `msg` with `data`, sealed for its reply subject (nothing, if it asked for no answer).
+   * Only into a node's inbox or an API node's reply subject: a sender naming any other subject
+   * as its reply (`$JS.API.…`, another node's jobs) would have this node publish there for it.
+   */
   respond(msg: Msg, data: Uint8Array): void {
-    if (msg.reply) this.nc.publish(msg.reply, this.key.seal(msg.reply, data));
+    if (!msg.reply) return;
+    if (!answerable(msg.reply)) {
+      this.log.warn({ subject: msg.subject, reply: msg.reply }, 'did not answer a message whose reply subject is no inbox (a forged message on the bus)');
+      return;
+    }
+    this.nc.publish(msg.reply, this.key.seal(msg.reply, data));
   }
 
   /** Sends a request and gives its answer's bytes, seal checked. */
@@ -265,4 +282,11 @@ export class Wire {
     if (offset !== ref.size) throw new MessageError(`a body's parts hold ${offset} bytes, ${ref.size} were announced`);
     return out;
   }
+}
+
+const JOB_REPLY = new RegExp(`^${HOST_PREFIX.replaceAll('.', '\\.')}\\.[A-Za-z0-9_-]+\\.reply\\.[A-Za-z0-9_-]+$`);
+
+/** Whether a reply subject is one a node answers into: a node's inbox, or an API node's reply subject for a job. */
+export function answerable(reply: string): boolean {
+  return /^_INBOX_(api|worker|admin)\.[A-Za-z0-9_.-]+$/.test(reply) || JOB_REPLY.test(reply);
 }

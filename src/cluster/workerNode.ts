@@ -4,7 +4,6 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node'
 import { BuildMissingError, ExecutorBusyError, targetKey, WorkerStartError, type Executor, type HostHandler } from '../runtime/contract.ts';
 import {
   beatSubject,
-  decodeBeat,
   decodeHostReply,
   decodeRunRequest,
   encodeBeat,
@@ -21,7 +20,7 @@ import { BEAT_MS, BODY_TTL_MS } from './natsExecutor.ts';
 import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 import type { ClusterKey } from './seal.ts';
-import { checkSubscriptions, inboxPrefix } from './nats.ts';
+import { checkSubscriptions } from './nats.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -68,7 +67,7 @@ export class WorkerNode {
      */
     readonly node: string,
   ) {
-    this.wire = new Wire(nc, this.node, log, key, inboxPrefix('worker', node));
+    this.wire = new Wire(nc, this.node, log, key, 'worker');
   }
 
   /**
@@ -84,10 +83,9 @@ export class WorkerNode {
     };
     this.subscriptions = [
       this.nc.subscribe(RUN_SUBJECT, { queue: WORKERS_QUEUE, callback }),
-      // A queue of one's own: were two processes ever given one name, each job still runs once.
+      // A queue of one's own: were two processes ever given one name, each job still runs once
+      // (the API nodes tell of it: they hear two instances beat under the name).
       this.nc.subscribe(`${WORKER_PREFIX}.${this.node}.run`, { queue: this.node, callback }),
-      // Its own beats come back to it: one from another process of its name is a mistake to tell.
-      this.nc.subscribe(beatSubject(this.node), { callback: (err, msg) => (err ? undefined : this.onOwnBeat(msg)) }),
     ];
     await this.nc.flush();
     try {
@@ -101,21 +99,6 @@ export class WorkerNode {
     this.timer.unref();
     this.beat();
     await this.nc.flush();
-  }
-
-  private namesake = 0;
-
-  private onOwnBeat(msg: Msg): void {
-    try {
-      const b = decodeBeat(this.wire.unseal(msg));
-      // Said once a minute at most: the other process beats every second.
-      if (b.instance !== this.instance && Date.now() - this.namesake > 60_000) {
-        this.namesake = Date.now();
-        this.log.error({ node: this.node, other: b.host }, `another node, on ${b.host}, beats under this node's name: each job routed to the name runs on one of them, but API nodes count them as one (give each node its own ALGOHOST_NODE_NAME)`);
-      }
-    } catch {
-      // Not a beat of this cluster's: the API nodes drop and log it.
-    }
   }
 
   /** Jobs being run now. */

@@ -8,7 +8,7 @@ export type NetworkMode = 'none' | 'nat' | 'host';
 
 /** How often the deployment's service names are resolved again (a database that moved, a NATS server replaced). */
 export const SERVICES_RESOLVE_MS = 30_000;
-/** At most this many addresses of the deployment's services are kept refused (every one they ever had, up to it). */
+/** At most this many addresses of the deployment's services are kept refused: every one they have now, and the latest they had before, up to it. */
 const MAX_SERVICE_ADDRESSES = 256;
 
 /** What SandboxNetwork.open asks of the world: tests give their own. */
@@ -71,7 +71,15 @@ export class SandboxNetwork {
       this.resolvedAt = this.now();
       void addressesOf(names, this.lookup)
         .then((found) => {
-          for (const a of found) if (this.services.size < MAX_SERVICE_ADDRESSES) this.services.add(a);
+          // Most recent last: what they have now is never the one let go.
+          for (const a of found) {
+            this.services.delete(a);
+            this.services.add(a);
+          }
+          for (const a of this.services) {
+            if (this.services.size <= Math.max(MAX_SERVICE_ADDRESSES, found.length)) break;
+            this.services.delete(a);
+          }
         })
         .finally(() => (this.resolving = false));
     }
