@@ -225,8 +225,11 @@ let etcDir: string | undefined;
  */
 function etcFile(text: string): string {
   if (etcDir === undefined || !fs.existsSync(etcDir)) {
-    etcDir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-net-'));
-    fs.chmodSync(etcDir, 0o755);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-net-'));
+    fs.chmodSync(dir, 0o755);
+    etcDir = dir;
+    // Gone with the process (a sandbox running then has its files open already).
+    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
   }
   const file = path.join(etcDir, crypto.createHash('sha256').update(text).digest('hex').slice(0, 32));
   if (!fs.existsSync(file)) {
