@@ -1,5 +1,7 @@
 import crypto from 'node:crypto';
+import type { Selectable } from 'kysely';
 import type { Db } from '../store/db.ts';
+import type { EventsTable } from '../store/schema.ts';
 
 /**
  * The outbox of events (docs/events.md): an event is a row written in the same transaction as
@@ -40,16 +42,7 @@ export interface NewEvent {
 }
 
 /** An event as stored. */
-export interface EventRow {
-  id: number;
-  event_id: string;
-  user_id: number;
-  seq: number;
-  type: string;
-  subject: string;
-  time: number;
-  data: string;
-}
+export type EventRow = Selectable<EventsTable>;
 
 /** A CloudEvents 1.0 event in its JSON form (https://github.com/cloudevents/spec). */
 export interface CloudEvent {
