@@ -396,12 +396,13 @@ export class Webhooks {
         .orderBy('deliveries.next_at')
         .limit(n)
         .execute();
-      if (due.length > 0) await trx.updateTable('deliveries').set({ claimed_until: now + LEASE_MS }).where('id', 'in', due.map((d) => d.id)).execute();
-      return due;
+      const lease = now + LEASE_MS;
+      if (due.length > 0) await trx.updateTable('deliveries').set({ claimed_until: lease }).where('id', 'in', due.map((d) => d.id)).execute();
+      return due.map((d) => ({ ...d, lease }));
     });
   }
 
-  private async send(d: { id: string; subscription_id: string; payload: string; attempts: number; url: string; secrets: string }): Promise<void> {
+  private async send(d: { id: string; subscription_id: string; payload: string; attempts: number; url: string; secrets: string; lease: number }): Promise<void> {
     const started = this.now();
     let status: number | null = null;
     let error: string | null = null;
@@ -433,14 +434,16 @@ export class Webhooks {
     }
   }
 
-  private async record(d: { id: string; subscription_id: string; attempts: number }, at: number, status: number | null, latency: number, error: string | null): Promise<void> {
+  private async record(d: { id: string; subscription_id: string; attempts: number; lease: number }, at: number, status: number | null, latency: number, error: string | null): Promise<void> {
     await this.store.write(async (trx) => {
       const count = await trx.selectFrom('delivery_attempts').select((eb) => eb.fn.countAll().as('n')).where('delivery_id', '=', d.id).executeTakeFirst();
       await trx.insertInto('delivery_attempts').values({ delivery_id: d.id, attempt: Number(count?.n ?? 0) + 1, at, status, latency_ms: latency, error }).execute();
       const attempts = d.attempts + 1;
       const now = this.now();
+      // Only while it is still this send's: a redelivery asked for meanwhile (its lease reset)
+      // stands, and is sent again.
       if (error === null) {
-        await trx.updateTable('deliveries').set({ status: 'delivered', attempts, last_status: status, last_error: null, finished_at: now, claimed_until: 0 }).where('id', '=', d.id).execute();
+        await trx.updateTable('deliveries').set({ status: 'delivered', attempts, last_status: status, last_error: null, finished_at: now, claimed_until: 0 }).where('id', '=', d.id).where('claimed_until', '=', d.lease).execute();
         await trx.updateTable('subscriptions').set({ failing_since: null }).where('id', '=', d.subscription_id).execute();
         return;
       }
@@ -450,6 +453,7 @@ export class Webhooks {
         .updateTable('deliveries')
         .set({ status: last ? 'failed' : 'pending', attempts, last_status: status, last_error: error, next_at: Math.round(now + wait), claimed_until: 0, finished_at: last ? now : null })
         .where('id', '=', d.id)
+        .where('claimed_until', '=', d.lease)
         .execute();
       const sub = await trx.selectFrom('subscriptions').select(['failing_since', 'enabled']).where('id', '=', d.subscription_id).executeTakeFirst();
       if (!sub) return;
