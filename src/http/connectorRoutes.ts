@@ -1,8 +1,7 @@
+import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.ts';
 import type { UserService } from '../auth/users.ts';
 import type { ConnectedAccounts } from '../data/accounts/accounts.ts';
-import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
 import type { ConnectedAccount, Page } from '../../client/src/types.ts';
 
@@ -24,14 +23,7 @@ export async function connectorRoutes(app: FastifyInstance, opts: { accounts: Co
   const { accounts, users } = opts;
 
   async function owner(req: FastifyRequest<{ Params: UserParams }>): Promise<number> {
-    const principal = req.principal!;
-    if (!isOwner(principal, req.params.username)) {
-      throw new AppError('forbidden', `you can only manage your own connected accounts (you are ${principal.username})`);
-    }
-    if (!principal.permissions.allow_algo_management) {
-      throw new AppError('key_permission_denied', 'this API key may not manage connected accounts (allow_algo_management is off)');
-    }
-    return (await users.require(principal.username)).id;
+    return (await ownBusiness(req, users, 'manage', 'connected accounts')).id;
   }
 
   app.get<{ Params: UserParams }>('/v1/users/:username/connectors', async (req) => ({

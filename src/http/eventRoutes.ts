@@ -1,7 +1,7 @@
+import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance } from 'fastify';
 import { AppError } from '../errors.ts';
 import type { UserService } from '../auth/users.ts';
-import { isOwner } from '../data/acl.ts';
 import { parseFilter } from '../events/filter.ts';
 import type { EventFeed, FedEvent } from '../events/feed.ts';
 import { cloudEvent } from '../events/outbox.ts';
@@ -29,15 +29,8 @@ export async function eventRoutes(app: FastifyInstance, opts: { feed: EventFeed;
   const keepaliveMs = opts.keepaliveMs ?? KEEPALIVE_MS;
 
   app.get<{ Params: UserParams; Querystring: Record<string, unknown> }>('/v1/users/:username/events', async (req, reply) => {
-    const principal = req.principal!;
-    if (!isOwner(principal, req.params.username)) {
-      throw new AppError('forbidden', `you can only read your own events (you are ${principal.username})`);
-    }
-    if (!principal.permissions.allow_algo_management) {
-      throw new AppError('key_permission_denied', 'this API key may not read events (allow_algo_management is off)');
-    }
-    const filter = parseFilter(principal.username, req.query.types, req.query.path);
-    const user = await users.require(principal.username);
+    const user = await ownBusiness(req, users, 'read', 'events');
+    const filter = parseFilter(user.username, req.query.types, req.query.path);
     const header = req.headers['last-event-id'];
     const resume = (Array.isArray(header) ? header[0] : header) ?? (typeof req.query.last_event_id === 'string' ? req.query.last_event_id : undefined);
     let after: number | undefined;

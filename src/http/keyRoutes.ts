@@ -1,9 +1,8 @@
+import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { AppError } from '../errors.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import type { UserService } from '../auth/users.ts';
 import type { Principal } from '../auth/principal.ts';
-import { isOwner } from '../data/acl.ts';
 import { checkObject } from './body.ts';
 import type { CreatedKey, KeyRecord, Page, WhoAmI } from '../../client/src/types.ts';
 
@@ -22,15 +21,8 @@ export async function keyRoutes(app: FastifyInstance, opts: { keys: KeyService; 
   const { keys, users } = opts;
 
   async function owner(req: FastifyRequest<{ Params: UserParams }>): Promise<{ userId: number; principal: Principal }> {
-    const principal = req.principal!;
-    if (!isOwner(principal, req.params.username)) {
-      throw new AppError('forbidden', `you can only manage your own keys (you are ${principal.username})`);
-    }
-    if (!principal.permissions.allow_algo_management) {
-      throw new AppError('key_permission_denied', 'this API key may not manage keys (allow_algo_management is off)');
-    }
-    const user = await users.require(principal.username);
-    return { userId: user.id, principal };
+    const { id, principal } = await ownBusiness(req, users, 'manage', 'keys');
+    return { userId: id, principal };
   }
 
   const body = (req: FastifyRequest) => checkObject(req.body, ['name', 'permissions']);

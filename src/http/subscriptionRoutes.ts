@@ -1,7 +1,7 @@
+import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.ts';
 import type { UserService } from '../auth/users.ts';
-import { isOwner } from '../data/acl.ts';
 import type { Webhooks } from '../events/webhooks.ts';
 
 interface UserParams {
@@ -23,15 +23,8 @@ interface DeliveryParams extends SubParams {
 export async function subscriptionRoutes(app: FastifyInstance, opts: { webhooks: Webhooks; users: UserService }): Promise<void> {
   const { webhooks, users } = opts;
   const owner = async (req: FastifyRequest<{ Params: UserParams }>) => {
-    const principal = req.principal!;
-    if (!isOwner(principal, req.params.username)) {
-      throw new AppError('forbidden', `you can only manage your own subscriptions (you are ${principal.username})`);
-    }
-    if (!principal.permissions.allow_algo_management) {
-      throw new AppError('key_permission_denied', 'this API key may not manage subscriptions (allow_algo_management is off)');
-    }
-    const user = await users.require(principal.username);
-    return { id: user.id, username: user.username };
+    const { id, username } = await ownBusiness(req, users, 'manage', 'subscriptions');
+    return { id, username };
   };
   const base = '/v1/users/:username/subscriptions';
 

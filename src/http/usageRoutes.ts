@@ -1,7 +1,6 @@
+import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance } from 'fastify';
-import { AppError } from '../errors.ts';
 import type { UserService } from '../auth/users.ts';
-import { isOwner } from '../data/acl.ts';
 import { usageRange, type UsageRecorder } from '../algorithms/usage.ts';
 
 interface UserParams {
@@ -21,15 +20,8 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
   usage.logTo(app.log);
 
   app.get<{ Params: UserParams; Querystring: Record<string, unknown> }>('/v1/users/:username/usage', async (req) => {
-    const principal = req.principal!;
-    if (!isOwner(principal, req.params.username)) {
-      throw new AppError('forbidden', `you can only read your own usage (you are ${principal.username})`);
-    }
-    if (!principal.permissions.allow_algo_management) {
-      throw new AppError('key_permission_denied', 'this API key may not read usage (allow_algo_management is off)');
-    }
+    const user = await ownBusiness(req, users, 'read', 'usage');
     const { from, to } = usageRange(req.query);
-    const user = await users.require(principal.username);
     return usage.report({ id: user.id, username: user.username }, from, to);
   });
 }
