@@ -1,5 +1,5 @@
 import type { MetadataStore } from '../store/db.ts';
-import type { EventRow } from './outbox.ts';
+import { eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 
 /** How often the outbox is read for events this process did not write (another node, the admin CLI). */
 export const FEED_POLL_MS = 200;
@@ -7,9 +7,7 @@ export const FEED_POLL_MS = 200;
 const PAGE = 500;
 
 /** An event row with its user's name, as the feed hands it on. */
-export interface FedEvent extends EventRow {
-  username: string;
-}
+export type FedEvent = NamedEvent;
 
 /** One listener of the feed: a user's events after a point, in order, each once. */
 export interface FeedSubscription {
@@ -176,22 +174,12 @@ export class EventFeed {
     }
   }
 
-  private async rows(after: number, userId?: number): Promise<FedEvent[]> {
-    let q = this.store.db
-      .selectFrom('events')
-      .innerJoin('users', 'users.id', 'events.user_id')
-      .select(['events.id', 'events.event_id', 'events.user_id', 'events.seq', 'events.type', 'events.subject', 'events.time', 'events.data', 'users.username'])
-      .where('events.id', '>', after);
-    if (userId !== undefined) q = q.where('events.user_id', '=', userId);
-    return q.orderBy('events.id').limit(PAGE).execute();
+  private rows(after: number, userId?: number): Promise<FedEvent[]> {
+    return eventsAfter(this.store.db, after, PAGE, userId);
   }
 
-  private async lastId(): Promise<number> {
-    const row = await this.store.db
-      .selectFrom('events')
-      .select((eb) => eb.fn.max('id').as('id'))
-      .executeTakeFirst();
-    return Number(row?.id ?? 0);
+  private lastId(): Promise<number> {
+    return lastEventId(this.store.db);
   }
 
   private startPolling(): void {

@@ -97,6 +97,29 @@ export function appendEvent(trx: Db, event: NewEvent): Promise<string[]> {
   return appendEvents(trx, [event]);
 }
 
+/** An event as the readers of the outbox take it: with its user's name. */
+export type NamedEvent = EventRow & { username: string };
+
+/** The outbox's last id (0 when empty). */
+export async function lastEventId(db: Db): Promise<number> {
+  const row = await db
+    .selectFrom('events')
+    .select((eb) => eb.fn.max('id').as('id'))
+    .executeTakeFirst();
+  return Number(row?.id ?? 0);
+}
+
+/** Up to `limit` events after outbox id `after`, in order, each with its user's name (of one user, if given). */
+export function eventsAfter(db: Db, after: number, limit: number, userId?: number): Promise<NamedEvent[]> {
+  let q = db
+    .selectFrom('events')
+    .innerJoin('users', 'users.id', 'events.user_id')
+    .select(['events.id', 'events.event_id', 'events.user_id', 'events.seq', 'events.type', 'events.subject', 'events.time', 'events.data', 'users.username'])
+    .where('events.id', '>', after);
+  if (userId !== undefined) q = q.where('events.user_id', '=', userId);
+  return q.orderBy('events.id').limit(limit).execute();
+}
+
 /** A stored event as its user sees it. */
 export function cloudEvent(row: EventRow, username: string): CloudEvent {
   return {

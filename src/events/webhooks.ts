@@ -5,7 +5,7 @@ import type { CredentialBox } from '../data/accounts/credentials.ts';
 import { checkPublicEndpoint, publicOnlyLookup } from '../data/accounts/egress.ts';
 import { httpRequest } from '../data/connectors/httpClient.ts';
 import { parseFilter, type EventFilter } from './filter.ts';
-import { cloudEvent, type EventRow } from './outbox.ts';
+import { cloudEvent, eventsAfter, lastEventId } from './outbox.ts';
 import { newSecret, webhookHeaders } from './signing.ts';
 
 /**
@@ -296,28 +296,20 @@ export class Webhooks {
     // Looked at without the write lock first: nothing new (most rounds) takes no write.
     const [cursorRow, last] = await Promise.all([
       this.store.db.selectFrom('meta').select('value').where('key', '=', CURSOR_KEY).executeTakeFirst(),
-      this.store.db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst(),
+      lastEventId(this.store.db),
     ]);
-    if (cursorRow && Number(last?.id ?? 0) <= Number(cursorRow.value)) return 0;
+    if (cursorRow && last <= Number(cursorRow.value)) return 0;
     let made = 0;
     for (;;) {
       const { count, more } = await this.store.write(async (trx) => {
         const cursorRow = await trx.selectFrom('meta').select('value').where('key', '=', CURSOR_KEY).executeTakeFirst();
         if (!cursorRow) {
           // The first dispatcher ever: from now on (nobody subscribed to what came before).
-          const last = await trx.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst();
-          await trx.insertInto('meta').values({ key: CURSOR_KEY, value: String(Number(last?.id ?? 0)) }).execute();
+          await trx.insertInto('meta').values({ key: CURSOR_KEY, value: String(await lastEventId(trx)) }).execute();
           return { count: 0, more: false };
         }
         const cursor = Number(cursorRow.value);
-        const events = await trx
-          .selectFrom('events')
-          .innerJoin('users', 'users.id', 'events.user_id')
-          .select(['events.id', 'events.event_id', 'events.user_id', 'events.seq', 'events.type', 'events.subject', 'events.time', 'events.data', 'users.username'])
-          .where('events.id', '>', cursor)
-          .orderBy('events.id')
-          .limit(500)
-          .execute();
+        const events = await eventsAfter(trx, cursor, 500);
         if (events.length === 0) return { count: 0, more: false };
         const users = [...new Set(events.map((e) => e.user_id))];
         const subs = await trx.selectFrom('subscriptions').selectAll().where('user_id', 'in', users).where('enabled', '=', 1).execute();
@@ -346,7 +338,7 @@ export class Webhooks {
                 continue;
               }
               pending.set(s.id, pending.get(s.id)! + 1);
-              rows.push({ id: newId('msg'), subscription_id: s.id, event_id: e.event_id, event_type: e.type, payload: JSON.stringify(cloudEvent(e as EventRow, e.username)), status: 'pending' as const, attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null });
+              rows.push({ id: newId('msg'), subscription_id: s.id, event_id: e.event_id, event_type: e.type, payload: JSON.stringify(cloudEvent(e, e.username)), status: 'pending' as const, attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null });
             }
           }
           for (let i = 0; i < rows.length; i += 200) await trx.insertInto('deliveries').values(rows.slice(i, i + 200)).execute();
