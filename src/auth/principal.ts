@@ -11,4 +11,22 @@ export interface Principal {
    * algorithm (set by the runtime, never by a client). Data ACLs take it into account.
    */
   algorithm?: { owner: string; name: string };
+  /**
+   * Set while a trigger's run acts (src/events/triggers.ts), and carried into the requests its
+   * algorithm makes: the events its writes raise say so (`data.trigger`), which is how a
+   * trigger's own writes never fire it again and chains stop at a depth.
+   */
+  origin?: TriggerOrigin;
+}
+
+/** The trigger run a request is made for. */
+export interface TriggerOrigin {
+  /** The trigger (`trg_…`). */
+  trigger: string;
+  /** The run (`run_…`). */
+  run: string;
+  /** 1 for a run fired by an event no trigger made. */
+  depth: number;
+  /** The triggers whose runs led here, in order, this one last. */
+  chain: string[];
 }

@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Db } from '../store/db.ts';
 import type { EventsTable } from '../store/schema.ts';
+import type { Principal } from '../auth/principal.ts';
 
 /**
  * The outbox of events (docs/events.md): an event is a row written in the same transaction as
@@ -91,6 +92,15 @@ export async function appendEvents(trx: Db, events: NewEvent[]): Promise<string[
   // In slices: SQLite takes at most 32,766 parameters in one statement.
   for (let i = 0; i < rows.length; i += 500) await trx.insertInto('events').values(rows.slice(i, i + 500)).execute();
   return rows.map((r) => r.event_id);
+}
+
+/**
+ * Who made a change, as its event's data says it: `by` (the user), and `trigger` when a
+ * trigger's run made it (its id, run, depth and chain: what keeps triggers from firing on
+ * their own writes).
+ */
+export function writtenBy(principal: Pick<Principal, 'username' | 'origin'>): { by: string; trigger?: Principal['origin'] } {
+  return principal.origin ? { by: principal.username, trigger: principal.origin } : { by: principal.username };
 }
 
 export function appendEvent(trx: Db, event: NewEvent): Promise<string[]> {

@@ -580,6 +580,121 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   );
   `,
   },
+  // Triggers (src/events/triggers.ts): a user's rules that run an algorithm on their events, and
+  // each run (one per trigger and event: the UNIQUE pair is what makes a trigger fire once per
+  // event whichever node fans it out). `meta` row `triggers.cursor` holds the last outbox id
+  // turned into runs. And the answers kept for `Idempotency-Key` (src/http/idempotency.ts),
+  // per user and key, for 24 h.
+  {
+    sqlite: `
+  CREATE TABLE triggers (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    types TEXT NOT NULL,
+    path TEXT,
+    algorithm TEXT NOT NULL,
+    input TEXT NOT NULL,
+    output TEXT,
+    key_id TEXT NOT NULL,
+    timeout_s INTEGER NOT NULL,
+    enabled INTEGER NOT NULL,
+    disabled_reason TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE INDEX triggers_user ON triggers(user_id);
+  CREATE TABLE trigger_runs (
+    id TEXT PRIMARY KEY,
+    trigger_id TEXT NOT NULL REFERENCES triggers(id) ON DELETE CASCADE,
+    event_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    chain TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
+    attempts INTEGER NOT NULL,
+    claimed_until INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    input BLOB,
+    output TEXT,
+    request_id TEXT NOT NULL,
+    http_status INTEGER,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER,
+    UNIQUE (trigger_id, event_id)
+  );
+  CREATE INDEX trigger_runs_due ON trigger_runs(status, claimed_until);
+  CREATE INDEX trigger_runs_trigger ON trigger_runs(trigger_id, created_at);
+  CREATE TABLE idempotency_keys (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'done')),
+    holder TEXT,
+    response_status INTEGER,
+    response TEXT,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (user_id, key)
+  );
+  CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
+  `,
+    postgres: `
+  CREATE TABLE triggers (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    types TEXT NOT NULL,
+    path TEXT,
+    algorithm TEXT NOT NULL,
+    input TEXT NOT NULL,
+    output TEXT,
+    key_id TEXT COLLATE "C" NOT NULL,
+    timeout_s INTEGER NOT NULL,
+    enabled INTEGER NOT NULL,
+    disabled_reason TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+  );
+  CREATE INDEX triggers_user ON triggers(user_id);
+  CREATE TABLE trigger_runs (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    trigger_id TEXT COLLATE "C" NOT NULL REFERENCES triggers(id) ON DELETE CASCADE,
+    event_id TEXT COLLATE "C" NOT NULL,
+    event_type TEXT COLLATE "C" NOT NULL,
+    subject TEXT COLLATE "C" NOT NULL,
+    depth INTEGER NOT NULL,
+    chain TEXT NOT NULL,
+    status TEXT COLLATE "C" NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
+    attempts INTEGER NOT NULL,
+    claimed_until BIGINT NOT NULL,
+    content_type TEXT NOT NULL,
+    input BYTEA,
+    output TEXT,
+    request_id TEXT COLLATE "C" NOT NULL,
+    http_status INTEGER,
+    error TEXT,
+    created_at BIGINT NOT NULL,
+    started_at BIGINT,
+    finished_at BIGINT,
+    UNIQUE (trigger_id, event_id)
+  );
+  CREATE INDEX trigger_runs_due ON trigger_runs(status, claimed_until);
+  CREATE INDEX trigger_runs_trigger ON trigger_runs(trigger_id, created_at);
+  CREATE TABLE idempotency_keys (
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    key TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status TEXT COLLATE "C" NOT NULL CHECK (status IN ('running', 'done')),
+    holder TEXT,
+    response_status INTEGER,
+    response TEXT,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (user_id, key)
+  );
+  CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
+  `,
+  },
 ];
 
 /**

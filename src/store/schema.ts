@@ -293,7 +293,80 @@ export interface DeliveryAttemptsTable {
   error: string | null;
 }
 
+/** A user's trigger (src/events/triggers.ts): run an algorithm on each event its filter wants. */
+export interface TriggersTable {
+  /** `trg_` and 24 hex digits. */
+  id: string;
+  user_id: number;
+  /** Type patterns, JSON array (empty: every type). */
+  types: string;
+  /** A path pattern, `data://user/…`, or null. */
+  path: string | null;
+  /** `owner/name[/version]` as given, resolved at each run. */
+  algorithm: string;
+  /** The input template, JSON (a string template is sent as text, anything else as JSON). */
+  input: string;
+  /** The output path template, or null (the result is dropped). */
+  output: string | null;
+  /** The owner's key whose permissions the runs have. */
+  key_id: string;
+  timeout_s: number;
+  enabled: number;
+  /** Why it was turned off: by its owner (null), or by us (its key is gone). */
+  disabled_reason: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+/** One run of a trigger, for one event. */
+export interface TriggerRunsTable {
+  /** `run_` and 24 hex digits. */
+  id: string;
+  trigger_id: string;
+  event_id: string;
+  event_type: string;
+  subject: string;
+  /** 1 for an event nobody's trigger made; one more than the run whose write made the event. */
+  depth: number;
+  /** The triggers whose runs led here, this one last, JSON array. */
+  chain: string;
+  status: 'queued' | 'running' | 'succeeded' | 'failed';
+  attempts: number;
+  /** A node running it holds it until then (ms); 0 when nobody does. */
+  claimed_until: number;
+  content_type: 'json' | 'text' | 'binary';
+  /** The rendered input; emptied once the run is done. */
+  input: Buffer | null;
+  /** The rendered output path, or null. */
+  output: string | null;
+  /** The request id of its call (`GET /v1/requests/:id` once done). */
+  request_id: string;
+  http_status: number | null;
+  error: string | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+/** An `Idempotency-Key` and the answer it stands for (src/http/idempotency.ts), kept 24 h. */
+export interface IdempotencyKeysTable {
+  user_id: number;
+  key: string;
+  /** What the first request was (method, path, a digest of its body): a reuse for another request is refused. */
+  fingerprint: string;
+  status: 'running' | 'done';
+  /** The process answering it while running (MetadataStore.instance). */
+  holder: string | null;
+  response_status: number | null;
+  /** The answer's body, as sent. */
+  response: string | null;
+  created_at: number;
+}
+
 export interface Schema {
+  triggers: TriggersTable;
+  trigger_runs: TriggerRunsTable;
+  idempotency_keys: IdempotencyKeysTable;
   subscriptions: SubscriptionsTable;
   deliveries: DeliveriesTable;
   delivery_attempts: DeliveryAttemptsTable;

@@ -6,7 +6,7 @@ import { DEFAULT_ACL, aclFromStored, aclToApi, canRead, isOwner, parseAcl, type 
 import { BlobMissingError, type BlobStore } from '../blobStore.ts';
 import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptions } from '../connector.ts';
 import { contentTypeFor } from '../contentType.ts';
-import { appendEvent, appendEvents } from '../../events/outbox.ts';
+import { appendEvent, appendEvents, writtenBy } from '../../events/outbox.ts';
 import type { MarkerCodec, Position } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
 
@@ -274,7 +274,7 @@ export class HostedConnector implements Connector {
           userId: owner.id,
           type: existing ? 'data.file.updated' : 'data.file.created',
           subject: uri(owner, rel),
-          data: { size, content_type: contentTypeFor(name), etag: `"${blobId}"`, by: principal.username },
+          data: { size, content_type: contentTypeFor(name), etag: `"${blobId}"`, ...writtenBy(principal) },
           time: now,
         });
         if (existing) {
@@ -342,7 +342,7 @@ export class HostedConnector implements Connector {
         .insertInto('nodes')
         .values({ owner_id: owner.id, dir: parentRel.join('/'), name, kind: 'dir', acl, blob_id: null, size: 0, created_at: now, modified_at: now })
         .execute();
-      await appendEvent(trx, { userId: owner.id, type: 'data.directory.created', subject: uri(owner, rel), data: { by: principal.username }, time: now });
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.created', subject: uri(owner, rel), data: { ...writtenBy(principal) }, time: now });
     });
     return uri(owner, rel);
   }
@@ -378,7 +378,7 @@ export class HostedConnector implements Connector {
         if (!current || current.kind !== 'file') throw notFound(uri(owner, rel));
         await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now(), holder: this.store.instance }).execute();
         await trx.deleteFrom('nodes').where('id', '=', current.id).execute();
-        await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, by: principal.username } });
+        await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, ...writtenBy(principal) } });
         return current.blob_id!;
       });
       await this.releaseBlobs([blob]);
@@ -402,7 +402,7 @@ export class HostedConnector implements Connector {
         .where('kind', '=', 'dir')
         .executeTakeFirst();
       if (Number(res.numDeletedRows) === 0) throw notFound(uri(owner, rel));
-      await appendEvent(trx, { userId: owner.id, type: 'data.directory.deleted', subject: uri(owner, rel), data: { by: principal.username } });
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.deleted', subject: uri(owner, rel), data: { ...writtenBy(principal) } });
     });
     return 0;
   }
@@ -439,7 +439,7 @@ export class HostedConnector implements Connector {
             // The directories, deepest first, then the one named.
             const gone = dirs.map((d) => relOf(d.dir, d.name)).sort((a, b) => b.length - a.length);
             if (Number(top.numDeletedRows) > 0) gone.push(rel);
-            await appendEvents(trx, gone.map((r) => ({ userId: owner.id, type: 'data.directory.deleted' as const, subject: uri(owner, r), data: { by: principal.username } })));
+            await appendEvents(trx, gone.map((r) => ({ userId: owner.id, type: 'data.directory.deleted' as const, subject: uri(owner, r), data: { ...writtenBy(principal) } })));
             return null;
           }
           const now = Date.now();
@@ -447,7 +447,7 @@ export class HostedConnector implements Connector {
           await trx.deleteFrom('nodes').where('id', 'in', files.map((f) => f.id)).execute();
           await appendEvents(
             trx,
-            files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, by: principal.username }, time: now })),
+            files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, ...writtenBy(principal) }, time: now })),
           );
           return files.map((f) => f.blob_id!);
         });
