@@ -19,6 +19,7 @@ import { Lingering } from './http/linger.ts';
 import { capHeaderPhase } from './http/headerCap.ts';
 import { connectorRoutes } from './http/connectorRoutes.ts';
 import { usageRoutes } from './http/usageRoutes.ts';
+import { triggerRoutes } from './http/triggerRoutes.ts';
 import { eventRoutes } from './http/eventRoutes.ts';
 import { subscriptionRoutes } from './http/subscriptionRoutes.ts';
 import { EventFeed } from './events/feed.ts';
@@ -175,6 +176,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   // This node sends webhooks too (each delivery is claimed by one node; docs/events.md).
   const dispatcher = services.webhooks.start(app.log);
   app.addHook('onClose', async () => dispatcher.stop());
+  // And runs triggers (each run is claimed by one node; docs/events.md).
+  const runner = services.triggers.start(app.log);
+  app.addHook('onClose', async () => runner.stop());
 
   app.register(webPreflight);
   // Console sign-in: user name and password for a session cookie (no key needed to ask).
@@ -228,6 +232,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(usageRoutes, { usage: services.usage, users: services.users });
     await authed.register(eventRoutes, { feed, users: services.users });
     await authed.register(subscriptionRoutes, { webhooks: services.webhooks, users: services.users });
+    await authed.register(triggerRoutes, { triggers: services.triggers, users: services.users });
     await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
   });
   // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the

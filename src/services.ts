@@ -31,6 +31,7 @@ import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
 import { ConnectedAccounts } from './data/accounts/accounts.ts';
 import { CredentialBox } from './data/accounts/credentials.ts';
 import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
+import { Triggers, type TriggerOptions } from './events/triggers.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -75,6 +76,8 @@ export interface Services {
   network: SandboxNetwork;
   /** Webhook subscriptions and their deliveries (docs/events.md); API nodes run its dispatcher. */
   webhooks: Webhooks;
+  /** Triggers and their runs (docs/events.md); API nodes run its dispatcher. */
+  triggers: Triggers;
   close(): Promise<void>;
 }
 
@@ -89,6 +92,8 @@ export interface ServiceOptions {
   hosted?: Partial<Omit<HostedOptions, 'maxUploadBytes'>>;
   /** Webhook retries and clock (tests shorten them). */
   webhooks?: Partial<Omit<WebhookOptions, 'network'>>;
+  /** Trigger runs' clock and share (tests). */
+  triggers?: TriggerOptions;
   /** Worker pool and limits for tests and benchmarks; the config's otherwise. */
   runtime?: Partial<RuntimeOptions>;
   /** Connected-account tuning for tests (page size, S3 part size). */
@@ -235,6 +240,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     sandbox,
     network,
     webhooks: new Webhooks(store, box, { network: config.connectorNetwork, ...options.webhooks }),
+    triggers: new Triggers(store, calls, keys, data, options.triggers),
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();

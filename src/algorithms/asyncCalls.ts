@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { AppError } from '../errors.ts';
 import { errorDocument, toAppError } from '../http/answers.ts';
-import type { Principal } from '../auth/principal.ts';
+import type { Principal, TriggerOrigin } from '../auth/principal.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import type { MetadataStore } from '../store/db.ts';
 import type { AsyncRequestsTable } from '../store/schema.ts';
@@ -340,8 +340,17 @@ export class LocalQueue implements AsyncQueue {
 /** The largest envelope a `call.completed` event carries inline; a bigger one is linked. */
 export const INLINE_ENVELOPE_BYTES = 64 * 1024;
 
-/** `call.completed` for an async call's caller: how it ended, and its envelope (or where to get it). */
-function callCompleted(row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number }, status: number, body: string, now: number): NewEvent {
+/**
+ * `call.completed` for an async call's caller (or a trigger's owner, for its run: `origin`):
+ * how it ended, and its envelope (or where to get it).
+ */
+export function callCompleted(
+  row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number },
+  status: number,
+  body: string,
+  now: number,
+  origin?: TriggerOrigin,
+): NewEvent {
   let answer: Record<string, unknown> | undefined;
   try {
     answer = JSON.parse(body) as Record<string, unknown>;
@@ -362,6 +371,7 @@ function callCompleted(row: { id: string; user_id: number; owner: string; name: 
       http_status: status,
       duration_ms: Math.max(0, now - Number(row.created_at)),
       ...(inline ? { envelope: answer } : { envelope_url: `/v1/requests/${row.id}` }),
+      ...(origin ? { trigger: origin } : {}),
     },
     time: now,
   };

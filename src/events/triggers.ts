@@ -1,0 +1,691 @@
+import crypto from 'node:crypto';
+import { Readable } from 'node:stream';
+import { AppError } from '../errors.ts';
+import type { Db, MetadataStore } from '../store/db.ts';
+import type { Principal, TriggerOrigin } from '../auth/principal.ts';
+import type { KeyService } from '../auth/keyService.ts';
+import { exceedingPermission } from '../auth/permissions.ts';
+import type { KeyPermissions } from '../auth/permissions.ts';
+import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
+import type { CallService } from '../algorithms/calls.ts';
+import { MAX_TIMEOUT_S } from '../algorithms/calls.ts';
+import { callCompleted } from '../algorithms/asyncCalls.ts';
+import { envelope } from '../algorithms/envelope.ts';
+import { parseSelector } from '../algorithms/versions.ts';
+import { errorDocument, toAppError } from '../http/answers.ts';
+import type { DataService } from '../data/dataService.ts';
+import { parseDataPath } from '../data/paths.ts';
+import { parseFilter, type EventFilter } from './filter.ts';
+import { appendEvent, cloudEvent, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
+import { checkTemplate, render, renderText } from './template.ts';
+import type { TriggerRunsTable, TriggersTable } from '../store/schema.ts';
+
+/**
+ * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
+ * events a filter wants, with an input made from the event, and write the result to a path
+ * made from it. The processing half of "notify an application as data is processed".
+ *
+ * How events become runs, as webhooks' deliveries do (webhooks.ts): each API node runs a
+ * dispatcher; under the store's write lock it reads the outbox past the cursor in `meta`
+ * (`triggers.cursor`), writes a run row for each event and trigger that wants it (UNIQUE per
+ * trigger and event), and moves the cursor, in one transaction: each event fires each trigger
+ * once, whichever node does it and whatever is killed when. Then a node claims queued runs
+ * under a lease (`claimed_until`: the call's timeout and a minute), runs the call as the
+ * trigger's key, writes the output, and records the end with its `call.completed` (and
+ * `trigger.failed`) events in one transaction. A node killed mid-run leaves its lease to run
+ * out; the run is started again (at most MAX_ATTEMPTS starts), its output written again to
+ * the same path.
+ *
+ * Loops: every write a run makes, its algorithm's own writes through the SDK included, raises
+ * events that say so (`data.trigger`: Principal.origin, outbox.ts `writtenBy`), and so do the
+ * run's own `call.completed` and `trigger.failed`. An event made by a chain of runs never fires
+ * a trigger already in that chain, and a chain stops at MAX_DEPTH: the run that would go deeper
+ * is recorded as failed, with `trigger.failed`, and not started.
+ */
+
+/** How deep a chain of triggers may go: a run fired by an event no trigger made is depth 1. */
+export const MAX_DEPTH = 3;
+/** Triggers one user may have. */
+export const MAX_TRIGGERS = 50;
+/** Starts of one run at most (a node lost mid-run is a start). */
+export const MAX_ATTEMPTS = 3;
+/** Runs one node has under way at once. */
+const IN_FLIGHT = 8;
+/** The dispatcher's pace without commits to wake it (other nodes' events, leases running out). */
+const POLL_MS = 1_000;
+/** Beyond a run's timeout, how long its lease lasts. */
+const LEASE_MARGIN_MS = 60_000;
+/** Finished runs are kept this long for `GET …/runs`. */
+export const RUN_KEEP_MS = 7 * 24 * 3_600_000;
+const CURSOR_KEY = 'triggers.cursor';
+const DEFAULT_TIMEOUT_S = 300;
+
+export interface TriggerView {
+  id: string;
+  types: string[];
+  path: string | null;
+  algorithm: string;
+  input: unknown;
+  output: string | null;
+  /** The key whose permissions runs have; null: made from a console session, all the user's. */
+  key: string | null;
+  timeout: number;
+  enabled: boolean;
+  disabled_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface RunView {
+  id: string;
+  event_id: string;
+  event_type: string;
+  subject: string;
+  depth: number;
+  status: TriggerRunsTable['status'];
+  attempts: number;
+  request_id: string;
+  output: string | null;
+  http_status: number | null;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+export interface TriggerOptions {
+  now?: () => number;
+  /** Runs one node has under way at once (IN_FLIGHT). */
+  inFlight?: number;
+}
+
+interface Log {
+  warn(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
+}
+
+type TriggerRow = TriggersTable;
+type RunRow = TriggerRunsTable;
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(Number(ms)).toISOString());
+const newId = (prefix: string) => `${prefix}_${crypto.randomBytes(12).toString('hex')}`;
+const newRequestId = () => `req-${crypto.randomBytes(12).toString('hex')}`;
+
+export class Triggers {
+  private readonly now: () => number;
+  private readonly inFlightMax: number;
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly calls: CallService,
+    private readonly keys: KeyService,
+    private readonly data: DataService,
+    options: TriggerOptions = {},
+  ) {
+    this.now = options.now ?? Date.now;
+    this.inFlightMax = options.inFlight ?? IN_FLIGHT;
+  }
+
+  // ---- the owner's rules ------------------------------------------------------------------
+
+  async create(principal: Principal, user: { id: number; username: string }, input: unknown): Promise<TriggerView> {
+    const body = object(input);
+    unknownFields(body);
+    const t = await this.checked(principal, user, {
+      types: body.types ?? [],
+      path: body.path ?? null,
+      algorithm: body.algorithm,
+      input: body.input === undefined ? '{{subject}}' : body.input,
+      output: body.output ?? null,
+      key: body.key === undefined ? principal.keyId : body.key,
+      timeout: body.timeout ?? DEFAULT_TIMEOUT_S,
+      enabled: body.enabled ?? true,
+    });
+    const id = newId('trg');
+    const now = this.now();
+    await this.store.write(async (trx) => {
+      const n = await trx.selectFrom('triggers').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', user.id).executeTakeFirst();
+      if (Number(n?.n ?? 0) >= MAX_TRIGGERS) throw new AppError('invalid_trigger', `a user may have at most ${MAX_TRIGGERS} triggers; delete one first`);
+      await trx.insertInto('triggers').values({ id, user_id: user.id, ...t, disabled_reason: null, created_at: now, updated_at: now }).execute();
+    });
+    return this.get(user.id, id);
+  }
+
+  async list(userId: number): Promise<TriggerView[]> {
+    const rows = await this.store.db.selectFrom('triggers').selectAll().where('user_id', '=', userId).orderBy('created_at').orderBy('id').execute();
+    return rows.map(view);
+  }
+
+  async get(userId: number, id: string): Promise<TriggerView> {
+    return view(await this.row(this.store.db, userId, id));
+  }
+
+  async update(principal: Principal, user: { id: number; username: string }, id: string, input: unknown): Promise<TriggerView> {
+    const body = object(input);
+    unknownFields(body);
+    const current = await this.row(this.store.db, user.id, id);
+    const merged = {
+      types: body.types === undefined ? (JSON.parse(current.types) as unknown) : body.types,
+      path: body.path === undefined ? current.path : body.path,
+      algorithm: body.algorithm ?? current.algorithm,
+      input: body.input === undefined ? (JSON.parse(current.input) as unknown) : body.input,
+      output: body.output === undefined ? current.output : body.output,
+      key: body.key === undefined ? current.key_id : body.key,
+      timeout: body.timeout ?? current.timeout_s,
+      enabled: body.enabled === undefined ? current.enabled === 1 : body.enabled,
+    };
+    // A key already on the trigger stays (a restricted key may change a trigger's path
+    // without holding the key it names); a newly named one is checked.
+    const t = await this.checked(principal, user, merged, body.key === undefined ? current.key_id : undefined);
+    await this.store.write(async (trx) => {
+      await this.row(trx, user.id, id);
+      // Turned on again by its owner: whatever turned it off is forgotten.
+      await trx
+        .updateTable('triggers')
+        .set({ ...t, ...(t.enabled === 1 ? { disabled_reason: null } : {}), updated_at: this.now() })
+        .where('id', '=', id)
+        .execute();
+    });
+    return this.get(user.id, id);
+  }
+
+  async remove(userId: number, id: string): Promise<void> {
+    await this.store.write(async (trx) => {
+      await this.row(trx, userId, id);
+      await trx.deleteFrom('triggers').where('id', '=', id).execute();
+    });
+  }
+
+  /** A trigger's runs, newest first. */
+  async runs(userId: number, id: string, limit = 50): Promise<RunView[]> {
+    await this.row(this.store.db, userId, id);
+    const rows = await this.store.db
+      .selectFrom('trigger_runs')
+      .selectAll()
+      .where('trigger_id', '=', id)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(Math.min(Math.max(limit, 1), 200))
+      .execute();
+    return rows.map(runView);
+  }
+
+  // ---- the dispatcher -----------------------------------------------------------------------
+
+  private running = false;
+  private stopped = true;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  private stopCommits: (() => void) | undefined;
+  private log: Log | undefined;
+
+  /** Starts this node's dispatcher; `stop` waits for the runs under way. */
+  start(log: Log): { stop(): Promise<void> } {
+    this.log = log;
+    this.stopped = false;
+    this.stopCommits = this.store.onCommit(() => this.wake());
+    this.wake();
+    const sweep = () => void this.sweep().catch((err: unknown) => log.warn({ err }, 'could not remove old trigger runs; trying again later'));
+    this.sweeper = setInterval(sweep, 10 * 60_000);
+    this.sweeper.unref();
+    return {
+      stop: async () => {
+        this.stopped = true;
+        this.stopCommits?.();
+        clearTimeout(this.timer);
+        clearInterval(this.sweeper);
+        await Promise.all([...this.inFlight]);
+      },
+    };
+  }
+
+  private wake(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
+    this.running = true;
+    setImmediate(() => void this.round());
+  }
+
+  private async round(): Promise<void> {
+    try {
+      do {
+        this.again = false;
+        await this.fanOut();
+        await this.startDue();
+      } while (this.again && !this.stopped);
+    } catch (err) {
+      this.log?.warn({ err }, 'the trigger dispatcher failed a round; trying again shortly');
+    } finally {
+      this.running = false;
+      if (!this.stopped) {
+        this.timer = setTimeout(() => this.wake(), POLL_MS);
+        this.timer.unref();
+      }
+    }
+  }
+
+  /** Turns new outbox events into runs, once each, whichever node does it. */
+  async fanOut(): Promise<number> {
+    const [cursorRow, last] = await Promise.all([this.store.db.selectFrom('meta').select('value').where('key', '=', CURSOR_KEY).executeTakeFirst(), lastEventId(this.store.db)]);
+    if (cursorRow && last <= Number(cursorRow.value)) return 0;
+    let made = 0;
+    for (;;) {
+      const { count, more } = await this.store.write(async (trx) => {
+        const cursorRow = await trx.selectFrom('meta').select('value').where('key', '=', CURSOR_KEY).executeTakeFirst();
+        if (!cursorRow) {
+          // The first dispatcher ever: from now on.
+          await trx.insertInto('meta').values({ key: CURSOR_KEY, value: String(await lastEventId(trx)) }).execute();
+          return { count: 0, more: false };
+        }
+        const events = await eventsAfter(trx, Number(cursorRow.value), 500);
+        if (events.length === 0) return { count: 0, more: false };
+        const users = [...new Set(events.map((e) => e.user_id))];
+        const triggers = await trx.selectFrom('triggers').selectAll().where('user_id', 'in', users).where('enabled', '=', 1).execute();
+        let n = 0;
+        if (triggers.length > 0) {
+          const filters = new Map<string, EventFilter>();
+          for (const t of triggers) {
+            try {
+              filters.set(t.id, parseFilter(events.find((e) => e.user_id === t.user_id)!.username, JSON.parse(t.types), t.path));
+            } catch {
+              // Stored by a version with other types: matches nothing until its owner fixes it.
+            }
+          }
+          for (const e of events) {
+            for (const t of triggers) {
+              if (t.user_id !== e.user_id || e.time < t.created_at || !filters.get(t.id)?.matches(e.type, e.subject)) continue;
+              if (await this.fire(trx, t, e)) n++;
+            }
+          }
+        }
+        await trx.updateTable('meta').set({ value: String(events[events.length - 1]!.id) }).where('key', '=', CURSOR_KEY).execute();
+        return { count: n, more: events.length === 500 };
+      });
+      made += count;
+      if (!more) return made;
+    }
+  }
+
+  /** The run of trigger `t` for event `e`, written (queued, or failed at once); false when the event is the trigger's own. */
+  private async fire(trx: Db, t: TriggerRow, e: NamedEvent): Promise<boolean> {
+    const event = cloudEvent(e, e.username);
+    const from = originOf(event.data);
+    // A write its own chain made: never fires it again.
+    if (from?.chain.includes(t.id)) return false;
+    const depth = (from?.depth ?? 0) + 1;
+    const chain = [...(from?.chain ?? []), t.id];
+    const id = newId('run');
+    const now = this.now();
+    const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null };
+    let error: string | null = null;
+    let rendered: { contentType: 'json' | 'text'; input: Buffer; output: string | null } | undefined;
+    if (depth > MAX_DEPTH) {
+      error = `not run: a chain of triggers may be at most ${MAX_DEPTH} deep, and this event was made by ${from!.chain.join(' → ')}`;
+    } else {
+      try {
+        const ctx = { event, trigger: t.id, run: id };
+        const template = JSON.parse(t.input) as unknown;
+        const value = render(template, ctx);
+        rendered = {
+          contentType: typeof template === 'string' ? 'text' : 'json',
+          input: Buffer.from(typeof template === 'string' ? (value as string) : JSON.stringify(value)),
+          output: t.output === null ? null : renderText(t.output, ctx),
+        };
+      } catch (err) {
+        error = `not run: ${err instanceof AppError ? err.message : String(err)}`;
+      }
+    }
+    if (!rendered) {
+      const inserted = await trx
+        .insertInto('trigger_runs')
+        .values({ ...base, status: 'failed', content_type: 'text', input: null, output: null, error, finished_at: now })
+        .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
+        .executeTakeFirst();
+      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain }, now));
+      return true;
+    }
+    await trx
+      .insertInto('trigger_runs')
+      .values({ ...base, status: 'queued', content_type: rendered.contentType, input: rendered.input, output: rendered.output, error: null, finished_at: null })
+      .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
+      .execute();
+    return true;
+  }
+
+  /** Claims the runs due and starts them, up to the node's share at once. */
+  private async startDue(): Promise<void> {
+    while (!this.stopped) {
+      const room = this.inFlightMax - this.inFlight.size;
+      if (room <= 0) return;
+      const claimed = await this.claim(room);
+      if (claimed.length === 0) return;
+      for (const c of claimed) {
+        const p = this.execute(c)
+          .catch((err: unknown) => this.log?.warn({ err, run: c.run.id }, 'a trigger run could not be recorded; it is run again when its lease runs out'))
+          .finally(() => {
+            this.inFlight.delete(p);
+            // A slot is free: more may be waiting.
+            this.wake();
+          });
+        this.inFlight.add(p);
+      }
+      if (claimed.length < room) return;
+    }
+  }
+
+  private async claim(n: number): Promise<{ run: RunRow; trigger: TriggerRow; username: string; lease: number }[]> {
+    const now = this.now();
+    const any = await this.store.db
+      .selectFrom('trigger_runs')
+      .select('id')
+      .where((eb) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]))
+      .limit(1)
+      .executeTakeFirst();
+    if (!any) return [];
+    const { claimed, given } = await this.store.write(async (trx) => {
+      const now = this.now();
+      const due = await trx
+        .selectFrom('trigger_runs')
+        .selectAll()
+        .where((eb) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]))
+        .orderBy('created_at')
+        .orderBy('id')
+        .limit(n)
+        .execute();
+      const claimed: { run: RunRow; trigger: TriggerRow; username: string; lease: number }[] = [];
+      const given: { run: RunRow; trigger: TriggerRow }[] = [];
+      for (const r of due) {
+        const t = await trx.selectFrom('triggers').selectAll().where('id', '=', r.trigger_id).executeTakeFirst();
+        if (!t) continue;
+        if (r.attempts >= MAX_ATTEMPTS) {
+          given.push({ run: r, trigger: t });
+          continue;
+        }
+        const user = await trx.selectFrom('users').select('username').where('id', '=', t.user_id).executeTakeFirst();
+        if (!user) continue;
+        const lease = now + t.timeout_s * 1000 + LEASE_MARGIN_MS;
+        await trx.updateTable('trigger_runs').set({ status: 'running', attempts: r.attempts + 1, claimed_until: lease, started_at: now }).where('id', '=', r.id).execute();
+        claimed.push({ run: { ...r, attempts: r.attempts + 1, claimed_until: lease, started_at: now }, trigger: t, username: user.username, lease });
+      }
+      return { claimed, given };
+    });
+    for (const g of given) {
+      const error = `started ${g.run.attempts} times and each time the node running it was lost; not tried again`;
+      await this.finish(g.run, g.trigger, g.run.claimed_until, 200, JSON.stringify({ error: { message: error, error_type: 'WorkerLostError' }, metadata: { duration: 0 } }), error);
+    }
+    return claimed;
+  }
+
+  /** One run: the call as the trigger's key, its output written, its end recorded. */
+  private async execute(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }): Promise<void> {
+    const { run, trigger: t } = c;
+    const chain = JSON.parse(run.chain) as string[];
+    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
+    let status = 200;
+    let body: string;
+    let error: string | null = null;
+    try {
+      let principal: Principal;
+      try {
+        principal = { ...(await this.keys.principalById(t.key_id, t.user_id)), origin };
+      } catch (err) {
+        const e = toAppError(err);
+        if (e.code === 'invalid_api_key' || e.code === 'api_key_revoked' || e.code === 'unknown_user') await this.turnOff(t.id, `turned off ${iso(this.now())}: its key ${t.key_id} was revoked or deleted; name another key (PATCH {"key": "…", "enabled": true})`);
+        throw e;
+      }
+      const ref = splitAlgorithm(t.algorithm);
+      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false }, this.log);
+      if (result.workerLost && run.attempts < MAX_ATTEMPTS) {
+        // Its node was lost mid-call: started again by whichever node claims it next.
+        await this.store.db.updateTable('trigger_runs').set({ status: 'queued', claimed_until: 0 }).where('id', '=', run.id).where('claimed_until', '=', c.lease).execute();
+        return;
+      }
+      body = envelope(result, t.timeout_s);
+      const o = result.outcome;
+      if (o.kind !== 'result') {
+        error = `the algorithm failed: ${describe(body)}`;
+      } else if (run.output !== null) {
+        try {
+          await this.writeOutput(principal, run.output, o.contentType, o.body);
+        } catch (err) {
+          const e = toAppError(err);
+          error = `the result could not be written to ${run.output}: ${e.message}`;
+        }
+      }
+    } catch (err) {
+      const e = toAppError(err);
+      if (e.status >= 500) this.log?.warn({ err, run: run.id }, 'a trigger run failed');
+      status = e.status;
+      body = errorDocument(e.code, e.message);
+      error = e.message;
+    }
+    await this.finish(run, t, c.lease, status, body, error);
+  }
+
+  /** Writes a run's result to its output path: text as UTF-8, JSON as its text, bytes as they are. */
+  private async writeOutput(principal: Principal, output: string, contentType: string, result: Buffer): Promise<void> {
+    const m = /^([A-Za-z][A-Za-z0-9]*(?:\+[A-Za-z0-9_-]+)?):\/\/(.*)$/s.exec(output);
+    if (!m) throw new AppError('invalid_path', `"${output.slice(0, 200)}" is not a data URI (data://.my/…)`);
+    const target = parseDataPath(`/v1/connector/${m[1]}/${m[2]!.split('/').map(encodeURIComponent).join('/')}`);
+    this.data.requireWrite(principal);
+    const connector = await this.data.resolve(principal, target.connector);
+    // `void` results write an empty file: the call ran, and said nothing.
+    const bytes = contentType === 'void' ? Buffer.alloc(0) : result;
+    await connector.write(principal, target.segments, Readable.from([bytes]), {});
+  }
+
+  /**
+   * Records a run's end, if it is still this start's (its lease): the run, its request (for
+   * `GET /v1/requests/:id`), `call.completed`, and `trigger.failed` when it failed, at once.
+   */
+  private async finish(run: RunRow, t: TriggerRow, lease: number, status: number, body: string, error: string | null): Promise<void> {
+    const chain = JSON.parse(run.chain) as string[];
+    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
+    await this.store.write(async (trx) => {
+      const now = this.now();
+      const done = await trx
+        .updateTable('trigger_runs')
+        .set({ status: error === null ? 'succeeded' : 'failed', http_status: status, error, input: null, finished_at: now, claimed_until: 0 })
+        .where('id', '=', run.id)
+        .where('status', '=', 'running')
+        .where('claimed_until', '=', lease)
+        .executeTakeFirst();
+      if (Number(done.numUpdatedRows) !== 1) return;
+      const ref = splitAlgorithm(t.algorithm);
+      const request = { id: run.request_id, user_id: t.user_id, owner: ref.owner, name: ref.name, version: ref.version ?? null, created_at: Number(run.created_at) };
+      await trx
+        .insertInto('async_requests')
+        .values({ ...request, key_id: t.key_id, content_type: run.content_type, input: null, timeout_s: t.timeout_s, stdout: 0, status: 'done', attempts: run.attempts, holder: null, response_status: status, response: body, started_at: run.started_at, finished_at: now })
+        .onConflict((oc) => oc.column('id').doNothing())
+        .execute();
+      await appendEvent(trx, callCompleted(request, status, body, now, origin));
+      if (error !== null) await appendEvent(trx, triggerFailed(t, run, error, origin, now));
+    });
+  }
+
+  private async turnOff(id: string, reason: string): Promise<void> {
+    await this.store.write(async (trx) => {
+      await trx.updateTable('triggers').set({ enabled: 0, disabled_reason: reason, updated_at: this.now() }).where('id', '=', id).where('enabled', '=', 1).execute();
+    });
+    this.log?.info({ trigger: id }, 'turned off a trigger whose key is gone');
+  }
+
+  /** Removes finished runs older than RUN_KEEP_MS. */
+  async sweep(now = this.now()): Promise<number> {
+    const r = await this.store.write((trx) => trx.deleteFrom('trigger_runs').where('finished_at', '<', now - RUN_KEEP_MS).executeTakeFirst());
+    return Number(r.numDeletedRows);
+  }
+
+  // ---- helpers --------------------------------------------------------------------------------
+
+  private async row(db: Db, userId: number, id: string): Promise<TriggerRow> {
+    const row = typeof id === 'string' && /^trg_[0-9a-f]{24}$/.test(id) ? await db.selectFrom('triggers').selectAll().where('id', '=', id).where('user_id', '=', userId).executeTakeFirst() : undefined;
+    if (!row) throw new AppError('trigger_not_found', `you have no trigger ${String(id).slice(0, 64)}`);
+    return row;
+  }
+
+  /** A trigger's fields checked, as stored; `invalid_trigger` naming the field that is wrong. */
+  private async checked(
+    principal: Principal,
+    user: { id: number; username: string },
+    f: { types: unknown; path: unknown; algorithm: unknown; input: unknown; output: unknown; key: unknown; timeout: unknown; enabled: unknown },
+    keptKey?: string,
+  ): Promise<Pick<TriggerRow, 'types' | 'path' | 'algorithm' | 'input' | 'output' | 'key_id' | 'timeout_s' | 'enabled'>> {
+    if (f.types !== null && !Array.isArray(f.types)) throw new AppError('invalid_trigger', 'types: a list of event types or patterns, e.g. ["data.file.created"]');
+    if (f.path !== null && typeof f.path !== 'string') throw new AppError('invalid_trigger', 'path: a pattern of your data, e.g. "data://.my/inbox/**"');
+    try {
+      parseFilter(user.username, f.types ?? [], f.path ?? undefined);
+    } catch (err) {
+      if (err instanceof AppError) throw new AppError('invalid_trigger', err.message);
+      throw err;
+    }
+    if (typeof f.algorithm !== 'string') throw new AppError('invalid_trigger', 'algorithm: the algorithm to run, "owner/name" or "owner/name/version" (e.g. "alice/Upper/1.*")');
+    const ref = splitAlgorithm(f.algorithm);
+    if (f.input === null || !['string', 'object'].includes(typeof f.input)) throw new AppError('invalid_trigger', 'input: a template, a string (sent as text, e.g. "{{subject}}") or a JSON object or list (sent as JSON)');
+    checkTemplate('input', f.input);
+    if (f.output !== null) {
+      if (typeof f.output !== 'string' || !/^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_-]+)?:\/\/./s.test(f.output) || f.output.length > 1024) {
+        throw new AppError('invalid_trigger', 'output: where to write the result, a data URI template (e.g. "data://.my/out/{{name}}"), or null to drop it');
+      }
+      checkTemplate('output', f.output);
+    }
+    if (typeof f.timeout !== 'number' || !Number.isFinite(f.timeout) || f.timeout <= 0 || f.timeout > MAX_TIMEOUT_S) throw new AppError('invalid_trigger', `timeout: seconds a run may take, above 0 and at most ${MAX_TIMEOUT_S}`);
+    if (typeof f.enabled !== 'boolean') throw new AppError('invalid_trigger', 'enabled: true or false');
+    const keyId = f.key === null ? principal.keyId : f.key;
+    if (typeof keyId !== 'string' || keyId.length > 200) throw new AppError('invalid_trigger', 'key: the id of one of your API keys, whose permissions the runs have');
+    if (keyId !== keptKey) await this.checkKey(principal, user.id, keyId);
+    return {
+      types: JSON.stringify(f.types ?? []),
+      path: typeof f.path === 'string' && f.path !== '' ? f.path : null,
+      algorithm: `${ref.owner}/${ref.name}${ref.version ? `/${ref.version}` : ''}`,
+      input: JSON.stringify(f.input),
+      output: f.output as string | null,
+      key_id: keyId,
+      timeout_s: Math.ceil(f.timeout),
+      enabled: f.enabled ? 1 : 0,
+    };
+  }
+
+  /**
+   * The key a trigger's runs act as: a live key of its owner, that may call algorithms, and no
+   * more powerful than the key naming it (a restricted key cannot hand its triggers a stronger
+   * one). The session of the console acts with the user's whole authority, as it does itself.
+   */
+  private async checkKey(principal: Principal, userId: number, keyId: string): Promise<void> {
+    let permissions: KeyPermissions;
+    if (keyId.startsWith(SESSION_KEY_PREFIX)) {
+      if (keyId !== principal.keyId) throw new AppError('invalid_trigger', 'key: the id of one of your API keys (GET /v1/users/:user/keys)');
+      return;
+    }
+    try {
+      const named = await this.keys.principalById(keyId, userId);
+      if (named.userId !== userId) throw new AppError('invalid_trigger', 'not yours');
+      permissions = named.permissions;
+    } catch {
+      throw new AppError('invalid_trigger', `key: you have no live API key ${keyId.slice(0, 64)} (GET /v1/users/:user/keys lists them)`);
+    }
+    const over = exceedingPermission(permissions, principal.permissions);
+    if (over !== null) throw new AppError('permission_escalation', `key: that key may do more than the key you are using (${over}); name a key with no more permissions than yours`);
+    if (!permissions.allow_algo) throw new AppError('invalid_trigger', 'key: that key may not call algorithms (allow_algo is off)');
+  }
+}
+
+/** `owner/name[/version]` of a trigger; the version a selector (`1.*`, `1.2.3`, `latest`). */
+function splitAlgorithm(text: string): { owner: string; name: string; version: string | undefined } {
+  const parts = text.replace(/^algo:\/\//, '').split('/');
+  if (parts.length < 2 || parts.length > 3 || parts.some((p) => !/^[A-Za-z][A-Za-z0-9_]*$|^[0-9A-Za-z.*]+$/.test(p)) || !/^[A-Za-z]/.test(parts[0]!) || !/^[A-Za-z]/.test(parts[1]!)) {
+    throw new AppError('invalid_trigger', `algorithm: "${text.slice(0, 120)}" is not "owner/name" or "owner/name/version" (e.g. "alice/Upper/1.*")`);
+  }
+  if (parts[2] !== undefined) {
+    try {
+      parseSelector(parts[2]);
+    } catch (err) {
+      throw new AppError('invalid_trigger', `algorithm: ${err instanceof AppError ? err.message : 'not a version'}`);
+    }
+  }
+  return { owner: parts[0]!, name: parts[1]!, version: parts[2] };
+}
+
+/** The run whose write made an event, as the event's data says it. */
+function originOf(data: Record<string, unknown>): TriggerOrigin | undefined {
+  const t = data.trigger as Partial<TriggerOrigin> | undefined;
+  if (typeof t !== 'object' || t === null || typeof t.depth !== 'number' || !Array.isArray(t.chain)) return undefined;
+  return t as TriggerOrigin;
+}
+
+function triggerFailed(t: TriggerRow, run: Pick<RunRow, 'id' | 'event_id' | 'event_type' | 'subject' | 'request_id' | 'depth'>, error: string, origin: TriggerOrigin, now: number) {
+  return {
+    userId: t.user_id,
+    type: 'trigger.failed' as const,
+    subject: run.subject,
+    data: { trigger_id: t.id, run_id: run.id, event_id: run.event_id, event_type: run.event_type, request_id: run.request_id, algorithm: t.algorithm, depth: run.depth, error, trigger: origin },
+    time: now,
+  };
+}
+
+/** What went wrong in an envelope, briefly. */
+function describe(body: string): string {
+  try {
+    const e = (JSON.parse(body) as { error?: { message?: string; error_type?: string } }).error;
+    if (e) return `${e.error_type ? `${e.error_type}: ` : ''}${e.message ?? ''}`.slice(0, 500);
+  } catch {
+    // Not JSON: said as it is.
+  }
+  return body.slice(0, 500);
+}
+
+const FIELDS = new Set(['types', 'path', 'algorithm', 'input', 'output', 'key', 'timeout', 'enabled']);
+
+function object(input: unknown): Record<string, unknown> {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw new AppError('invalid_trigger', 'the body is a JSON object: {"types": [...], "path": "data://.my/…", "algorithm": "owner/name/version", "input": "{{subject}}", "output": "data://.my/out/{{name}}"}');
+  }
+  return input as Record<string, unknown>;
+}
+
+function unknownFields(body: Record<string, unknown>): void {
+  const extra = Object.keys(body).filter((k) => !FIELDS.has(k));
+  if (extra.length > 0) throw new AppError('invalid_trigger', `unknown field ${extra.map((k) => `"${k.slice(0, 40)}"`).join(', ')}; a trigger has ${[...FIELDS].join(', ')}`);
+}
+
+function view(r: TriggerRow): TriggerView {
+  return {
+    id: r.id,
+    types: JSON.parse(r.types) as string[],
+    path: r.path,
+    algorithm: r.algorithm,
+    input: JSON.parse(r.input) as unknown,
+    output: r.output,
+    key: r.key_id.startsWith(SESSION_KEY_PREFIX) ? null : r.key_id,
+    timeout: r.timeout_s,
+    enabled: r.enabled === 1,
+    disabled_reason: r.disabled_reason,
+    created_at: iso(r.created_at)!,
+    updated_at: iso(r.updated_at)!,
+  };
+}
+
+function runView(r: RunRow): RunView {
+  return {
+    id: r.id,
+    event_id: r.event_id,
+    event_type: r.event_type,
+    subject: r.subject,
+    depth: r.depth,
+    status: r.status,
+    attempts: r.attempts,
+    request_id: r.request_id,
+    output: r.output,
+    http_status: r.http_status,
+    error: r.error,
+    created_at: iso(r.created_at)!,
+    started_at: iso(r.started_at),
+    finished_at: iso(r.finished_at),
+  };
+}

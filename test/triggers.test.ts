@@ -1,0 +1,364 @@
+/**
+ * Triggers (issue 23; docs/events.md): a user's rule runs an algorithm version on each matching
+ * event, with an input made from the event, and writes the result to a path made from it. Real
+ * algorithms in real sandboxes, on every configuration (one node, PostgreSQL + S3, the cluster):
+ * templates, outputs, runs and their request, `call.completed` and `trigger.failed`, the key's
+ * permissions, loops (own writes, the algorithm's own SDK writes, chains deeper than 3), and
+ * another user kept out.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { release } from './helpers/algorithms.ts';
+
+let s: TestServer;
+let alice: ReturnType<typeof api>;
+let aliceKey: string;
+let bob: ReturnType<typeof api>;
+
+const postJson = (call: ReturnType<typeof api>, path: string, body: unknown, method = 'POST') =>
+  call(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+const put = (call: ReturnType<typeof api>, uri: string, body: string) => call(`/v1/data/${uri.replace(/^data:\/\//, '')}`, { method: 'PUT', body });
+
+async function mkdir(call: ReturnType<typeof api>, parent: string, name: string) {
+  const r = await postJson(call, `/v1/data/${parent}`, { name });
+  assert.ok(r.status === 200 || r.status === 201 || r.status === 409, `mkdir ${parent}/${name}: ${r.status}`);
+}
+
+interface Trigger {
+  id: string;
+  types: string[];
+  path: string | null;
+  algorithm: string;
+  input: unknown;
+  output: string | null;
+  key: string | null;
+  timeout: number;
+  enabled: boolean;
+  disabled_reason: string | null;
+}
+interface Run {
+  id: string;
+  event_id: string;
+  event_type: string;
+  subject: string;
+  depth: number;
+  status: string;
+  attempts: number;
+  request_id: string;
+  output: string | null;
+  http_status: number | null;
+  error: string | null;
+}
+
+async function createTrigger(body: Record<string, unknown>, who = alice, user = 'alice'): Promise<Trigger> {
+  const r = await postJson(who, `/v1/users/${user}/triggers`, body);
+  const out = await json(r);
+  assert.equal(r.status, 201, JSON.stringify(out));
+  return out as Trigger;
+}
+
+async function runs(id: string, who = alice, user = 'alice'): Promise<Run[]> {
+  const r = await who(`/v1/users/${user}/triggers/${id}/runs`);
+  assert.equal(r.status, 200);
+  return ((await json(r)) as { results: Run[] }).results;
+}
+
+/** Waits until the trigger has `n` finished runs (bounded), and returns them, oldest first. */
+async function finished(id: string, n: number, ms = 60_000): Promise<Run[]> {
+  const end = Date.now() + ms;
+  let got: Run[] = [];
+  while (Date.now() < end) {
+    got = (await runs(id)).filter((r) => r.status === 'succeeded' || r.status === 'failed');
+    if (got.length >= n) return got.reverse();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`trigger ${id}: ${got.length} of ${n} runs finished within ${ms} ms: ${JSON.stringify(await runs(id))}`);
+}
+
+/** Reads a file's text, waiting (bounded) for it to exist. */
+async function fileText(uri: string, ms = 60_000): Promise<string> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const r = await alice(`/v1/data/${uri.replace(/^data:\/\//, '')}`);
+    if (r.status === 200) return r.text();
+    await r.body?.cancel();
+    if (Date.now() > end) assert.fail(`${uri} was not written within ${ms} ms`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
+/** The user's events in the outbox (through the live stream's backlog is the test of events.test.ts; here the store is read). */
+async function eventsOf(type: string): Promise<{ type: string; subject: string; data: Record<string, unknown> }[]> {
+  const rows = await s.services.store.db.selectFrom('events').innerJoin('users', 'users.id', 'events.user_id').select(['events.type', 'events.subject', 'events.data', 'users.username']).where('events.type', '=', type).orderBy('events.id').execute();
+  return rows.filter((r) => r.username === 'alice').map((r) => ({ type: r.type, subject: r.subject, data: JSON.parse(r.data) as Record<string, unknown> }));
+}
+
+before(async () => {
+  s = await startServer();
+  aliceKey = await s.user('alice');
+  alice = api(s.url, aliceKey);
+  bob = api(s.url, await s.user('bob'));
+  // Upper: text in, text out; Echo: JSON in, JSON out; Fails: always throws.
+  await release(alice, 'alice', 'Upper', { 'src/index.js': "exports.apply = (x) => String(x).toUpperCase();\n" }, { settings: { language: 'javascript' } });
+  await release(alice, 'alice', 'Echo', { 'src/index.js': 'exports.apply = (x) => ({ got: x });\n' }, { settings: { language: 'javascript' } });
+  await release(alice, 'alice', 'Fails', { 'src/index.js': "exports.apply = () => { throw new Error('no thank you'); };\n" }, { settings: { language: 'javascript' } });
+  for (const dir of ['inbox', 'out', 'json', 'fail', 'a', 'b', 'c', 'd', 'loop', 'keys', 'bin'])
+    await mkdir(alice, '.my', dir);
+});
+after(() => s.close());
+
+describe('a trigger', () => {
+  test('runs its algorithm on a matching upload and writes the result to its output path', async () => {
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/Upper/0.*', input: '{{subject}} is {{data.size}} bytes, {{name}} {{stem}} {{ext}}', output: 'data://.my/out/{{stem}}.upper' });
+    assert.match(t.id, /^trg_[0-9a-f]{24}$/);
+    assert.deepEqual(t.types, ['data.file.created']);
+    assert.equal(t.enabled, true);
+    assert.match(t.key ?? '', /.+/, 'the key that made it, by default');
+    assert.equal((await put(alice, 'data://.my/inbox/hello.txt', 'hello')).status, 200);
+    assert.equal(await fileText('data://.my/out/hello.upper'), 'DATA://ALICE/INBOX/HELLO.TXT IS 5 BYTES, HELLO.TXT HELLO TXT');
+    const [run] = await finished(t.id, 1);
+    assert.equal(run!.status, 'succeeded', JSON.stringify(run));
+    assert.equal(run!.subject, 'data://alice/inbox/hello.txt');
+    assert.equal(run!.event_type, 'data.file.created');
+    assert.equal(run!.depth, 1);
+    assert.equal(run!.output, 'data://.my/out/hello.upper');
+    // Its call, as an async call's: the request, and `call.completed` naming the trigger.
+    const req = await json(await alice(`/v1/requests/${run!.request_id}`));
+    assert.equal(req.status, 'done');
+    assert.equal(req.response.result, 'DATA://ALICE/INBOX/HELLO.TXT IS 5 BYTES, HELLO.TXT HELLO TXT');
+    const completed = (await eventsOf('call.completed')).find((e) => e.data.request_id === run!.request_id);
+    assert.ok(completed, 'call.completed for the run');
+    assert.equal(completed.data.status, 'succeeded');
+    assert.equal((completed.data.trigger as { trigger: string }).trigger, t.id);
+    // The output's own event says the trigger wrote it, and did not fire it again.
+    const written = (await eventsOf('data.file.created')).find((e) => e.subject === 'data://alice/out/hello.upper');
+    assert.equal((written?.data.trigger as { trigger: string; depth: number } | undefined)?.trigger, t.id);
+    // Another file elsewhere, or another type, fires nothing.
+    await put(alice, 'data://.my/out/other.txt', 'x');
+    await put(alice, 'data://.my/inbox/hello.txt', 'updated');
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await runs(t.id)).length, 1);
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+
+  test('a JSON template is sent as JSON, one placeholder alone keeping its type; a JSON result is written as its text', async () => {
+    const t = await createTrigger({ types: ['data.file.*'], path: 'data://.my/json/*.in', algorithm: 'alice/Echo', input: { uri: '{{subject}}', size: '{{data.size}}', said: 'size {{data.size}}', list: ['{{type}}'] }, output: 'data://.my/json/{{stem}}.out' });
+    await put(alice, 'data://.my/json/a.in', '1234');
+    const out = JSON.parse(await fileText('data://.my/json/a.out')) as unknown;
+    assert.deepEqual(out, { got: { uri: 'data://alice/json/a.in', size: 4, said: 'size 4', list: ['data.file.created'] } });
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+
+  test('a trigger with no output drops the result; only its call.completed stays', async () => {
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/bin/**', algorithm: 'alice/Upper' });
+    assert.equal(t.input, '{{subject}}');
+    await put(alice, 'data://.my/bin/x', 'x');
+    const [run] = await finished(t.id, 1);
+    assert.equal(run!.status, 'succeeded');
+    assert.equal(run!.output, null);
+    const list = await json(await alice('/v1/data/.my/bin'));
+    assert.deepEqual((list.files as { filename: string }[]).map((f) => f.filename), ['x']);
+    assert.ok((await eventsOf('call.completed')).some((e) => e.data.request_id === run!.request_id));
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+
+  test('a failing run is listed with its error and raises trigger.failed', async () => {
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/fail/**', algorithm: 'alice/Fails', output: 'data://.my/fail/{{name}}.out' });
+    await put(alice, 'data://.my/fail/f.txt', 'x');
+    const [run] = await finished(t.id, 1);
+    assert.equal(run!.status, 'failed');
+    assert.match(run!.error ?? '', /no thank you/);
+    const failed = (await eventsOf('trigger.failed')).find((e) => e.data.run_id === run!.id);
+    assert.ok(failed, 'trigger.failed raised');
+    assert.equal(failed.subject, 'data://alice/fail/f.txt');
+    assert.equal(failed.data.trigger_id, t.id);
+    assert.match(String(failed.data.error), /no thank you/);
+    assert.equal((await alice('/v1/data/.my/fail/f.txt.out')).status, 404, 'no output for a failed run');
+    const completed = (await eventsOf('call.completed')).find((e) => e.data.request_id === run!.request_id);
+    assert.equal(completed?.data.status, 'failed');
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+});
+
+describe('loops', () => {
+  test('a trigger is not fired by its own output, even on the path it watches', async () => {
+    const t = await createTrigger({ types: ['data.file.*'], path: 'data://.my/loop/**', algorithm: 'alice/Upper', output: 'data://.my/loop/{{name}}.up' });
+    await put(alice, 'data://.my/loop/seed', 'x');
+    await fileText('data://.my/loop/seed.up');
+    await new Promise((r) => setTimeout(r, 1000));
+    const all = await runs(t.id);
+    assert.equal(all.length, 1, JSON.stringify(all));
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+
+  test('chains of triggers stop at depth 3: the fourth is recorded as failed and not run', async () => {
+    const a = await createTrigger({ types: ['data.file.created'], path: 'data://.my/a/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/b/{{name}}' });
+    const b = await createTrigger({ types: ['data.file.created'], path: 'data://.my/b/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/c/{{name}}' });
+    const c = await createTrigger({ types: ['data.file.created'], path: 'data://.my/c/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/d/{{name}}' });
+    const d = await createTrigger({ types: ['data.file.created'], path: 'data://.my/d/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/a/{{name}}.again' });
+    await put(alice, 'data://.my/a/start', 's');
+    assert.equal(await fileText('data://.my/d/start'), 'START');
+    const [dRun] = await finished(d.id, 1);
+    assert.equal(dRun!.status, 'failed');
+    assert.equal(dRun!.depth, 4);
+    assert.match(dRun!.error ?? '', /at most 3 deep/);
+    assert.equal(dRun!.attempts, 0, 'never started');
+    assert.equal((await alice('/v1/data/.my/a/start.again')).status, 404);
+    assert.deepEqual([(await finished(a.id, 1))[0]!.depth, (await finished(b.id, 1))[0]!.depth, (await finished(c.id, 1))[0]!.depth], [1, 2, 3]);
+    assert.ok((await eventsOf('trigger.failed')).some((e) => e.data.run_id === dRun!.id));
+    for (const t of [a, b, c, d]) await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+
+  test("an algorithm's own writes through the SDK during a run do not fire its trigger again", async () => {
+    await release(
+      alice,
+      'alice',
+      'PyLooper',
+      {
+        'src/PyLooper.py': `import Algorithmia
+
+client = Algorithmia.client()
+
+
+def apply(uri):
+    name = uri.rsplit('/', 1)[1]
+    client.file('data://.my/loop/' + name + '.sdk').put('written by the algorithm')
+    return name
+`,
+      },
+      { settings: { language: 'python3' } },
+    );
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/loop/*.seed', algorithm: 'alice/PyLooper' });
+    // Would fire on `x.seed.sdk`? No: the pattern wants *.seed; the next name is made to match.
+    const t2 = await createTrigger({ types: ['data.file.*'], path: 'data://.my/loop/**', algorithm: 'alice/PyLooper' });
+    await put(alice, 'data://.my/loop/one.seed', 'x');
+    await fileText('data://.my/loop/one.seed.sdk');
+    await new Promise((r) => setTimeout(r, 1500));
+    // Both runs on one.seed write one.seed.sdk. t fired once; t2 fired on one.seed (depth 1) but
+    // not on the .sdk file its own run wrote; t's run's write of it fired t2 at depth 2, whose
+    // write (one.seed.sdk.sdk) fired nothing already in its chain.
+    const r1 = await finished(t.id, 1);
+    const r2 = await finished(t2.id, 2);
+    assert.equal(r1.length, 1, JSON.stringify(r1));
+    assert.deepEqual(r2.map((r) => [r.subject, r.depth]).sort(), [
+      ['data://alice/loop/one.seed', 1],
+      ['data://alice/loop/one.seed.sdk', 2],
+    ]);
+    for (const x of [t, t2]) await alice(`/v1/users/alice/triggers/${x.id}`, { method: 'DELETE' });
+  });
+});
+
+describe("the trigger's key", () => {
+  async function key(permissions: Record<string, unknown>, who = alice, user = 'alice') {
+    const r = await postJson(who, `/v1/users/${user}/keys`, { name: `k${Math.random().toString(36).slice(2, 8)}`, permissions });
+    const body = await json(r);
+    assert.equal(r.status, 201, JSON.stringify(body));
+    return body as { id: string; api_key: string };
+  }
+
+  test('runs have the permissions of the key it names, so a restricted key stays restricted', async () => {
+    const onlyEcho = await key({ algo_acl: ['algo://alice/Echo/*'] });
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/keys/*.a', algorithm: 'alice/Upper', key: onlyEcho.id, output: 'data://.my/keys/{{name}}.out' });
+    assert.equal(t.key, onlyEcho.id);
+    await put(alice, 'data://.my/keys/x.a', 'x');
+    const [run] = await finished(t.id, 1);
+    assert.equal(run!.status, 'failed');
+    assert.match(run!.error ?? '', /may not call algo:\/\/alice\/Upper/);
+    assert.equal(run!.http_status, 401, 'algo_not_allowed, as a call with that key gets');
+    const readOnly = await key({ allow_data_write: false });
+    const t2 = await createTrigger({ types: ['data.file.created'], path: 'data://.my/keys/*.b', algorithm: 'alice/Upper', key: readOnly.id, output: 'data://.my/keys/{{name}}.out' });
+    await put(alice, 'data://.my/keys/x.b', 'x');
+    const [run2] = await finished(t2.id, 1);
+    assert.equal(run2!.status, 'failed');
+    assert.match(run2!.error ?? '', /could not be written.*allow_data_write is off/);
+    assert.equal((await alice('/v1/data/.my/keys/x.b.out')).status, 404);
+  });
+
+  test('a restricted key cannot name a stronger key, and a revoked key turns its trigger off', async () => {
+    const weak = await key({ algo_acl: ['algo://alice/Echo/*'] });
+    const strong = await key({});
+    const r = await postJson(api(s.url, weak.api_key), '/v1/users/alice/triggers', { algorithm: 'alice/Echo', key: strong.id });
+    assert.equal(r.status, 403);
+    assert.equal((await json(r)).error.code, 'permission_escalation');
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/keys/*.c', algorithm: 'alice/Upper', key: strong.id });
+    assert.equal((await alice(`/v1/users/alice/keys/${strong.id}`, { method: 'DELETE' })).status, 204);
+    await put(alice, 'data://.my/keys/x.c', 'x');
+    const [run] = await finished(t.id, 1);
+    assert.equal(run!.status, 'failed');
+    const now = await json(await alice(`/v1/users/alice/triggers/${t.id}`));
+    assert.equal(now.enabled, false);
+    assert.match(now.disabled_reason, /revoked or deleted/);
+  });
+});
+
+describe('the routes', () => {
+  test('list, read, change (checked as at creation), delete', async () => {
+    const t = await createTrigger({ algorithm: 'alice/Echo', types: ['data.file.created'] });
+    assert.ok((await json(await alice('/v1/users/alice/triggers'))).results.some((x: Trigger) => x.id === t.id));
+    assert.equal((await json(await alice(`/v1/users/alice/triggers/${t.id}`))).algorithm, 'alice/Echo');
+    const changed = await json(await postJson(alice, `/v1/users/alice/triggers/${t.id}`, { path: 'data://.my/elsewhere/**', enabled: false, timeout: 10 }, 'PATCH'));
+    assert.equal(changed.path, 'data://.my/elsewhere/**');
+    assert.equal(changed.enabled, false);
+    assert.equal(changed.timeout, 10);
+    assert.deepEqual(changed.types, ['data.file.created']);
+    const bad = await postJson(alice, `/v1/users/alice/triggers/${t.id}`, { output: 'nowhere' }, 'PATCH');
+    assert.equal(bad.status, 400);
+    assert.equal((await json(bad)).error.code, 'invalid_trigger');
+    assert.equal((await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' })).status, 204);
+    const gone = await alice(`/v1/users/alice/triggers/${t.id}`);
+    assert.equal(gone.status, 404);
+    assert.equal((await json(gone)).error.code, 'trigger_not_found');
+  });
+
+  test('bad bodies get 400 invalid_trigger naming the field', async () => {
+    const cases: [unknown, RegExp][] = [
+      [[], /JSON object/],
+      [{}, /algorithm:/],
+      [{ algorithm: 'nope' }, /algorithm:/],
+      [{ algorithm: 'alice/Echo/1.x.y' }, /algorithm:/],
+      [{ algorithm: 'alice/Echo', types: ['data.nothing'] }, /matches no event type/],
+      [{ algorithm: 'alice/Echo', path: 'data://bob/**' }, /your own data/],
+      [{ algorithm: 'alice/Echo', input: '{{secret}}' }, /not a placeholder/],
+      [{ algorithm: 'alice/Echo', input: 5 }, /input:/],
+      [{ algorithm: 'alice/Echo', output: 'relative/path' }, /output:/],
+      [{ algorithm: 'alice/Echo', output: 'data://.my/{{nope}}' }, /not a placeholder/],
+      [{ algorithm: 'alice/Echo', timeout: 0 }, /timeout:/],
+      [{ algorithm: 'alice/Echo', enabled: 'yes' }, /enabled:/],
+      [{ algorithm: 'alice/Echo', key: 'key_nope' }, /no live API key/],
+      [{ algorithm: 'alice/Echo', colour: 'red' }, /unknown field "colour"/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await postJson(alice, '/v1/users/alice/triggers', body);
+      const out = await json(r);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(out.error.code, 'invalid_trigger', JSON.stringify(out));
+      assert.match(out.error.message, message, JSON.stringify(body));
+    }
+  });
+
+  test("another user's key reaches none of the routes, and their events fire none of a user's triggers", async () => {
+    const t = await createTrigger({ types: ['data.file.created'], algorithm: 'alice/Upper' });
+    for (const [method, path] of [
+      ['GET', '/v1/users/alice/triggers'],
+      ['POST', '/v1/users/alice/triggers'],
+      ['GET', `/v1/users/alice/triggers/${t.id}`],
+      ['PATCH', `/v1/users/alice/triggers/${t.id}`],
+      ['DELETE', `/v1/users/alice/triggers/${t.id}`],
+      ['GET', `/v1/users/alice/triggers/${t.id}/runs`],
+    ] as const) {
+      const r = method === 'GET' || method === 'DELETE' ? await bob(path, { method }) : await postJson(bob, path, { algorithm: 'alice/Upper' }, method);
+      await r.body?.cancel();
+      assert.equal(r.status, 403, `${method} ${path}`);
+    }
+    // Through bob's own path, alice's trigger is not there.
+    assert.equal((await bob(`/v1/users/bob/triggers/${t.id}`)).status, 404);
+    // Bob's uploads fire none of alice's triggers (it watches every path of hers).
+    await mkdir(bob, '.my', 'stuff');
+    await put(bob, 'data://.my/stuff/b.txt', 'b');
+    await new Promise((r) => setTimeout(r, 800));
+    assert.equal((await runs(t.id)).length, 0);
+    await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+});
