@@ -23,6 +23,7 @@ import { triggerRoutes } from './http/triggerRoutes.ts';
 import { eventRoutes } from './http/eventRoutes.ts';
 import { subscriptionRoutes } from './http/subscriptionRoutes.ts';
 import { EventFeed } from './events/feed.ts';
+import { IdempotencyKeys } from './http/idempotency.ts';
 import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './http/sessionRoutes.ts';
 import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { consoleRoutes } from './console/routes.ts';
@@ -173,6 +174,10 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const feed = new EventFeed(services.store, app.log);
   feed.keepFor(services.config.eventRetentionH * 3_600_000);
   app.addHook('preClose', async () => feed.close());
+  // Idempotency-Key answers (docs/events.md#idempotency-key): the table is shared, every node sweeps it.
+  const idempotency = new IdempotencyKeys(services.store, app.log);
+  const stopKeySweep = idempotency.sweepEvery();
+  app.addHook('onClose', async () => stopKeySweep());
   // This node sends webhooks too (each delivery is claimed by one node; docs/events.md).
   const dispatcher = services.webhooks.start(app.log);
   app.addHook('onClose', async () => dispatcher.stop());
@@ -227,13 +232,13 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
     await authed.register(algorithmRoutes, { registry: services.algorithms, builds: services.builds, releases: services.releases });
     await authed.register(environmentRoutes, { environments: services.environments });
-    await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls });
+    await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls, idempotency });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
     await authed.register(usageRoutes, { usage: services.usage, users: services.users });
     await authed.register(eventRoutes, { feed, users: services.users });
     await authed.register(subscriptionRoutes, { webhooks: services.webhooks, users: services.users });
     await authed.register(triggerRoutes, { triggers: services.triggers, users: services.users });
-    await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes });
+    await authed.register(dataRoutes, { data: services.data, maxUploadBytes: services.config.maxUploadBytes, idempotency });
   });
   // Plain warm calls from clients skip fastify's per-request machinery (callRoutes.ts): the
   // server's request listener answers them, and hands fastify everything else.

@@ -3,7 +3,7 @@ import { AppError } from '../errors.ts';
 import { errorDocument, toAppError } from '../http/answers.ts';
 import type { Principal, TriggerOrigin } from '../auth/principal.ts';
 import type { KeyService } from '../auth/keyService.ts';
-import type { MetadataStore } from '../store/db.ts';
+import type { Db, MetadataStore } from '../store/db.ts';
 import type { AsyncRequestsTable } from '../store/schema.ts';
 import { envelope } from './envelope.ts';
 import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type CallService } from './calls.ts';
@@ -44,6 +44,16 @@ export interface AsyncOptions {
 export const DEFAULT_ASYNC: AsyncOptions = { resultTtlMs: 24 * 3600_000, maxAttempts: 3 };
 
 /**
+ * What is written in the transaction that stores an accepted request, and in the one that
+ * withdraws it when it could not be queued: an `Idempotency-Key`'s answer
+ * (http/idempotency.ts), so that the key and the request exist together or not at all.
+ */
+export interface AcceptedWith {
+  accepted(trx: Db, id: string): Promise<void>;
+  withdrawn(trx: Db, id: string): Promise<void>;
+}
+
+/**
  * Calls with `output=void`. Checked like any call before they are accepted (a key that may not
  * call, an algorithm that is not there: answered at once, as before); then the request, input
  * and all, is written to the store, queued, and only then is the caller given its
@@ -74,7 +84,7 @@ export class AsyncCalls {
    * Accepts `req`: its immediate answer (`early`) when it cannot run (checked now), else the
    * request id it was queued under.
    */
-  async accept(principal: Principal, req: CallRequest, log?: CallLog): Promise<{ early: CallResult } | { id: string }> {
+  async accept(principal: Principal, req: CallRequest, log?: CallLog, along?: AcceptedWith): Promise<{ early: CallResult } | { id: string }> {
     if (req.parent) {
       // From inside a running algorithm: runs beside its caller, in this process, untracked.
       const early = await this.calls.callDetached(principal, req, log);
@@ -83,37 +93,76 @@ export class AsyncCalls {
     const early = await this.calls.check(principal, req);
     if (early) return { early };
     const id = newRequestId();
-    await this.store.db
-      .insertInto('async_requests')
-      .values({
-        id,
-        user_id: principal.userId,
-        key_id: principal.keyId,
-        owner: req.owner,
-        name: req.name,
-        version: req.version ?? null,
-        content_type: req.contentType,
-        input: req.input,
-        timeout_s: req.timeoutS,
-        stdout: req.stdout ? 1 : 0,
-        status: 'queued',
-        attempts: 0,
-        holder: this.store.instance,
-        response_status: null,
-        response: null,
-        created_at: Date.now(),
-        started_at: null,
-        finished_at: null,
-      })
-      .execute();
+    const row = {
+      id,
+      user_id: principal.userId,
+      key_id: principal.keyId,
+      owner: req.owner,
+      name: req.name,
+      version: req.version ?? null,
+      content_type: req.contentType,
+      input: req.input,
+      timeout_s: req.timeoutS,
+      stdout: req.stdout ? 1 : 0,
+      status: 'queued' as const,
+      attempts: 0,
+      holder: this.store.instance,
+      response_status: null,
+      response: null,
+      created_at: Date.now(),
+      started_at: null,
+      finished_at: null,
+    };
+    if (along) {
+      await this.store.write(async (trx) => {
+        await trx.insertInto('async_requests').values(row).execute();
+        await along.accepted(trx, id);
+      });
+    } else {
+      await this.store.db.insertInto('async_requests').values(row).execute();
+    }
     try {
       await this.queue.enqueue(id);
     } catch (err) {
-      await this.store.db.deleteFrom('async_requests').where('id', '=', id).execute();
+      if (along) {
+        await this.store.write(async (trx) => {
+          await trx.deleteFrom('async_requests').where('id', '=', id).execute();
+          await along.withdrawn(trx, id);
+        });
+      } else {
+        await this.store.db.deleteFrom('async_requests').where('id', '=', id).execute();
+      }
       if (err instanceof AppError) throw err;
       throw new AppError('server_busy', `the call could not be queued (${(err as Error).message}); retry shortly`, undefined, err);
     }
     return { id };
+  }
+
+  /**
+   * Queues request `id` again if it is still waiting and the process that accepted it is gone:
+   * one that died between storing the request and queueing it (what an `Idempotency-Key`'s
+   * replay names must run). A request that is in the queue after all is only run once: a second
+   * delivery finds it claimed or done (run). Whether it was queued again.
+   */
+  async requeueOrphan(id: string): Promise<boolean> {
+    const row = await this.store.db.selectFrom('async_requests').select(['status', 'holder']).where('id', '=', id).executeTakeFirst();
+    if (!row || row.status !== 'queued' || row.holder === null || (await this.store.isLive(row.holder))) return false;
+    const took = await this.store.db
+      .updateTable('async_requests')
+      .set({ holder: this.store.instance })
+      .where('id', '=', id)
+      .where('status', '=', 'queued')
+      .where('holder', '=', row.holder)
+      .executeTakeFirst();
+    if (Number(took.numUpdatedRows) === 0) return false;
+    try {
+      await this.queue.enqueue(id);
+      return true;
+    } catch {
+      // No room now: recovery (a restart, a shared store's sweeper) or the next replay takes it.
+      await this.store.db.updateTable('async_requests').set({ holder: row.holder }).where('id', '=', id).where('holder', '=', this.store.instance).execute();
+      return false;
+    }
   }
 
   /** Requests this process is running now (a second delivery of one of them waits its turn). */

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { Principal } from '../auth/principal.ts';
 import type { ByteRange } from './blobStore.ts';
 import type { ListingPage } from '../../client/src/types.ts';
+import type { Db } from '../store/db.ts';
 
 export interface FileInfo {
   kind: 'file';
@@ -39,6 +40,13 @@ export type ReadResult = FileRead | { info: DirInfo };
 
 export interface WriteOptions {
   signal?: AbortSignal;
+  /**
+   * Written in the transaction that makes the file what the body says, where the connector has
+   * one (hosted data; a connected account's provider shares none): what must stand with the
+   * file or not at all (an `Idempotency-Key`'s answer, http/idempotency.ts). Its throw undoes
+   * the write. Called with the file's Data URI.
+   */
+  along?: (trx: Db, uri: string) => Promise<void>;
 }
 
 /**

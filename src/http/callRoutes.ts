@@ -10,6 +10,7 @@ import { queryBool } from '../data/paths.ts';
 import { readLimited } from './body.ts';
 import { describeFailure, envelope, resultJson } from '../algorithms/envelope.ts';
 import type { AsyncCallAccepted } from '../../client/src/types.ts';
+import { bodyDigest, idempotencyKey, type IdempotencyKeys } from './idempotency.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -148,7 +149,7 @@ export function callAnswer(r: CallResult, options: CallOptions): CallAnswer {
 }
 
 /** The call API (spec 4.1): `/v1/algo/...` and the browser variant `/v1/web/algo/...`. */
-export async function callRoutes(app: FastifyInstance, opts: { calls: CallService; asyncCalls: AsyncCalls }): Promise<void> {
+export async function callRoutes(app: FastifyInstance, opts: { calls: CallService; asyncCalls: AsyncCalls; idempotency?: IdempotencyKeys }): Promise<void> {
   // The body is the algorithm's input, read here as it streams, whatever its type.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
@@ -168,8 +169,33 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
       if (req.headers.origin) reply.header('access-control-allow-origin', req.headers.origin).header('vary', 'Origin');
     }
     const options = callOptions(url, q, req.headers['content-type']);
+    // An async call may carry an Idempotency-Key (idempotency.ts); other calls ignore it.
+    const key = options.output === 'void' && opts.idempotency ? idempotencyKey(req.headers) : undefined;
     const input = await callInput(req.headers, req.raw, options.contentType);
     const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, parent: req.callContext };
+    if (key !== undefined) {
+      // The request row and the key's answer are written in one transaction (AcceptedWith); a
+      // replay of a request whose accepting process died before queueing it queues it now.
+      const line = `${req.method} ${url} (${options.contentType})`;
+      return opts.idempotency!.answer(
+        req,
+        reply,
+        key,
+        { line, digest: bodyDigest(input) },
+        async (claim) => {
+          const answerOf = (id: string) => ({ status: 200, body: JSON.stringify({ async: true, request_id: id } satisfies AsyncCallAccepted) });
+          const accepted = await opts.asyncCalls.accept(principal, request, req.log, {
+            accepted: (trx, id) => claim.record(trx, answerOf(id)),
+            withdrawn: (trx) => claim.withdraw(trx),
+          });
+          return 'early' in accepted ? { status: 200, body: envelope(accepted.early, options.timeoutS) } : answerOf(accepted.id);
+        },
+        async (answer) => {
+          const id = answer.status === 200 ? (JSON.parse(answer.body) as Partial<AsyncCallAccepted>).request_id : undefined;
+          if (typeof id === 'string') await opts.asyncCalls.requeueOrphan(id);
+        },
+      );
+    }
     if (options.output === 'void') {
       // Checked and resolved before the answer, queued durably, then answered with its id;
       // GET /v1/requests/:id gives its answer once it has run (asyncCalls.ts).
@@ -196,7 +222,7 @@ export async function webPreflight(app: FastifyInstance): Promise<void> {
     return reply
       .code(204)
       .header('access-control-allow-methods', 'POST')
-      .header('access-control-allow-headers', 'Authorization, Content-Type')
+      .header('access-control-allow-headers', 'Authorization, Content-Type, Idempotency-Key')
       .header('access-control-max-age', '600')
       .send();
   });

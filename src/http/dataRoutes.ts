@@ -8,6 +8,7 @@ import { noneMatch, parseRange } from './range.ts';
 import { parseJsonObject, readSmallBody } from './body.ts';
 import type { DataUriResult, DeleteResult, ListingPage } from '../../client/src/types.ts';
 import { DOWNLOAD_PARAM } from '../auth/sessions.ts';
+import { idempotencyKey, type IdempotencyKeys } from './idempotency.ts';
 
 export const DATA_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
@@ -40,7 +41,7 @@ function param(query: URLSearchParams, name: string): string | undefined {
  * only parse, authorise and shape; connectors do the work. Bodies are not parsed by fastify
  * here: a file upload is streamed as it arrives, whatever Content-Type it claims.
  */
-export async function dataRoutes(app: FastifyInstance, opts: { data: DataService; maxUploadBytes: number }): Promise<void> {
+export async function dataRoutes(app: FastifyInstance, opts: { data: DataService; maxUploadBytes: number; idempotency?: IdempotencyKeys }): Promise<void> {
   const { data } = opts;
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
@@ -62,6 +63,15 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
         const declared = Number(req.headers['content-length']);
         if (Number.isFinite(declared) && declared > opts.maxUploadBytes) {
           throw new AppError('payload_too_large', `the file is larger than the limit of ${opts.maxUploadBytes} bytes`);
+        }
+        // An upload may carry an Idempotency-Key (idempotency.ts): its body hashed as it streams,
+        // its answer written in the transaction that commits a hosted file.
+        const key = opts.idempotency ? idempotencyKey(req.headers) : undefined;
+        if (key !== undefined) {
+          const answerOf = (uri: string) => ({ status: 200, body: JSON.stringify({ result: uri } satisfies DataUriResult) });
+          return opts.idempotency!.answer(req, reply, key, { line: `${req.method} ${req.raw.url ?? '/'}`, stream: req.raw, maxBytes: opts.maxUploadBytes }, async (claim, body) =>
+            answerOf(await connector.write(principal, target.segments, body!, { along: (trx, uri) => claim.record(trx, answerOf(uri)) })),
+          );
         }
         const result = await connector.write(principal, target.segments, req.raw, {});
         return reply.type('application/json').send({ result } satisfies DataUriResult);

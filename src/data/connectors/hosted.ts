@@ -296,6 +296,7 @@ export class HostedConnector implements Connector {
             })
             .execute();
         }
+        await options.along?.(trx, uri(owner, rel));
         return existing?.blob_id ?? null;
       });
     } catch (err) {
