@@ -18,7 +18,7 @@ import { BaseClient, DEFAULT_BASE_URL, VERSION } from './core.ts';
 import { DataDir as DataDirOf } from './dir.ts';
 import { DataFile as DataFileOf } from './file.ts';
 import { FetchTransport, type FetchTransportOptions } from './fetchTransport.ts';
-import { Connectors, Keys } from './management.ts';
+import { Connectors, Keys, Subscriptions, Triggers } from './management.ts';
 import type { Platform, Transport, WebPlatform } from './transport.ts';
 
 export interface BrowserClientOptions extends FetchTransportOptions {
@@ -50,10 +50,14 @@ export const DataDir = DataDirOf;
 export type DataDir<P extends Platform = WebPlatform> = DataDirOf<P>;
 
 export { DEFAULT_BASE_URL, VERSION };
-export { Algo, BaseClient, Keys, Connectors, FetchTransport };
+export { Algo, BaseClient, Keys, Connectors, Subscriptions, Triggers, FetchTransport };
 export { ACLS, aclLevel } from './dir.ts';
 export { AlgohostError, ApiError, AlgorithmError, NetworkError, API_ERROR_CODES } from './errors.ts';
 export { parseDataUri, parseAlgoRef } from './uri.ts';
+export { verifyWebhook, WebhookVerificationError, WEBHOOK_TOLERANCE_S } from './webhook.ts';
+export type { VerifyWebhookOptions, WebhookErrorCode, WebhookHeaders } from './webhook.ts';
+export { SseParser } from './events.ts';
+export type { EventStreamOptions, SseMessage } from './events.ts';
 export type { FetchTransportOptions };
 export type { AlgoInput, AlgoResponse, AsyncCallResponse, PipeOptions, RawResponse } from './algo.ts';
 export type { AclLevel, DataEntry, DirEntry, FileEntry } from './dir.ts';

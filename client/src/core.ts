@@ -5,9 +5,10 @@
 import { Algo } from './algo.ts';
 import { DataDir } from './dir.ts';
 import { DataFile } from './file.ts';
-import { Connectors, Keys, listAlgorithms, searchAlgorithms } from './management.ts';
+import { eventStream, type EventStreamOptions } from './events.ts';
+import { Connectors, Keys, Subscriptions, Triggers, listAlgorithms, searchAlgorithms } from './management.ts';
 import { DEFAULT_BASE_URL, Http, type Platform, type RequestOptions, type Transport } from './transport.ts';
-import type { Algorithm, Health, UsageReport, WhoAmI } from './types.ts';
+import type { Algorithm, CloudEvent, Health, UsageReport, WhoAmI } from './types.ts';
 
 export { DEFAULT_BASE_URL };
 /** This package's version, sent in the User-Agent. */
@@ -63,6 +64,29 @@ export class BaseClient<P extends Platform> {
   /** A user's connected accounts (your own user only). */
   connectors(username: string): Connectors {
     return new Connectors(this.http, username);
+  }
+
+  /** A user's webhook subscriptions (your own user only). */
+  subscriptions(username: string): Subscriptions {
+    return new Subscriptions(this.http, username);
+  }
+
+  /** A user's triggers (your own user only). */
+  triggers(username: string): Triggers {
+    return new Triggers(this.http, username);
+  }
+
+  /**
+   * Your events as they happen (`GET /v1/users/:user/events`), in order:
+   *
+   *   for await (const event of client.events({ types: ['data.file.*'], path: 'data://.my/inbox/**', signal })) { ... }
+   *
+   * A dropped connection is reconnected with `Last-Event-ID` (nothing missed, nothing twice),
+   * after a growing, bounded wait; `signal` or a `break` ends it. A refusal (403, 410
+   * `event_expired`) and a failure of the first connection are thrown (EventStreamOptions).
+   */
+  events(options: EventStreamOptions = {}): AsyncGenerator<CloudEvent, void, undefined> {
+    return eventStream(this.http, async () => (await this.whoami({ signal: options.signal })).username, options);
   }
 
   /** The user the key belongs to, the key's id and its permissions. */

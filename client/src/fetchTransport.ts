@@ -250,7 +250,7 @@ export class FetchTransport implements Transport<WebPlatform> {
 
     const controller = new AbortController();
     const timeoutMs = req.timeoutMs ?? this.options.timeoutMs;
-    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+    const timer = !timeoutMs ? undefined : setTimeout(() => {
       controller.abort(new NetworkError(`no complete answer from ${url.origin} within ${timeoutMs} ms`, 'request_timeout'));
     }, timeoutMs);
     const onAbort = () => controller.abort(req.signal?.reason);

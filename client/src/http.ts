@@ -112,7 +112,7 @@ export class NodeTransport implements Transport<NodePlatform> {
 
     const controller = new AbortController();
     const timeoutMs = req.timeoutMs ?? this.options.timeoutMs;
-    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+    const timer = !timeoutMs ? undefined : setTimeout(() => {
       controller.abort(new NetworkError(`no complete answer from ${url.origin} within ${timeoutMs} ms`, 'request_timeout'));
     }, timeoutMs);
     timer?.unref();

@@ -13,7 +13,7 @@ import { BaseClient, DEFAULT_BASE_URL, VERSION } from './core.ts';
 import { DataDir as DataDirOf } from './dir.ts';
 import { DataFile as DataFileOf } from './file.ts';
 import { NodeTransport, type NodePlatform } from './http.ts';
-import { Connectors, Keys } from './management.ts';
+import { Connectors, Keys, Subscriptions, Triggers } from './management.ts';
 import { fromEnv, processEnv, type Env } from './env.ts';
 import type { Platform } from './transport.ts';
 
@@ -63,11 +63,15 @@ export type DataFile<P extends Platform = NodePlatform> = DataFileOf<P>;
 export const DataDir = DataDirOf;
 export type DataDir<P extends Platform = NodePlatform> = DataDirOf<P>;
 
-export { Algo, Keys, Connectors };
+export { Algo, Keys, Connectors, Subscriptions, Triggers };
 export { ACLS, aclLevel } from './dir.ts';
 export { packDirectory } from './pack.ts';
 export { AlgohostError, ApiError, AlgorithmError, NetworkError, API_ERROR_CODES } from './errors.ts';
 export { parseDataUri, parseAlgoRef } from './uri.ts';
+export { verifyWebhook, WebhookVerificationError, WEBHOOK_TOLERANCE_S } from './webhook.ts';
+export type { VerifyWebhookOptions, WebhookErrorCode, WebhookHeaders } from './webhook.ts';
+export { SseParser } from './events.ts';
+export type { EventStreamOptions, SseMessage } from './events.ts';
 export type { AlgoInput, AlgoResponse, AsyncCallResponse, PipeOptions, RawResponse } from './algo.ts';
 export type { AclLevel, DataEntry, DirEntry, FileEntry } from './dir.ts';
 export type { FileInfo, ReadOptions, WriteOptions } from './file.ts';

@@ -18,7 +18,8 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /**
    * Gives up after this many milliseconds with a NetworkError `request_timeout`. It covers
-   * the whole exchange, a streamed body included. Default: the client's (none unless set).
+   * the whole exchange, a streamed body included. Default: the client's (none unless set);
+   * 0: none, whatever the client's.
    */
   timeoutMs?: number;
 }

@@ -422,3 +422,154 @@ export interface DownloadLink {
   url: string;
   expires_at: string;
 }
+
+// ---- Events, webhooks and triggers (docs/events.md) ----
+
+/**
+ * An event, a CloudEvents 1.0 object in its JSON form: what the live stream's `data:` lines,
+ * webhook deliveries' bodies and triggers' inputs carry.
+ */
+export interface CloudEvent<D = Record<string, unknown>> {
+  specversion: '1.0';
+  /** `evt_` and 24 hex digits; the same event seen twice has the same id. */
+  id: string;
+  /** The user it belongs to: `/v1/users/<name>`. */
+  source: string;
+  /** `data.file.created`, `algorithm.version.published`, `call.completed`, ... (docs/events.md's catalogue). */
+  type: string;
+  /** The canonical URI of what changed: `data://alice/inbox/a.txt`, `algo://alice/Echo/1.0.0`. */
+  subject: string;
+  /** ISO 8601: when the change was made. */
+  time: string;
+  datacontenttype: 'application/json';
+  /** The user's own count of events, 20 digits (absent on a subscription's `webhook.test` event). */
+  sequence?: string;
+  data: D;
+}
+
+/** A list answer that is not paged: `{ results }`. */
+export interface Results<T> {
+  results: T[];
+}
+
+/** A webhook subscription as its owner sees it (never its secret). */
+export interface Subscription {
+  /** `sub_` and 24 hex digits. */
+  id: string;
+  url: string;
+  /** Event type patterns (`data.file.*`, `data.**`); empty: every type. */
+  types: string[];
+  /** A path pattern of the owner's data (`data://.my/inbox/**`), or null: any. */
+  path: string | null;
+  enabled: boolean;
+  /** Why it was turned off (an endpoint failing for days), or null. */
+  disabled_reason: string | null;
+  /** Since when every delivery has failed, or null. */
+  failing_since: string | null;
+  /** Events not queued because its queue of pending deliveries was full. */
+  overflowed: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A subscription made, or its secret rotated: the only time the secret (`whsec_…`) is shown. */
+export interface SubscriptionWithSecret extends Subscription {
+  secret: string;
+}
+
+/** Body of `POST /v1/users/:user/subscriptions`. */
+export interface NewSubscription {
+  url: string;
+  types?: string[];
+  path?: string | null;
+}
+
+/** Body of `PATCH …/subscriptions/:id`: what is not sent stays; `enabled: true` also clears `disabled_reason`. */
+export interface SubscriptionChanges {
+  url?: string;
+  types?: string[];
+  path?: string | null;
+  enabled?: boolean;
+}
+
+/** One attempt to send a delivery. */
+export interface DeliveryAttempt {
+  attempt: number;
+  at: string;
+  /** The endpoint's status, or null when it did not answer. */
+  status_code: number | null;
+  latency_ms: number;
+  error: string | null;
+}
+
+/** One event's delivery to one subscription; its id is the `webhook-id` header, the same on every attempt. */
+export interface Delivery {
+  /** `msg_` and 24 hex digits. */
+  id: string;
+  event_id: string;
+  event_type: string;
+  status: 'pending' | 'delivered' | 'failed';
+  attempts: DeliveryAttempt[];
+  next_attempt_at: string | null;
+  created_at: string;
+}
+
+/** A trigger: runs an algorithm on each event its filter wants. */
+export interface Trigger {
+  /** `trg_` and 24 hex digits. */
+  id: string;
+  types: string[];
+  path: string | null;
+  /** `owner/name[/version]`, resolved at each run. */
+  algorithm: string;
+  /** The input template: a string is sent as text, an object or array as JSON (`{{subject}}`, `{{name}}`, `{{data.size}}`...). */
+  input: unknown;
+  /** Where the result is written (`data://.my/out/{{name}}`), or null: dropped. */
+  output: string | null;
+  /** The id of the owner's API key whose permissions the runs get. */
+  key: string;
+  /** Seconds each run may take. */
+  timeout: number;
+  enabled: boolean;
+  disabled_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** Body of `POST /v1/users/:user/triggers`. */
+export interface NewTrigger {
+  types?: string[];
+  path?: string | null;
+  algorithm: string;
+  input?: unknown;
+  output?: string | null;
+  /** Default: the key making the request. */
+  key?: string;
+  timeout?: number;
+  enabled?: boolean;
+}
+
+/** Body of `PATCH …/triggers/:id`: what is not sent stays. */
+export type TriggerChanges = Partial<NewTrigger>;
+
+/** One run of a trigger, for one event. */
+export interface TriggerRun {
+  /** `run_` and 24 hex digits. */
+  id: string;
+  event_id: string;
+  event_type: string;
+  subject: string;
+  /** 1 for an event no trigger made; one more than the run whose write made the event. */
+  depth: number;
+  status: 'queued' | 'running' | 'succeeded' | 'failed';
+  attempts: number;
+  /** Its call (`GET /v1/requests/:id`). */
+  request_id: string;
+  /** The rendered output path, or null. */
+  output: string | null;
+  http_status: number | null;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
