@@ -15,12 +15,14 @@ import { MyAlgorithms, ManageAlgorithm } from './pages/MyAlgorithms.tsx';
 import { DataBrowser } from './pages/Data.tsx';
 import { Keys } from './pages/Keys.tsx';
 import { Usage } from './pages/Usage.tsx';
+import { Events } from './pages/Events.tsx';
 import { Account } from './pages/Account.tsx';
 
 const NAV: [string, string][] = [
   ['', 'Marketplace'],
   ['mine', 'My algorithms'],
   ['data', 'Data'],
+  ['events', 'Events'],
   ['keys', 'API keys'],
   ['usage', 'Usage'],
   ['account', 'Account'],
@@ -37,6 +39,8 @@ function Page({ route, me }: { route: string[]; me: SessionInfo }) {
       return rest[0] ? <ManageAlgorithm me={me.username} name={rest[0]} /> : <MyAlgorithms me={me.username} />;
     case 'data':
       return <DataBrowser me={me.username} segments={rest} />;
+    case 'events':
+      return <Events me={me.username} segments={rest} />;
     case 'keys':
       return <Keys me={me.username} />;
     case 'usage':

@@ -90,6 +90,26 @@ export function formatDate(iso: string | number): string {
   return Number.isNaN(d.getTime()) ? String(iso) : DATES.format(d);
 }
 
+const TIMES = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+
+/** A date with its seconds (events, deliveries, runs). */
+export function formatTime(iso: string | number): string {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : TIMES.format(d);
+}
+
+/** Calls `refresh` every `ms` while the page is in sight (lists that change on their own). */
+export function usePolling(refresh: () => void, ms: number): void {
+  const latest = useRef(refresh);
+  latest.current = refresh;
+  useEffect(() => {
+    const timer = setInterval(() => {
+      if (document.visibilityState !== 'hidden') latest.current();
+    }, ms);
+    return () => clearInterval(timer);
+  }, [ms]);
+}
+
 /** Copies text, saying so for screen readers too. */
 export function CopyButton({ text, label = 'Copy' }: { text: string; label?: string }) {
   const [done, setDone] = useState(false);
