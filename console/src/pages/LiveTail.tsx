@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError } from '../api.ts';
-import { readEventStream, typeList, type CloudEvent } from '../events.ts';
+import type { CloudEvent } from '../../../client/src/types.ts';
+import { client, noticeError } from '../api.ts';
+import { typeList } from '../events.ts';
 import { ErrorBox, formatTime } from '../ui.tsx';
 import { FilterFields, filterSummary } from './EventFilter.tsx';
 
@@ -51,8 +52,8 @@ export function LiveTail({ me }: { me: string }) {
 
   useEffect(() => {
     const ctl = new AbortController();
-    let lastId: string | undefined;
-    let retryMs = 3000;
+    const signal = ctl.signal;
+    let lastEventId: string | undefined;
     let failures = 0;
     setStatus('connecting');
     setError(undefined);
@@ -62,40 +63,48 @@ export function LiveTail({ me }: { me: string }) {
       else setEvents((e) => onTop(e, item));
     };
     void (async () => {
-      while (!ctl.signal.aborted) {
+      // The client reconnects a dropped stream itself, from the last event seen; what it
+      // throws is a refusal, or a connection that could not be made at all.
+      while (!signal.aborted) {
         try {
-          await readEventStream(me, { types: typeList(filter.types).join(','), path: filter.path.trim(), lastEventId: lastId, signal: ctl.signal }, {
+          const stream = client.events({
+            user: me,
+            types: typeList(filter.types),
+            path: filter.path.trim() || undefined,
+            lastEventId,
+            signal,
             onOpen: () => {
               failures = 0;
               setStatus('live');
               setError(undefined);
             },
-            onRetry: (ms) => (retryMs = ms),
-            onEvent: (id, event) => {
-              lastId = id;
-              add({ id, event });
-            },
+            onRetry: () => setStatus('reconnecting'),
           });
+          for await (const event of stream) {
+            lastEventId = event.id;
+            add({ id: event.id, event });
+          }
+          return; // ended by the signal
         } catch (err) {
-          if (ctl.signal.aborted) return;
-          if (err instanceof ApiError && err.code === 'event_expired') {
+          if (signal.aborted) return;
+          noticeError(err);
+          const { code, status } = err as { code?: string; status?: number };
+          if (code === 'event_expired') {
             // Away longer than events are kept: from now on, saying some may be missing.
-            lastId = undefined;
+            lastEventId = undefined;
             setGap(true);
             continue;
           }
-          if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 408 && err.status !== 429) {
+          setError(err);
+          if (status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429) {
             // A filter the server refuses, a session that ended: trying again would not help.
-            setError(err);
             setStatus('stopped');
             return;
           }
-          setError(err instanceof ApiError ? err : new Error('the connection to the server broke'));
         }
-        if (ctl.signal.aborted) return;
         setStatus('reconnecting');
         failures++;
-        await sleep(Math.min(retryMs * 2 ** Math.max(0, failures - 1), MAX_BACKOFF_MS), ctl.signal);
+        await sleep(Math.min(3000 * 2 ** Math.min(failures - 1, 10), MAX_BACKOFF_MS), signal);
       }
     })();
     return () => ctl.abort();

@@ -1,13 +1,14 @@
 import { useState } from 'preact/hooks';
-import type { KeyRecord } from '../../../client/src/types.ts';
+import type { KeyRecord, NewTrigger, Trigger, TriggerRun } from '../../../client/src/types.ts';
 import { client } from '../api.ts';
-import { triggers, typeList, type NewTrigger, type Trigger, type TriggerRun } from '../events.ts';
+import { typeList } from '../events.ts';
 import { href, navigate } from '../router.ts';
 import { ErrorBox, Loading, formatDate, formatTime, useAction, useLoad, usePolling } from '../ui.tsx';
 import { FilterFields, filterSummary } from './EventFilter.tsx';
 
 const SESSION_KEY = 'you: your own authority (made from this console)';
 
+/** Whose permissions a trigger's runs have. The server answers `key: null` for one made from a console session (the client's type says string). */
 function keyName(key: string | null, keys: KeyRecord[] | undefined): string {
   if (key === null) return SESSION_KEY;
   const k = keys?.find((x) => x.id === key);
@@ -30,7 +31,7 @@ export function folderLink(uri: string): string | undefined {
 
 /** `#/events/triggers`: the triggers, and a form for a new one. */
 export function Triggers({ me }: { me: string }) {
-  const api = triggers(me);
+  const api = client.triggers(me);
   const list = useLoad(() => api.list(), [me]);
   const keys = useLoad(() => client.keys(me).list(), [me]);
   const [types, setTypes] = useState('data.file.created');
@@ -68,7 +69,7 @@ export function Triggers({ me }: { me: string }) {
   });
   const remove = useAction(async (t: Trigger) => {
     if (!confirm(`Delete the trigger that runs ${t.algorithm}? Its runs are forgotten with it.`)) return;
-    await api.remove(t.id);
+    await api.delete(t.id);
     if (made?.id === t.id) setMade(undefined);
     list.reload();
   });
@@ -213,7 +214,7 @@ function RunOutput({ run }: { run: TriggerRun }) {
 
 /** `#/events/triggers/ID`: one trigger, what can be done to it, and its runs. */
 export function TriggerPage({ me, id }: { me: string; id: string }) {
-  const api = triggers(me);
+  const api = client.triggers(me);
   const trigger = useLoad(() => api.get(id), [me, id]);
   const runs = useLoad(() => api.runs(id), [me, id]);
   const keys = useLoad(() => client.keys(me).list(), [me]);
@@ -224,7 +225,7 @@ export function TriggerPage({ me, id }: { me: string; id: string }) {
   });
   const remove = useAction(async (t: Trigger) => {
     if (!confirm(`Delete the trigger that runs ${t.algorithm}? Its runs are forgotten with it.`)) return;
-    await api.remove(t.id);
+    await api.delete(t.id);
     navigate('events', 'triggers');
   });
   const t = trigger.data;

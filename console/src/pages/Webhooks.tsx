@@ -1,5 +1,7 @@
 import { useState } from 'preact/hooks';
-import { subscriptions, typeList, type Delivery, type Subscription, type SubscriptionWithSecret } from '../events.ts';
+import type { Delivery, Subscription, SubscriptionWithSecret } from '../../../client/src/types.ts';
+import { client } from '../api.ts';
+import { typeList } from '../events.ts';
 import { href, navigate } from '../router.ts';
 import { CopyButton, ErrorBox, Loading, formatDate, formatTime, useAction, useLoad, usePolling } from '../ui.tsx';
 import { FilterFields, filterSummary } from './EventFilter.tsx';
@@ -30,7 +32,7 @@ function stateOf(s: Subscription): string {
 
 /** `#/events` (the default tab): the subscriptions, and a form for a new one. */
 export function Webhooks({ me }: { me: string }) {
-  const api = subscriptions(me);
+  const api = client.subscriptions(me);
   const list = useLoad(() => api.list(), [me]);
   const [url, setUrl] = useState('');
   const [types, setTypes] = useState('');
@@ -51,7 +53,7 @@ export function Webhooks({ me }: { me: string }) {
   });
   const remove = useAction(async (s: Subscription) => {
     if (!confirm(`Delete the subscription to ${s.url}? Its pending deliveries go with it.`)) return;
-    await api.remove(s.id);
+    await api.delete(s.id);
     if (made?.id === s.id) setMade(undefined);
     list.reload();
   });
@@ -149,7 +151,7 @@ function Attempts({ d }: { d: Delivery }) {
 
 /** `#/events/webhooks/ID`: one subscription, what can be done to it, and its deliveries. */
 export function SubscriptionPage({ me, id }: { me: string; id: string }) {
-  const api = subscriptions(me);
+  const api = client.subscriptions(me);
   const sub = useLoad(() => api.get(id), [me, id]);
   const deliveries = useLoad(() => api.deliveries(id), [me, id]);
   usePolling(deliveries.reload, 2000);
@@ -163,7 +165,7 @@ export function SubscriptionPage({ me, id }: { me: string; id: string }) {
   });
   const rotate = useAction(async () => {
     if (!confirm('Make a new signing secret? The old one goes on signing beside it for 24 hours.')) return;
-    setRotated(await api.rotate(id));
+    setRotated(await api.rotateSecret(id));
     sub.reload();
   });
   const toggle = useAction(async (s: Subscription) => {
@@ -172,7 +174,7 @@ export function SubscriptionPage({ me, id }: { me: string; id: string }) {
   });
   const remove = useAction(async (s: Subscription) => {
     if (!confirm(`Delete the subscription to ${s.url}? Its pending deliveries go with it.`)) return;
-    await api.remove(s.id);
+    await api.delete(s.id);
     navigate('events', 'webhooks');
   });
   const redeliver = useAction(async (d: Delivery) => {
