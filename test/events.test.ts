@@ -225,6 +225,21 @@ describe('events of hosted data, live', () => {
     }
   });
 
+  test('a quiet stream gets a keep-alive comment every 15 s, so that proxies do not close it', async () => {
+    // A user no other test writes for: nothing but comments comes.
+    const key = await s.user('quiet');
+    const st = await stream('quiet', key);
+    try {
+      assert.equal(st.res.status, 200);
+      const end = Date.now() + 30_000;
+      while (!st.comments.includes(': keep-alive') && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+      assert.ok(st.comments.includes(': keep-alive'), `comments within 30 s: ${JSON.stringify(st.comments)}`);
+      assert.equal(st.events.length, 0);
+    } finally {
+      await st.close();
+    }
+  });
+
   test('a resume point not kept (expired, or never one of yours) answers 410 event_expired; a malformed one 400', async () => {
     const gone = await stream('alice', aliceKey, '', { 'last-event-id': 'evt_000000000000000000000000' });
     assert.equal(gone.res.status, 410);

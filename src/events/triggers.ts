@@ -53,8 +53,12 @@ export const MAX_ATTEMPTS = 3;
 const IN_FLIGHT = 8;
 /** The dispatcher's pace without commits to wake it (other nodes' events, leases running out). */
 const POLL_MS = 1_000;
-/** Beyond a run's timeout, how long its lease lasts. */
-const LEASE_MARGIN_MS = 60_000;
+/**
+ * Beyond a run's timeout, how long its lease lasts (to write its output and record its end).
+ * A node killed mid-run leaves the run to be started again this long after its timeout; a run
+ * still writing when its lease runs out is started again, and only the first end is kept.
+ */
+const LEASE_MARGIN_MS = 15_000;
 /** Finished runs are kept this long for `GET …/runs`. */
 export const RUN_KEEP_MS = 7 * 24 * 3_600_000;
 const CURSOR_KEY = 'triggers.cursor';

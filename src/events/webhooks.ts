@@ -42,8 +42,11 @@ export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
 export const SECRET_OVERLAP_MS = 24 * 3_600_000;
 /** Subscriptions one user may have. */
 export const MAX_SUBSCRIPTIONS = 50;
-/** How long a node holds a delivery it is sending (longer than the timeout, with room). */
-const LEASE_MS = 60_000;
+/**
+ * How long past its timeout a node holds a delivery it is sending (to record the outcome). A
+ * node killed mid-send leaves the delivery to be sent again this long after the timeout.
+ */
+const LEASE_MARGIN_MS = 5_000;
 /** Deliveries sent at once by one node. */
 const IN_FLIGHT = 16;
 /** The dispatcher's pace without commits to wake it: other nodes' events, retries coming due. */
@@ -388,7 +391,7 @@ export class Webhooks {
         .orderBy('deliveries.next_at')
         .limit(n)
         .execute();
-      const lease = now + LEASE_MS;
+      const lease = now + (this.options.timeoutMs ?? DELIVERY_TIMEOUT_MS) + LEASE_MARGIN_MS;
       if (due.length > 0) await trx.updateTable('deliveries').set({ claimed_until: lease }).where('id', 'in', due.map((d) => d.id)).execute();
       return due.map((d) => ({ ...d, lease }));
     });
