@@ -526,8 +526,8 @@ export interface Trigger {
   input: unknown;
   /** Where the result is written (`data://.my/out/{{name}}`), or null: dropped. */
   output: string | null;
-  /** The id of the owner's API key whose permissions the runs get. */
-  key: string;
+  /** The id of the owner's API key whose permissions the runs get; null for a trigger made from a console session (the user's own authority). */
+  key: string | null;
   /** Seconds each run may take. */
   timeout: number;
   enabled: boolean;

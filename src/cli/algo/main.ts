@@ -3,11 +3,12 @@ import { AlgorithmError, ApiError, NetworkError } from '../../../client/src/inde
 import { CliError, Context, UsageError, type Command, type Env, type Io } from './context.ts';
 import { dataCommands } from './commands/data.ts';
 import { algorithmCommands } from './commands/algorithms.ts';
+import { eventCommands } from './commands/events.ts';
 
 /** Exit codes: 0 done, 1 the server or an algorithm said no, 2 the command was misused. */
 export const EXIT = { ok: 0, failed: 1, usage: 2 } as const;
 
-const COMMANDS: Record<string, Command> = { ...algorithmCommands, ...dataCommands };
+const COMMANDS: Record<string, Command> = { ...algorithmCommands, ...dataCommands, ...eventCommands };
 
 const GLOBAL_USAGE = `usage: algo [--profile NAME] [--json] <command> [args]
 
