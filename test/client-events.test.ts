@@ -499,3 +499,30 @@ describe('subscriptions through the client', () => {
     assert.equal(gone.code, 'subscription_not_found');
   });
 });
+
+describe('triggers through the client', () => {
+  test('create, list, get, update, runs, delete; bad fields and another user\'s triggers refused', async () => {
+    const triggers = alice.triggers('alice');
+    const made = await triggers.create({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/NotRunHere/1.*', input: { file: '{{subject}}', size: '{{data.size}}' }, output: 'data://.my/out/{{name}}', timeout: 30 });
+    try {
+      assert.match(made.id, /^trg_[0-9a-f]{24}$/);
+      assert.deepEqual([made.algorithm, made.input, made.timeout, made.enabled], ['alice/NotRunHere/1.*', { file: '{{subject}}', size: '{{data.size}}' }, 30, true]);
+      const mine = (await alice.whoami()).key_id;
+      assert.equal(made.key, mine, 'by default the runs have the permissions of the key that made it');
+      assert.ok((await triggers.list()).some((t) => t.id === made.id));
+      assert.equal((await triggers.get(made.id)).output, made.output);
+      const paused = await triggers.update(made.id, { enabled: false, input: '{{name}}' });
+      assert.deepEqual([paused.enabled, paused.input], [false, '{{name}}']);
+      assert.deepEqual(await triggers.runs(made.id, { limit: 5 }), []);
+      const invalid = await rejects(triggers.create({ algorithm: 'alice/X', input: '{{no_such_placeholder}}' }), ApiError);
+      assert.deepEqual([invalid.status, invalid.code], [400, 'invalid_trigger']);
+      const bob = new AlgohostClient({ baseUrl: s.url, apiKey: bobKey, env: {} });
+      const notHers = await rejects(bob.triggers('bob').get(made.id), ApiError);
+      assert.deepEqual([notHers.status, notHers.code], [404, 'trigger_not_found']);
+    } finally {
+      await triggers.delete(made.id);
+    }
+    const gone = await rejects(triggers.get(made.id), ApiError);
+    assert.deepEqual([gone.status, gone.code], [404, 'trigger_not_found']);
+  });
+});
