@@ -277,6 +277,38 @@ describe('deliveries', () => {
     }
   });
 
+  test('an endpoint that hangs holds a few of the sends, not all: the other subscriptions\' deliveries go on, and uploads are not held', async () => {
+    let open = 0;
+    let most = 0;
+    const hanging = http.createServer((req) => {
+      open++;
+      most = Math.max(most, open);
+      req.resume();
+      req.socket.once('close', () => open--);
+    });
+    await new Promise<void>((r) => hanging.listen(0, '127.0.0.1', r));
+    const rx = await receiver();
+    await postJson(alice, '/v1/data/.my', { name: 'hang' });
+    const filter = { types: ['data.file.created'], path: 'data://.my/hang/**' };
+    const stuck = await subscribe(`http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook`, filter);
+    const good = await subscribe(rx.url, filter);
+    try {
+      const n = 40;
+      const puts = await Promise.all(Array.from({ length: n }, (_, i) => alice(`/v1/data/.my/hang/f${i}`, { method: 'PUT', body: 'x' })));
+      assert.ok(puts.every((r) => r.status === 200));
+      const got = await rx.until(n, 30_000);
+      assert.equal(new Set(got.map((g) => (JSON.parse(g.body) as { subject: string }).subject)).size, n, 'every event reached the working endpoint');
+      // Each API node sends at most 4 at once to one subscription (the cluster has two).
+      assert.ok(most >= 1 && most <= (CLUSTER ? 8 : 4), `the hanging endpoint had ${most} requests open at once`);
+    } finally {
+      await alice(`/v1/users/alice/subscriptions/${stuck.id}`, { method: 'DELETE' });
+      await alice(`/v1/users/alice/subscriptions/${good.id}`, { method: 'DELETE' });
+      await rx.close();
+      hanging.closeAllConnections();
+      await new Promise<void>((r) => hanging.close(() => r()));
+    }
+  });
+
   test("bob's subscription hears nothing of alice's changes", async () => {
     const rx = await receiver();
     const sub = await subscribe(rx.url, {}, bob, 'bob');

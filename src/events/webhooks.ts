@@ -49,6 +49,13 @@ export const MAX_SUBSCRIPTIONS = 50;
 const LEASE_MARGIN_MS = 5_000;
 /** Deliveries sent at once by one node. */
 const IN_FLIGHT = 16;
+/**
+ * Deliveries to one subscription sent at once by one node: an endpoint that hangs holds this
+ * many of the node's sends, not all of them, and the other subscriptions' go on.
+ */
+export const PER_SUBSCRIPTION = 4;
+/** Subscriptions with deliveries due looked at per claim, the longest waiting first. */
+const CLAIM_SUBSCRIPTIONS = 64;
 /** The dispatcher's pace without commits to wake it: other nodes' events, retries coming due. */
 const POLL_MS = 1_000;
 const CURSOR_KEY = 'webhooks.cursor';
@@ -367,34 +374,75 @@ export class Webhooks {
       const claimed = await this.claim(room);
       if (claimed.length === 0) return;
       for (const c of claimed) {
-        const p = this.send(c).finally(() => this.inFlight.delete(p));
+        const p = this.send(c).finally(() => {
+          this.inFlight.delete(p);
+          const k = (this.sending.get(c.subscription_id) ?? 1) - 1;
+          if (k > 0) this.sending.set(c.subscription_id, k);
+          else this.sending.delete(c.subscription_id);
+          // A subscription at its share has room again: its next may be due.
+          this.wake();
+        });
         this.inFlight.add(p);
       }
       if (claimed.length < room) return;
     }
   }
 
+  /** Deliveries this node is sending, per subscription. */
+  private readonly sending = new Map<string, number>();
+
+  /**
+   * Claims up to `n` deliveries that are due: subscriptions in the order their oldest due
+   * delivery has waited, at most PER_SUBSCRIPTION of each in flight on this node, so that one
+   * subscription's backlog or hanging endpoint does not take every send.
+   */
   private async claim(n: number) {
-    const now = this.now();
-    const any = await this.store.db.selectFrom('deliveries').select('id').where('status', '=', 'pending').where('next_at', '<=', now).where('claimed_until', '<=', now).limit(1).executeTakeFirst();
-    if (!any) return [];
-    return this.store.write(async (trx) => {
-      const now = this.now();
-      const due = await trx
+    // Looked at without the write lock first: nothing due, or only for subscriptions at their
+    // share here (a commit, even an empty one, wakes every dispatcher of this process: a write
+    // that claims nothing would wake this one again, and again).
+    const waiting = (db: Db, now: number) =>
+      db
         .selectFrom('deliveries')
         .innerJoin('subscriptions', 'subscriptions.id', 'deliveries.subscription_id')
-        .select(['deliveries.id', 'deliveries.subscription_id', 'deliveries.payload', 'deliveries.attempts', 'subscriptions.url', 'subscriptions.secrets', 'subscriptions.enabled'])
+        .select((eb) => ['deliveries.subscription_id', eb.fn.min('deliveries.next_at').as('first')])
         .where('deliveries.status', '=', 'pending')
         .where('deliveries.next_at', '<=', now)
         .where('deliveries.claimed_until', '<=', now)
         .where('subscriptions.enabled', '=', 1)
-        .orderBy('deliveries.next_at')
-        .limit(n)
+        .groupBy('deliveries.subscription_id')
+        .orderBy('first')
+        .limit(CLAIM_SUBSCRIPTIONS)
         .execute();
+    const hasRoom = (subs: { subscription_id: string }[]) => subs.some((x) => (this.sending.get(x.subscription_id) ?? 0) < PER_SUBSCRIPTION);
+    if (!hasRoom(await waiting(this.store.db, this.now()))) return [];
+    const claimed = await this.store.write(async (trx) => {
+      const now = this.now();
+      const subs = await waiting(trx, now);
+      const due = [];
+      for (const { subscription_id: sub } of subs) {
+        const room = Math.min(PER_SUBSCRIPTION - (this.sending.get(sub) ?? 0), n - due.length);
+        if (room <= 0) continue;
+        due.push(
+          ...(await trx
+            .selectFrom('deliveries')
+            .innerJoin('subscriptions', 'subscriptions.id', 'deliveries.subscription_id')
+            .select(['deliveries.id', 'deliveries.subscription_id', 'deliveries.payload', 'deliveries.attempts', 'subscriptions.url', 'subscriptions.secrets'])
+            .where('deliveries.subscription_id', '=', sub)
+            .where('deliveries.status', '=', 'pending')
+            .where('deliveries.next_at', '<=', now)
+            .where('deliveries.claimed_until', '<=', now)
+            .orderBy('deliveries.next_at')
+            .limit(room)
+            .execute()),
+        );
+        if (due.length >= n) break;
+      }
       const lease = now + (this.options.timeoutMs ?? DELIVERY_TIMEOUT_MS) + LEASE_MARGIN_MS;
       if (due.length > 0) await trx.updateTable('deliveries').set({ claimed_until: lease }).where('id', 'in', due.map((d) => d.id)).execute();
       return due.map((d) => ({ ...d, lease }));
     });
+    for (const c of claimed) this.sending.set(c.subscription_id, (this.sending.get(c.subscription_id) ?? 0) + 1);
+    return claimed;
   }
 
   private async send(d: { id: string; subscription_id: string; payload: string; attempts: number; url: string; secrets: string; lease: number }): Promise<void> {
