@@ -225,6 +225,20 @@ describe('events of hosted data, live', () => {
     }
   });
 
+  test('a change made as soon as the stream has answered is on it (from now on starts before the answer)', async () => {
+    await mkdir(alice, '.my', 'inbox');
+    for (let i = 0; i < 8; i++) {
+      const st = await stream('alice', aliceKey, '?types=data.file.created&path=data://.my/inbox/at-once-*');
+      try {
+        assert.equal((await put(alice, `.my/inbox/at-once-${i}`, 'x')).status, 200);
+        const got = await st.until(1, 10_000);
+        assert.equal(got[0]?.event.subject, `data://alice/inbox/at-once-${i}`, `round ${i}`);
+      } finally {
+        await st.close();
+      }
+    }
+  });
+
   test('a quiet stream gets a keep-alive comment every 15 s, so that proxies do not close it', async () => {
     // A user no other test writes for: nothing but comments comes.
     const key = await s.user('quiet');

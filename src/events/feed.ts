@@ -178,6 +178,11 @@ export class EventFeed {
     return eventsAfter(this.store.db, after, PAGE, userId);
   }
 
+  /** Where the outbox ends now: a stream that starts here misses nothing committed after. */
+  position(): Promise<number> {
+    return this.lastId();
+  }
+
   private lastId(): Promise<number> {
     return lastEventId(this.store.db);
   }

@@ -41,6 +41,9 @@ export async function eventRoutes(app: FastifyInstance, opts: { feed: EventFeed;
         throw new AppError('event_expired', `event ${resume} is not kept any more (events are kept for ALGOHOST_EVENT_RETENTION_H hours), or is not yours: connect again without Last-Event-ID, and list what you missed from its source`);
       }
     }
+    // "From now on" is taken before the answer starts: an event committed while it is being
+    // sent is not missed (a client that saw the headers may make a change at once).
+    after ??= await feed.position();
 
     const res = reply.raw;
     reply.hijack();
