@@ -123,7 +123,7 @@ describe('a trigger', () => {
     assert.equal(run!.subject, 'data://alice/inbox/hello.txt');
     assert.equal(run!.event_type, 'data.file.created');
     assert.equal(run!.depth, 1);
-    assert.equal(run!.output, 'data://.my/out/hello.upper');
+    assert.equal(run!.output, 'data://alice/out/hello.upper', 'the canonical URI');
     // Its call, as an async call's: the request, and `call.completed` naming the trigger.
     const req = await json(await alice(`/v1/requests/${run!.request_id}`));
     assert.equal(req.status, 'done');

@@ -339,7 +339,8 @@ export class Triggers {
         rendered = {
           contentType: typeof template === 'string' ? 'text' : 'json',
           input: Buffer.from(typeof template === 'string' ? (value as string) : JSON.stringify(value)),
-          output: t.output === null ? null : renderText(t.output, ctx),
+          // Written out as the canonical URI, as events name it (`.my` is the owner).
+          output: t.output === null ? null : renderText(t.output, ctx).replace(/^data:\/\/\.my(?=\/|$)/i, `data://${e.username}`),
         };
       } catch (err) {
         error = `not run: ${err instanceof AppError ? err.message : String(err)}`;
