@@ -250,6 +250,26 @@ def apply(uri):
   });
 });
 
+describe('sharing', () => {
+  test("one trigger's backlog does not hold another trigger's runs behind it", async () => {
+    await release(alice, 'alice', 'Sleepy', { 'src/index.js': 'export async function apply(x) { await new Promise((r) => setTimeout(r, 3000)); return x; }\n' }, { settings: { language: 'javascript' } });
+    await mkdir(alice, '.my', 'busy');
+    await mkdir(alice, '.my', 'quick');
+    const slow = await createTrigger({ types: ['data.file.created'], path: 'data://.my/busy/**', algorithm: 'alice/Sleepy' });
+    const fast = await createTrigger({ types: ['data.file.created'], path: 'data://.my/quick/**', algorithm: 'alice/Upper' });
+    const backlog = 12;
+    await Promise.all(Array.from({ length: backlog }, (_, i) => put(alice, `data://.my/busy/b${i}`, 'x')));
+    await put(alice, 'data://.my/quick/q', 'x');
+    const [q] = await finished(fast.id, 1);
+    const slowRuns = await finished(slow.id, backlog, 120_000);
+    type Timed = Run & { started_at: string; finished_at: string };
+    const firstSlowEnd = Math.min(...(slowRuns as Timed[]).map((r) => Date.parse(r.finished_at)));
+    // It started beside the backlog, not once a slot of the backlog's came free.
+    assert.ok(Date.parse((q as Timed).started_at) < firstSlowEnd, `the quick run started at ${(q as Timed).started_at}, the first of the backlog ended at ${new Date(firstSlowEnd).toISOString()}`);
+    for (const t of [slow, fast]) await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+});
+
 describe("the trigger's key", () => {
   async function key(permissions: Record<string, unknown>, who = alice, user = 'alice') {
     const r = await postJson(who, `/v1/users/${user}/keys`, { name: `k${Math.random().toString(36).slice(2, 8)}`, permissions });

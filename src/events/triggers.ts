@@ -18,7 +18,8 @@ import { parseDataPath } from '../data/paths.ts';
 import { parseFilter, type EventFilter } from './filter.ts';
 import { appendEvent, cloudEvent, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 import { checkTemplate, render, renderText } from './template.ts';
-import type { TriggerRunsTable, TriggersTable } from '../store/schema.ts';
+import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
+import type { ExpressionBuilder } from 'kysely';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -51,6 +52,8 @@ export const MAX_TRIGGERS = 50;
 export const MAX_ATTEMPTS = 3;
 /** Runs one node has under way at once. */
 const IN_FLIGHT = 8;
+/** Runs of one trigger one node has under way at once: one trigger's backlog leaves room for others'. */
+export const PER_TRIGGER = 4;
 /** The dispatcher's pace without commits to wake it (other nodes' events, leases running out). */
 const POLL_MS = 1_000;
 /**
@@ -375,6 +378,9 @@ export class Triggers {
           .catch((err: unknown) => this.log?.warn({ err, run: c.run.id }, 'a trigger run could not be recorded; it is run again when its lease runs out'))
           .finally(() => {
             this.inFlight.delete(p);
+            const k = (this.busy.get(c.trigger.id) ?? 1) - 1;
+            if (k > 0) this.busy.set(c.trigger.id, k);
+            else this.busy.delete(c.trigger.id);
             // A slot is free: more may be waiting.
             this.wake();
           });
@@ -384,42 +390,54 @@ export class Triggers {
     }
   }
 
+  /** Runs this node has under way, per trigger. */
+  private readonly busy = new Map<string, number>();
+
+  /**
+   * Claims up to `n` runs that are due (queued, or under a lease that ran out): triggers in the
+   * order their oldest due run has waited, at most PER_TRIGGER of each under way on this node,
+   * so that one trigger's backlog does not hold every other trigger's runs behind it.
+   */
   private async claim(n: number): Promise<{ run: RunRow; trigger: TriggerRow; username: string; lease: number }[]> {
-    const now = this.now();
-    const any = await this.store.db
-      .selectFrom('trigger_runs')
-      .select('id')
-      .where((eb) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]))
-      .limit(1)
-      .executeTakeFirst();
-    if (!any) return [];
+    const due = (eb: ExpressionBuilder<Schema, 'trigger_runs'>, now: number) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]);
+    const waiting = (db: Db, now: number) =>
+      db
+        .selectFrom('trigger_runs')
+        .select((eb) => ['trigger_id', eb.fn.min('created_at').as('first')])
+        .where((eb) => due(eb, now))
+        .groupBy('trigger_id')
+        .orderBy('first')
+        .limit(64)
+        .execute();
+    // Looked at without the write lock first: a write that claims nothing would wake this
+    // dispatcher again (every commit does), and again.
+    const hasRoom = (rows: { trigger_id: string }[]) => rows.some((r) => (this.busy.get(r.trigger_id) ?? 0) < PER_TRIGGER);
+    if (!hasRoom(await waiting(this.store.db, this.now()))) return [];
     const { claimed, given } = await this.store.write(async (trx) => {
       const now = this.now();
-      const due = await trx
-        .selectFrom('trigger_runs')
-        .selectAll()
-        .where((eb) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]))
-        .orderBy('created_at')
-        .orderBy('id')
-        .limit(n)
-        .execute();
       const claimed: { run: RunRow; trigger: TriggerRow; username: string; lease: number }[] = [];
       const given: { run: RunRow; trigger: TriggerRow }[] = [];
-      for (const r of due) {
-        const t = await trx.selectFrom('triggers').selectAll().where('id', '=', r.trigger_id).executeTakeFirst();
-        if (!t) continue;
-        if (r.attempts >= MAX_ATTEMPTS) {
-          given.push({ run: r, trigger: t });
-          continue;
+      for (const { trigger_id: id } of await waiting(trx, now)) {
+        const room = Math.min(PER_TRIGGER - (this.busy.get(id) ?? 0), n - claimed.length);
+        if (room <= 0) continue;
+        const t = await trx.selectFrom('triggers').selectAll().where('id', '=', id).executeTakeFirst();
+        const user = t && (await trx.selectFrom('users').select('username').where('id', '=', t.user_id).executeTakeFirst());
+        if (!t || !user) continue;
+        const runs = await trx.selectFrom('trigger_runs').selectAll().where('trigger_id', '=', id).where((eb) => due(eb, now)).orderBy('created_at').orderBy('id').limit(room).execute();
+        for (const r of runs) {
+          if (r.attempts >= MAX_ATTEMPTS) {
+            given.push({ run: r, trigger: t });
+            continue;
+          }
+          const lease = now + t.timeout_s * 1000 + LEASE_MARGIN_MS;
+          await trx.updateTable('trigger_runs').set({ status: 'running', attempts: r.attempts + 1, claimed_until: lease, started_at: now }).where('id', '=', r.id).execute();
+          claimed.push({ run: { ...r, attempts: r.attempts + 1, claimed_until: lease, started_at: now }, trigger: t, username: user.username, lease });
         }
-        const user = await trx.selectFrom('users').select('username').where('id', '=', t.user_id).executeTakeFirst();
-        if (!user) continue;
-        const lease = now + t.timeout_s * 1000 + LEASE_MARGIN_MS;
-        await trx.updateTable('trigger_runs').set({ status: 'running', attempts: r.attempts + 1, claimed_until: lease, started_at: now }).where('id', '=', r.id).execute();
-        claimed.push({ run: { ...r, attempts: r.attempts + 1, claimed_until: lease, started_at: now }, trigger: t, username: user.username, lease });
+        if (claimed.length >= n) break;
       }
       return { claimed, given };
     });
+    for (const c of claimed) this.busy.set(c.trigger.id, (this.busy.get(c.trigger.id) ?? 0) + 1);
     for (const g of given) {
       const error = `started ${g.run.attempts} times and each time the node running it was lost; not tried again`;
       await this.finish(g.run, g.trigger, g.run.claimed_until, 200, JSON.stringify({ error: { message: error, error_type: 'WorkerLostError' }, metadata: { duration: 0 } }), error);
