@@ -112,12 +112,16 @@ after(() => s.close());
 describe('a trigger', () => {
   test('runs its algorithm on a matching upload and writes the result to its output path', async () => {
     const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/Upper/0.*', input: '{{subject}} is {{data.size}} bytes, {{name}} {{stem}} {{ext}}', output: 'data://.my/out/{{stem}}.upper' });
+    // A second, writing where no directory is yet: made for it.
+    const deep = await createTrigger({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/made/for/you/{{name}}' });
     assert.match(t.id, /^trg_[0-9a-f]{24}$/);
     assert.deepEqual(t.types, ['data.file.created']);
     assert.equal(t.enabled, true);
     assert.match(t.key ?? '', /.+/, 'the key that made it, by default');
     assert.equal((await put(alice, 'data://.my/inbox/hello.txt', 'hello')).status, 200);
     assert.equal(await fileText('data://.my/out/hello.upper'), 'DATA://ALICE/INBOX/HELLO.TXT IS 5 BYTES, HELLO.TXT HELLO TXT');
+    assert.equal(await fileText('data://.my/made/for/you/hello.txt'), 'HELLO.TXT');
+    await alice(`/v1/users/alice/triggers/${deep.id}`, { method: 'DELETE' });
     const [run] = await finished(t.id, 1);
     assert.equal(run!.status, 'succeeded', JSON.stringify(run));
     assert.equal(run!.subject, 'data://alice/inbox/hello.txt');

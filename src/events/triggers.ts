@@ -500,7 +500,21 @@ export class Triggers {
     const connector = await this.data.resolve(principal, target.connector);
     // `void` results write an empty file: the call ran, and said nothing.
     const bytes = contentType === 'void' ? Buffer.alloc(0) : result;
-    await connector.write(principal, target.segments, Readable.from([bytes]), {});
+    try {
+      await connector.write(principal, target.segments, Readable.from([bytes]), {});
+    } catch (err) {
+      if (!(err instanceof AppError && err.code === 'not_found')) throw err;
+      // Its directory is not there yet: made (as the run's key), then written.
+      const first = target.connector === 'data' ? 1 : 0;
+      for (let i = first; i < target.segments.length - 1; i++) {
+        try {
+          await connector.mkdir(principal, target.segments.slice(0, i), target.segments[i]!, undefined);
+        } catch (e) {
+          if (!(e instanceof AppError && e.code === 'already_exists')) throw e;
+        }
+      }
+      await connector.write(principal, target.segments, Readable.from([bytes]), {});
+    }
   }
 
   /**
