@@ -155,7 +155,9 @@ describe('a trigger', () => {
     await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
   });
 
-  test('a trigger with no output drops the result; only its call.completed stays', async () => {
+  test('a trigger with no output drops the result; only its call.completed stays; the run counts in usage', async () => {
+    const callsSoFar = async () => ((await json(await alice('/v1/users/alice/usage'))) as { as_caller: { total: { calls: number } } }).as_caller.total.calls;
+    const before = await callsSoFar();
     const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/bin/**', algorithm: 'alice/Upper' });
     assert.equal(t.input, '{{subject}}');
     await put(alice, 'data://.my/bin/x', 'x');
@@ -165,6 +167,10 @@ describe('a trigger', () => {
     const list = await json(await alice('/v1/data/.my/bin'));
     assert.deepEqual((list.files as { filename: string }[]).map((f) => f.filename), ['x']);
     assert.ok((await eventsOf('call.completed')).some((e) => e.data.request_id === run!.request_id));
+    // Counted as the owner's call (in a cluster, another node's count arrives with its next flush).
+    const end = Date.now() + 15_000;
+    while ((await callsSoFar()) < before + 1 && Date.now() < end) await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await callsSoFar(), before + 1);
     await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
   });
 
