@@ -103,6 +103,10 @@ function hashing(source: Readable): { body: Readable; digest(): string | undefin
       stop();
       source.unpipe(body);
       if (!body.destroyed) body.destroy();
+      // A body refused before its end is read and dropped, as Node does with one nobody read
+      // (it does not, once it was read from): else the rest of it stays in the connection, where
+      // the next request on it would be looked for.
+      if (!source.readableEnded && !source.destroyed) source.resume();
     },
   };
 }
@@ -319,7 +323,12 @@ export class IdempotencyKeys {
         const digest = await readDigest(request.stream, request.maxBytes);
         if (digest !== begun.digest) throw reused(key, 'the same method and path, another body');
       }
-      await replayed?.(begun.answer);
+      try {
+        await replayed?.(begun.answer);
+      } catch (err) {
+        // The answer stands whatever its follow-up does; the next retry tries that again.
+        req.log.warn({ err }, 'a replayed Idempotency-Key answer\'s follow-up failed');
+      }
       return sendReplay(reply, begun.answer);
     }
     const claim = begun.claim;
