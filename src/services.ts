@@ -32,6 +32,7 @@ import { ConnectedAccounts } from './data/accounts/accounts.ts';
 import { CredentialBox } from './data/accounts/credentials.ts';
 import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
 import { Triggers, type TriggerOptions } from './events/triggers.ts';
+import { appendEvents } from './events/outbox.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -144,6 +145,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: config.connectorNetwork,
     dropboxApiUrl: config.dropboxApiUrl,
     dropboxContentUrl: config.dropboxContentUrl,
+    // Changes made through accounts raise the data events too, each written once the provider
+    // has made the change (docs/events.md): there is no transaction to share with it.
+    events: async (events) => {
+      await store.write((trx) => appendEvents(trx, events));
+    },
     ...options.connected,
   });
   const data = new DataService((principal, name) => connected.connector(principal, name));

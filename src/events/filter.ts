@@ -29,9 +29,29 @@ export function globRegExp(glob: string, separator: string): RegExp {
 }
 
 /**
- * The filter of `types` (a list, or comma-separated: `data.file.*,call.completed`) and `path`
- * (`data://.my/inbox/**`; `.my` is `username`), as a user gives them; 400 with what is wrong.
- * A path names the user's own data only: events are only ever about their own things.
+ * The schemes of connected accounts a path pattern may use, and the protocol each names (the
+ * data API's spellings: docs/connectors.md). Events of connected storage have the subject
+ * `<protocol>+<label>://<path>`, the label in lower case (src/data/connectors/external.ts).
+ */
+const ACCOUNT_SCHEMES = new Map([
+  ['objstore', 'objstore'],
+  ['s3', 'objstore'],
+  ['filehost', 'filehost'],
+  ['dropbox', 'filehost'],
+]);
+
+/**
+ * The filter of `types` (a list, or comma-separated: `data.file.*,call.completed`) and `path`,
+ * as a user gives them; 400 with what is wrong. A path names the user's own data only: events
+ * are only ever about their own things.
+ *
+ * - `data://.my/inbox/**` (`.my` is `username`; another user's name is refused);
+ * - `objstore+backup://bucket/in/**` (or `s3+backup://`): the account labelled `backup` (any
+ *   case); `filehost+label://dir/**` (or `dropbox+label://`) likewise. The accounts are the
+ *   user's own already, so their paths start at the account's root, as in the data API;
+ * - `objstore://bucket/**` without a label: every objstore account of the user's (the subject
+ *   names the account by its label, and which one is the default may change), and
+ *   `filehost://…` every filehost account.
  */
 export function parseFilter(username: string, types: unknown, path: unknown): EventFilter {
   const list = typeof types === 'string' ? types.split(',').map((t) => t.trim()).filter((t) => t !== '') : types === undefined || types === null ? [] : types;
@@ -48,15 +68,38 @@ export function parseFilter(username: string, types: unknown, path: unknown): Ev
   let pathRe: RegExp | undefined;
   if (path !== undefined && path !== null && path !== '') {
     if (typeof path !== 'string' || path.length > MAX_PATTERN) throw new AppError('invalid_query', `path: a pattern of at most ${MAX_PATTERN} characters, e.g. data://.my/inbox/**`);
-    const m = /^([a-z]+):\/\/([^/]+)(\/.*)?$/.exec(path);
-    if (!m) throw new AppError('invalid_query', `path: "${path}" is not a data URI pattern, e.g. data://.my/inbox/**`);
-    const [, scheme, who, rest] = m;
-    if (who !== '.my' && who !== username) {
-      throw new AppError('invalid_query', `path: events are about your own data only; name it data://.my/… or ${scheme}://${username}/…`);
-    }
-    pathRe = globRegExp(`${scheme}://${username}${rest ?? ''}`, '/');
+    pathRe = globRegExp(pathGlob(username, path), '/');
   }
   return {
     matches: (type, subject) => (typeRes.length === 0 || typeRes.some((re) => re.test(type))) && (pathRe === undefined || pathRe.test(subject)),
   };
+}
+
+/** A path pattern as the glob of the subjects it matches. */
+function pathGlob(username: string, path: string): string {
+  const m = /^([A-Za-z][A-Za-z0-9]*)(?:\+([A-Za-z0-9_-]+))?:\/\/(.*)$/s.exec(path);
+  if (!m) throw new AppError('invalid_query', `path: "${path}" is not a data URI pattern, e.g. data://.my/inbox/** or objstore+label://bucket/**`);
+  const scheme = m[1]!.toLowerCase();
+  const label = m[2]?.toLowerCase();
+  const rest = m[3]!;
+  if (scheme === 'data') {
+    if (label !== undefined) throw new AppError('invalid_query', `path: hosted data has no labels; name it data://.my/…`);
+    const slash = rest.indexOf('/');
+    const who = slash < 0 ? rest : rest.slice(0, slash);
+    if (who === '') throw new AppError('invalid_query', `path: "${path}" names no user; name your own data data://.my/…`);
+    if (who !== '.my' && who !== username) {
+      throw new AppError('invalid_query', `path: events are about your own data only; name it data://.my/… or data://${username}/…`);
+    }
+    return `data://${username}${slash < 0 ? '' : rest.slice(slash)}`;
+  }
+  const protocol = ACCOUNT_SCHEMES.get(scheme);
+  if (!protocol) {
+    throw new AppError('invalid_query', `path: "${scheme}://" is no data source; events tell of data://, objstore:// and filehost:// (also s3:// and dropbox://, with +label)`);
+  }
+  // `.my` means nothing here (a connected account is the caller's own), and for filehost it
+  // could be a real folder's name: refused rather than read one way or the other.
+  if (rest === '.my' || rest.startsWith('.my/')) {
+    throw new AppError('invalid_query', `path: connected accounts are your own already, and their paths start at the account's root: ${scheme}${m[2] ? `+${m[2]}` : ''}://${rest.slice(4) || '…'} (no .my)`);
+  }
+  return `${protocol}+${label ?? '*'}://${rest}`;
 }

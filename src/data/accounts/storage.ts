@@ -3,7 +3,7 @@ import { AppError } from '../../errors.ts';
 import type { Principal } from '../../auth/principal.ts';
 import type { Connector } from '../connector.ts';
 import type { MarkerCodec } from '../marker.ts';
-import { ExternalConnector } from '../connectors/external.ts';
+import { ExternalConnector, type RaiseEvents } from '../connectors/external.ts';
 import type { RemoteStorage } from '../connectors/remote.ts';
 import type { S3Credentials } from '../connectors/s3.ts';
 import type { Account, ConnectedAccounts, Protocol, Provider } from './accounts.ts';
@@ -19,6 +19,8 @@ export interface ConnectedStorageOptions {
   pageSize?: number;
   /** Bytes per part of S3 multipart uploads (tests make it small). */
   s3PartSize?: number;
+  /** Where the events of changes made through accounts go (the outbox); none without it. */
+  events?: RaiseEvents;
 }
 
 /** URI schemes of connected accounts and the protocol each names (the original service's spellings too). */
@@ -113,7 +115,12 @@ export class ConnectedStorage {
       { userId: principal.userId, label: account.label, protocol: account.protocol, path: account.path, writeable: account.writeable },
       storage,
       this.markers,
-      { maxUploadBytes: this.options.maxUploadBytes, timeoutMs: this.options.timeoutMs, ...(this.options.pageSize ? { pageSize: this.options.pageSize } : {}) },
+      {
+        maxUploadBytes: this.options.maxUploadBytes,
+        timeoutMs: this.options.timeoutMs,
+        ...(this.options.pageSize ? { pageSize: this.options.pageSize } : {}),
+        ...(this.options.events ? { events: this.options.events } : {}),
+      },
     );
   }
 

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ByteRange } from '../blobStore.ts';
 import { httpRequest, type HttpAnswer } from './httpClient.ts';
-import { RemoteError, networkError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
+import { RemoteError, deletedDirectories, networkError, type DeletedEntry, type RemotePage, type RemoteStat, type RemoteStorage, type WrittenFile } from './remote.ts';
 
 export interface DropboxOptions {
   accessToken: string;
@@ -39,6 +39,7 @@ interface Entry {
   server_modified?: unknown;
   content_hash?: unknown;
   rev?: unknown;
+  path_display?: unknown;
 }
 
 /**
@@ -120,14 +121,12 @@ export class DropboxStorage implements RemoteStorage {
    * next ones stream to Dropbox as the client sends them, copied into one reused buffer on the
    * way so that a rate-limited request can be sent again. Memory: about one chunk.
    */
-  async write(path: string[], body: Readable, signal: AbortSignal): Promise<void> {
+  /** Answers what the committing request's FileMetadata says (its content_hash, as stat does, and size). */
+  async write(path: string[], body: Readable, signal: AbortSignal): Promise<WrittenFile> {
     const target = dbxPath(path);
     const reader = new ChunkReader(body, signal);
     const first = await reader.first(this.chunkSize);
-    if (first.last) {
-      await this.upload('files/upload', { path: target, ...COMMIT }, first.data, signal);
-      return;
-    }
+    if (first.last) return writtenFile(await this.upload('files/upload', { path: target, ...COMMIT }, first.data, signal));
     const started = await this.upload('files/upload_session/start', { close: false }, first.data, signal);
     const sessionId = (started as { session_id?: unknown } | null)?.session_id;
     if (typeof sessionId !== 'string') throw badShape();
@@ -146,7 +145,7 @@ export class DropboxStorage implements RemoteStorage {
       offset += fill.filled;
     }
     const cursor = { session_id: sessionId, offset };
-    await this.upload('files/upload_session/finish', { cursor, commit: { path: target, ...COMMIT } }, Buffer.alloc(0), signal);
+    return writtenFile(await this.upload('files/upload_session/finish', { cursor, commit: { path: target, ...COMMIT } }, Buffer.alloc(0), signal));
   }
 
   async mkdir(path: string[], signal: AbortSignal): Promise<void> {
@@ -168,19 +167,41 @@ export class DropboxStorage implements RemoteStorage {
     await this.rpc('files/delete_v2', typeof rev === 'string' ? { path: target, parent_rev: rev } : { path: target }, signal);
   }
 
-  /** Counts the tree's files first (delete_v2 does not say): files added meanwhile are not counted. */
-  async deleteDir(path: string[], signal: AbortSignal): Promise<number> {
+  /**
+   * Counts the tree's files first (delete_v2 does not say): files added meanwhile are not counted.
+   * With `deleted`, the walk keeps what it saw (memory in proportion to the tree), told once
+   * delete_v2 has succeeded; files added meanwhile go untold.
+   */
+  async deleteDir(path: string[], signal: AbortSignal, deleted?: (entries: DeletedEntry[]) => Promise<void>): Promise<number> {
     if (path.length === 0) throw new RemoteError('invalid', 'the root folder cannot be deleted');
     const target = dbxPath(path);
     let files = 0;
+    const seen: DeletedEntry[] = [];
+    const dirs: string[][] = [];
     let answer = await this.rpc('files/list_folder', { path: target, recursive: true, limit: MAX_LIMIT }, signal);
     for (;;) {
       const { entries, cursor, hasMore } = listResult(answer);
-      for (const entry of entries) if (entry['.tag'] === 'file') files++;
+      for (const entry of entries) {
+        if (entry['.tag'] === 'file') files++;
+        if (!deleted) continue;
+        // Dropbox's paths compare without regard to case: the part asked for is kept as asked.
+        const display = typeof entry.path_display === 'string' ? entry.path_display.split('/').slice(1) : [];
+        if (display.length <= path.length || display.includes('')) continue; // the folder itself (it comes first), or no usable path
+        const at = [...path, ...display.slice(path.length)];
+        if (entry['.tag'] === 'folder') dirs.push(at);
+        else if (entry['.tag'] === 'file') {
+          const stat = toStat(entry);
+          if (stat?.kind === 'file') seen.push({ kind: 'file', path: at, size: stat.size, etag: stat.etag });
+        }
+      }
       if (!hasMore) break;
       answer = await this.rpc('files/list_folder/continue', { cursor }, signal);
     }
     await this.rpc('files/delete_v2', { path: target }, signal);
+    if (deleted) {
+      for (let i = 0; i < seen.length; i += 1000) await deleted(seen.slice(i, i + 1000));
+      await deleted(deletedDirectories(path, dirs));
+    }
     return files;
   }
 
@@ -242,6 +263,14 @@ function toStat(value: unknown): RemoteStat | undefined {
   const etag = typeof entry.content_hash === 'string' ? entry.content_hash : entry.rev;
   if (typeof etag !== 'string' || etag === '') throw badShape();
   return { kind: 'file', ...fileFields(entry), etag };
+}
+
+/** What an upload's FileMetadata (no `.tag`: it is not a union there) says of the file. */
+function writtenFile(value: unknown): WrittenFile {
+  const entry = value as Entry | null;
+  const etag = typeof entry?.content_hash === 'string' && entry.content_hash !== '' ? entry.content_hash : typeof entry?.rev === 'string' && entry.rev !== '' ? entry.rev : undefined;
+  const size = typeof entry?.size === 'number' && Number.isSafeInteger(entry.size) && entry.size >= 0 ? entry.size : undefined;
+  return { ...(etag !== undefined ? { etag } : {}), ...(size !== undefined ? { size } : {}) };
 }
 
 function fileFields(entry: Entry): { size: number; modified: number } {

@@ -5,7 +5,8 @@ import type { Connector, FileInfo, ListPage, ReadOptions, ReadResult, WriteOptio
 import { contentTypeFor } from '../contentType.ts';
 import { invalidMarker, type MarkerCodec } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
-import { RemoteError, type RemoteStorage } from './remote.ts';
+import { writtenBy, type EventType, type NewEvent } from '../../events/outbox.ts';
+import { RemoteError, type DeletedEntry, type RemoteStorage, type WrittenFile } from './remote.ts';
 
 /** The parts of a connected account the connector needs (never its credentials). */
 export interface ExternalAccount {
@@ -23,7 +24,18 @@ export interface ExternalOptions {
   timeoutMs: number;
   /** Entries per listing page (the contract's limit is 1000). */
   pageSize?: number;
+  /**
+   * Writes events into the outbox, in a transaction of their own: the change they tell of was
+   * made in the provider, which shares no transaction with us (docs/events.md). None without it.
+   */
+  events?: RaiseEvents;
 }
+
+/** Appends events to the outbox in one transaction of the metadata store. */
+export type RaiseEvents = (events: NewEvent[]) => Promise<void>;
+
+/** Events written per transaction when a recursive delete tells many. */
+const EVENT_BATCH = 500;
 
 /** Content types that say nothing: the file's name says more. */
 const GENERIC_TYPES = new Set(['application/octet-stream', 'binary/octet-stream', '']);
@@ -56,6 +68,33 @@ export class ExternalConnector implements Connector {
 
   private uri(segments: string[]): string {
     return `${this.name}://${segments.join('/')}`;
+  }
+
+  /**
+   * The canonical URI of a path, which events carry as their subject: the account's protocol
+   * and label, as the data API spells a labelled account (`objstore+backup://bucket/key`), in
+   * lower case as it answers them, whichever alias (`s3://`, the default's unlabelled
+   * `objstore://`) the request used: the default can move to another account, a label cannot.
+   */
+  private canonical(segments: string[]): string {
+    return `${this.account.protocol}+${this.account.label.toLowerCase()}://${segments.join('/')}`;
+  }
+
+  /**
+   * Writes the events of a change the provider has made. A failure is answered (503), saying
+   * the change itself was made: the caller must not take it for one that was not.
+   */
+  private async raise(what: string, events: { type: EventType; path: string[]; data: Record<string, unknown> }[]): Promise<void> {
+    const sink = this.options.events;
+    if (!sink || events.length === 0) return;
+    const now = Date.now();
+    try {
+      for (let i = 0; i < events.length; i += EVENT_BATCH) {
+        await sink(events.slice(i, i + EVENT_BATCH).map((e) => ({ userId: this.account.userId, type: e.type, subject: this.canonical(e.path), data: e.data, time: now })));
+      }
+    } catch (err) {
+      throw new AppError('storage_unavailable', `${what} in ${this.describe()}, but its event could not be recorded (the server's database failed); no event tells of it`, undefined, err);
+    }
   }
 
   private describe(): string {
@@ -138,7 +177,7 @@ export class ExternalConnector implements Connector {
     const info: FileInfo = {
       kind: 'file',
       size: found.size,
-      etag: /^(W\/)?"/.test(found.etag) ? found.etag : `"${found.etag.replace(/"/g, '')}"`,
+      etag: httpEtag(found.etag),
       modified: found.modified,
       contentType: found.contentType && !GENERIC_TYPES.has(found.contentType) ? found.contentType : contentTypeFor(segments[segments.length - 1]!),
     };
@@ -195,7 +234,7 @@ export class ExternalConnector implements Connector {
     return out;
   }
 
-  async write(_principal: Principal, segments: string[], body: Readable, _options: WriteOptions): Promise<string> {
+  async write(principal: Principal, segments: string[], body: Readable, _options: WriteOptions): Promise<string> {
     if (segments.length === 0) throw new AppError('invalid_path', `name a file to write, e.g. ${this.name}://<folder>/<file>`);
     this.checkWriteable(segments);
     await this.requireDir(segments.slice(0, -1));
@@ -228,8 +267,9 @@ export class ExternalConnector implements Connector {
     });
     body.on('error', (err) => counted.destroy(err));
     body.pipe(counted);
+    let answer: WrittenFile;
     try {
-      await this.storage.write(segments, counted, deadline.signal);
+      answer = await this.storage.write(segments, counted, deadline.signal);
     } catch (err) {
       if (tooLarge) throw new AppError('payload_too_large', `the file is larger than the limit of ${limit} bytes`);
       throw this.translate(err, segments);
@@ -238,10 +278,24 @@ export class ExternalConnector implements Connector {
       body.unpipe(counted);
       if (!counted.destroyed) counted.destroy();
     }
+    // Created or updated as the stat above saw it: that costs nothing more (it is needed to
+    // refuse replacing a directory), but a file made by someone else in between is "created".
+    await this.raise(`${this.uri(segments)} was written`, [
+      {
+        type: existing ? 'data.file.updated' : 'data.file.created',
+        path: segments,
+        data: {
+          size: answer.size ?? written,
+          content_type: contentTypeFor(segments[segments.length - 1]!),
+          ...(answer.etag ? { etag: httpEtag(answer.etag) } : {}),
+          ...writtenBy(principal),
+        },
+      },
+    ]);
     return this.uri(segments);
   }
 
-  async mkdir(_principal: Principal, parent: string[], name: string, acl: unknown): Promise<string> {
+  async mkdir(principal: Principal, parent: string[], name: string, acl: unknown): Promise<string> {
     if (acl !== undefined && acl !== null) throw aclNotSupported();
     const target = [...parent, checkSegment(name)];
     checkPathLimits(target);
@@ -251,6 +305,7 @@ export class ExternalConnector implements Connector {
     const existing = await this.stat(target);
     if (existing) throw new AppError('already_exists', `${this.uri(target)} already exists`);
     await this.remote(target, (signal) => this.storage.mkdir(target, signal));
+    await this.raise(`${this.uri(target)} was made`, [{ type: 'data.directory.created', path: target, data: { ...writtenBy(principal) } }]);
     return this.uri(target);
   }
 
@@ -258,13 +313,16 @@ export class ExternalConnector implements Connector {
     throw aclNotSupported();
   }
 
-  async delete(_principal: Principal, segments: string[], force: boolean): Promise<number> {
+  async delete(principal: Principal, segments: string[], force: boolean): Promise<number> {
     if (segments.length === 0) throw new AppError('invalid_path', `the root of ${this.describe()} cannot be deleted; name a folder or a file`);
     this.checkWriteable(segments);
     const found = await this.stat(segments);
     if (!found) throw new AppError('not_found', `${this.uri(segments)} does not exist`);
     if (found.kind === 'file') {
       await this.remote(segments, (signal) => this.storage.deleteFile(segments, signal));
+      await this.raise(`${this.uri(segments)} was deleted`, [
+        { type: 'data.file.deleted', path: segments, data: { size: found.size, etag: httpEtag(found.etag), ...writtenBy(principal) } },
+      ]);
       return 1;
     }
     if (!force) {
@@ -275,8 +333,25 @@ export class ExternalConnector implements Connector {
         throw new AppError('directory_not_empty', `${this.uri(segments)} is not empty; delete with force=true to delete it and everything in it`);
       }
     }
-    return this.remote(segments, (signal) => this.storage.deleteDir(segments, signal));
+    // One event per file and directory that went, as the provider tells them (files first,
+    // batch by batch as it deletes them, then the directories, deepest first), as hosted data.
+    const by = writtenBy(principal);
+    const told = (entries: DeletedEntry[]) =>
+      this.raise(
+        `part of ${this.uri(segments)} was deleted`,
+        entries.map((e) =>
+          e.kind === 'file'
+            ? { type: 'data.file.deleted' as const, path: e.path, data: { size: e.size, ...(e.etag ? { etag: httpEtag(e.etag) } : {}), ...by } }
+            : { type: 'data.directory.deleted' as const, path: e.path, data: { ...by } },
+        ),
+      );
+    return this.remote(segments, (signal) => this.storage.deleteDir(segments, signal, this.options.events ? told : undefined));
   }
+}
+
+/** An ETag as HTTP sends it: quoted (or weak), whichever way the provider spells it. */
+function httpEtag(etag: string): string {
+  return /^(W\/)?"/.test(etag) ? etag : `"${etag.replace(/"/g, '')}"`;
 }
 
 function aclNotSupported(): AppError {

@@ -37,14 +37,21 @@ export interface RemoteStorage {
    * Creates or replaces file `path` with the bytes of `body`, streamed: never the whole file
    * in memory. When `body` errors (the client went away, or the size limit was passed), the
    * provider aborts and nothing is left half-written where the provider can avoid it.
+   * Answers what the provider said of the file it stored (its ETag, its size): the event of
+   * the write carries it.
    */
-  write(path: string[], body: Readable, signal: AbortSignal): Promise<void>;
+  write(path: string[], body: Readable, signal: AbortSignal): Promise<WrittenFile>;
   /** Creates directory `path`; its parent exists (checked by the connector). */
   mkdir(path: string[], signal: AbortSignal): Promise<void>;
   /** Deletes file `path`. */
   deleteFile(path: string[], signal: AbortSignal): Promise<void>;
-  /** Deletes directory `path` and everything in it; answers how many files it held. */
-  deleteDir(path: string[], signal: AbortSignal): Promise<number>;
+  /**
+   * Deletes directory `path` and everything in it; answers how many files it held. With
+   * `deleted`, tells it what went, once it has gone: the files (in as many calls as the
+   * provider deletes them in), then the directories, deepest first, `path` last. What a
+   * failure left in place is not told; an error thrown by `deleted` stops the delete.
+   */
+  deleteDir(path: string[], signal: AbortSignal, deleted?: (entries: DeletedEntry[]) => Promise<void>): Promise<number>;
 }
 
 export interface RemoteFile {
@@ -59,6 +66,33 @@ export interface RemoteFile {
 }
 
 export type RemoteStat = RemoteFile | { kind: 'dir' };
+
+/** What a provider said of a file it stored; each field only if it said it. */
+export interface WrittenFile {
+  /** As the provider spells it (quoted or not): the value its stat answers afterwards. */
+  etag?: string;
+  size?: number;
+}
+
+/** A file or directory a recursive delete removed, by its path from the account's root. */
+export type DeletedEntry = { kind: 'file'; path: string[]; size: number; etag?: string } | { kind: 'dir'; path: string[] };
+
+/**
+ * The directories of a deleted tree rooted at `top`, from the directories seen in it (each
+ * given at, or under, `top`): those and every directory between them and `top`, deepest first,
+ * then `top` itself, each once.
+ */
+export function deletedDirectories(top: string[], dirs: Iterable<string[]>): DeletedEntry[] {
+  const found = new Map<string, string[]>();
+  for (const d of dirs) {
+    for (let depth = top.length + 1; depth <= d.length; depth++) {
+      const dir = d.slice(0, depth);
+      found.set(dir.join('/'), dir);
+    }
+  }
+  const deepestFirst = [...found.entries()].sort(([ka, a], [kb, b]) => b.length - a.length || (ka < kb ? -1 : ka > kb ? 1 : 0));
+  return [...deepestFirst.map(([, path]) => ({ kind: 'dir' as const, path })), { kind: 'dir', path: top }];
+}
 
 export interface RemotePage {
   folders: string[];

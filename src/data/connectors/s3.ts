@@ -20,7 +20,7 @@ import { state as sdkNotices } from '@aws-sdk/core/client';
 import type { ByteRange } from '../blobStore.ts';
 import { contentTypeFor } from '../contentType.ts';
 import { PooledReadHandler } from './pooledReads.ts';
-import { networkError, RemoteError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
+import { deletedDirectories, networkError, RemoteError, type DeletedEntry, type RemotePage, type RemoteStat, type RemoteStorage, type WrittenFile } from './remote.ts';
 
 /** What an objstore account's `cred_data` holds. */
 export interface S3Credentials {
@@ -210,7 +210,7 @@ export class S3Storage implements RemoteStorage {
     return body;
   }
 
-  async write(path: string[], body: Readable, signal: AbortSignal): Promise<void> {
+  async write(path: string[], body: Readable, signal: AbortSignal): Promise<WrittenFile> {
     if (path.length < 2) throw new RemoteError('invalid', 'files live in a bucket: name the bucket, then the file');
     const [bucket, ...rest] = path as [string, ...string[]];
     // lib-storage sends one PutObject when the body fits in one part, else a multipart
@@ -228,7 +228,9 @@ export class S3Storage implements RemoteStorage {
     const failed = new Promise<never>((_, reject) => body.once('error', reject));
     failed.catch(() => undefined);
     try {
-      await this.send(signal, () => Promise.race([upload.done(), failed]));
+      // PutObject and CompleteMultipartUpload both answer the object's ETag.
+      const done = await this.send(signal, () => Promise.race([upload.done(), failed]));
+      return typeof done.ETag === 'string' && done.ETag !== '' ? { etag: done.ETag } : {};
     } catch (err) {
       abort();
       throw err;
@@ -248,30 +250,54 @@ export class S3Storage implements RemoteStorage {
     await this.send(signal, () => this.client.send(new DeleteObjectCommand({ Bucket: bucket, Key: rest.join('/') }), { abortSignal: signal }));
   }
 
-  async deleteDir(path: string[], signal: AbortSignal): Promise<number> {
+  async deleteDir(path: string[], signal: AbortSignal, deleted?: (entries: DeletedEntry[]) => Promise<void>): Promise<number> {
     if (path.length < 2) throw new RemoteError('invalid', 'buckets are not deleted through a connected account; delete the bucket with your storage provider');
     const [bucket, ...rest] = path as [string, ...string[]];
     const prefix = `${rest.join('/')}/`;
     let files = 0;
     let token: string | undefined;
+    // The directories seen, told once the last key has gone (only when someone asks).
+    const dirs = new Map<string, string[]>();
     // Page by page: list up to 1000 keys, delete them in one request, go on.
     do {
       const page = await this.send(signal, () =>
         this.client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, MaxKeys: 1000, ContinuationToken: token }), { abortSignal: signal }),
       );
-      const keys = (page.Contents ?? []).map((o) => o.Key).filter((k): k is string => typeof k === 'string');
-      if (keys.length > 0) {
+      const objects = (page.Contents ?? []).filter((o): o is typeof o & { Key: string } => typeof o.Key === 'string');
+      if (objects.length > 0) {
         const out = await this.send(signal, () =>
-          this.client.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: keys.map((Key) => ({ Key })), Quiet: true } }), { abortSignal: signal }),
+          this.client.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: objects.map(({ Key }) => ({ Key })), Quiet: true } }), { abortSignal: signal }),
         );
-        if (out.Errors && out.Errors.length > 0) {
-          const first = out.Errors[0]!;
-          throw new RemoteError(first.Code === 'AccessDenied' ? 'denied' : 'bad_answer', `${out.Errors.length} objects could not be deleted (${first.Code ?? 'error'})`);
+        const errors = out.Errors ?? [];
+        const failed = new Set(errors.map((e) => e.Key));
+        // An error that names no key leaves unknown what went: nothing of the batch is told then.
+        if (deleted && !failed.has(undefined)) {
+          // What went, even when some of the batch did not: told before the failure is.
+          const gone: DeletedEntry[] = [];
+          for (const o of objects) {
+            if (failed.has(o.Key)) continue;
+            const segments = [bucket, ...o.Key.split('/')];
+            // Keys with empty segments ("a//b") are not addressable through a data path: not told.
+            if (o.Key.endsWith('/')) {
+              segments.pop();
+              if (!segments.includes('')) dirs.set(segments.join('/'), segments);
+            } else if (!segments.includes('')) {
+              gone.push({ kind: 'file', path: segments, size: o.Size ?? 0, ...(o.ETag ? { etag: o.ETag } : {}) });
+              const dir = segments.slice(0, -1);
+              dirs.set(dir.join('/'), dir);
+            }
+          }
+          if (gone.length > 0) await deleted(gone);
         }
-        files += keys.filter((k) => !k.endsWith('/')).length;
+        if (errors.length > 0) {
+          const first = errors[0]!;
+          throw new RemoteError(first.Code === 'AccessDenied' ? 'denied' : 'bad_answer', `${errors.length} objects could not be deleted (${first.Code ?? 'error'})`);
+        }
+        files += objects.filter((o) => !o.Key.endsWith('/')).length;
       }
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
+    if (deleted) await deleted(deletedDirectories(path, dirs.values()));
     return files;
   }
 }

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ByteRange } from '../blobStore.ts';
 import { httpRequest, type HttpAnswer } from './httpClient.ts';
 import { MultistatusParser, type DavEntry } from './multistatus.ts';
-import { RemoteError, networkError, type RemotePage, type RemoteStat, type RemoteStorage } from './remote.ts';
+import { RemoteError, deletedDirectories, networkError, type DeletedEntry, type RemotePage, type RemoteStat, type RemoteStorage, type WrittenFile } from './remote.ts';
 
 /** A filehost:// account on a WebDAV server: its root collection and, optionally, Basic credentials. */
 export interface WebDavConfig {
@@ -19,6 +19,8 @@ export interface WebDavConfig {
 /** What list and deleteDir ask for: not getcontenttype, which some servers (Go's x/net/webdav, so rclone) sniff by opening each file. */
 const LIST_PROPS = propfindBody(['resourcetype', 'getcontentlength', 'getlastmodified']);
 const STAT_PROPS = propfindBody(['resourcetype', 'getcontentlength', 'getlastmodified', 'getetag', 'getcontenttype']);
+/** What deleteDir asks for when its deletions are told: each file's ETag too. */
+const DELETE_PROPS = propfindBody(['resourcetype', 'getcontentlength', 'getlastmodified', 'getetag']);
 /** How long removing an aborted upload's temporary file may add to the failed write. */
 const CLEANUP_MS = 2_000;
 
@@ -168,8 +170,12 @@ export class WebDavStorage implements RemoteStorage {
    * truncated bytes *in place of* the old file. With a temporary name, an errored body costs
    * at most a stray temporary file (which we then delete), never the target's content; the
    * price is one more request and the temporary name being visible while uploading.
+   *
+   * The ETag a PUT answers is the temporary file's, which a server need not keep through the
+   * MOVE; so the file's own is the MOVE answer's, or else one PROPFIND after it (the write's
+   * event carries it; docs/events.md says what that costs).
    */
-  async write(path: string[], body: Readable, signal: AbortSignal): Promise<void> {
+  async write(path: string[], body: Readable, signal: AbortSignal): Promise<WrittenFile> {
     if (path.length === 0) throw new RemoteError('invalid', 'the root is a directory');
     const temp = [...path.slice(0, -1), `.algohost-upload-${crypto.randomBytes(8).toString('hex')}.part`];
     const stop = new AbortController();
@@ -199,6 +205,8 @@ export class WebDavStorage implements RemoteStorage {
       const moved = await this.send('MOVE', temp, { signal, headers: { destination: this.urlOf(path), overwrite: 'T' } });
       if (!moved.ok) throw await failure(moved);
       await discard(moved);
+      const etag = moved.header('etag');
+      if (etag) return { etag };
     } catch (err) {
       stop.abort(); // after a timeout too, so that the body stream stops waiting for `body`
       await this.removeQuietly(temp, answered);
@@ -206,6 +214,9 @@ export class WebDavStorage implements RemoteStorage {
     } finally {
       body.off('error', onBodyError).off('close', onBodyClose);
     }
+    // The file is written: a failure to describe it now fails nothing, the event only lacks it.
+    const written = await this.stat(path, signal).catch(() => undefined);
+    return written?.kind === 'file' ? { etag: written.etag, size: written.size } : {};
   }
 
   async mkdir(path: string[], signal: AbortSignal): Promise<void> {
@@ -229,19 +240,35 @@ export class WebDavStorage implements RemoteStorage {
 
   /**
    * Counts the files with one Depth 1 PROPFIND per directory (Depth infinity is often refused),
-   * holding only the folders still to visit, then DELETEs the collection.
+   * holding only the folders still to visit, then DELETEs the collection. With `deleted`, the
+   * walk also keeps what it saw (a path, a size and an ETag per file: memory in proportion to
+   * the tree), told once the DELETE has succeeded: one request removes the whole tree, so
+   * nothing is told when it fails, and what was added between the walk and the DELETE is
+   * removed untold.
    */
-  async deleteDir(path: string[], signal: AbortSignal): Promise<number> {
+  async deleteDir(path: string[], signal: AbortSignal, deleted?: (entries: DeletedEntry[]) => Promise<void>): Promise<number> {
     if (path.length === 0) throw new RemoteError('invalid', 'the root cannot be deleted');
     let files = 0;
+    const seen: DeletedEntry[] = [];
+    const dirs: string[][] = [];
     const pending: string[][] = [path];
     for (let dir = pending.pop(); dir; dir = pending.pop()) {
       const top = dir === path;
       const here = dir;
-      const found = await this.propfind(here, 1, LIST_PROPS, signal, (e, name) => {
+      const found = await this.propfind(here, 1, deleted ? DELETE_PROPS : LIST_PROPS, signal, (e, name) => {
         if (name !== SELF) {
-          if (e.collection) pending.push([...here, name]);
-          else files++;
+          if (e.collection) {
+            pending.push([...here, name]);
+            if (deleted) dirs.push([...here, name]);
+          } else {
+            files++;
+            if (deleted) {
+              const size = parseSize(e.props.get('getcontentlength')) ?? 0;
+              // As stat makes it for a server without getetag: the ETag the file was served with.
+              const etag = e.props.get('getetag') || `"${size}-${parseDate(e.props.get('getlastmodified'))}"`;
+              seen.push({ kind: 'file', path: [...here, name], size, etag });
+            }
+          }
         } else if (!e.collection && top) throw new RemoteError('conflict', 'it is a file, not a directory');
       });
       if (!found && top) throw new RemoteError('not_found', 'the directory does not exist');
@@ -251,6 +278,10 @@ export class WebDavStorage implements RemoteStorage {
     if (res.status === 207) throw await dropping(res, bad('it could not delete everything in the directory'));
     if (!res.ok) throw await failure(res);
     await discard(res);
+    if (deleted) {
+      for (let i = 0; i < seen.length; i += 1000) await deleted(seen.slice(i, i + 1000));
+      await deleted(deletedDirectories(path, dirs));
+    }
     return files;
   }
 
