@@ -8,7 +8,8 @@ import type { CloudEvent } from './outbox.ts';
  * - the event's own fields: `id`, `type`, `subject`, `time`, `sequence`, and `data.<field>`
  *   (`data.size`, `data.content_type`, `data.etag`, `data.by`, … as the event has them);
  * - parts of its subject (a URI): `name` (`a.txt`), `stem` (`a`), `ext` (`txt`, or empty),
- *   `dir` (`data://alice/inbox`), `path` (`inbox/a.txt`: below the user);
+ *   `dir` (`data://alice/inbox`), `path` (`inbox/a.txt`: below the user; for a connected
+ *   account's `objstore+label://bkt/inbox/a.txt`, all of `bkt/inbox/a.txt`);
  * - the run: `trigger` (`trg_…`) and `run` (`run_…`).
  *
  * A string template renders to a string. A JSON template (an object or a list) is walked: each
@@ -44,17 +45,21 @@ export interface TemplateContext {
 }
 
 function subjectParts(subject: string): Record<string, string> {
-  const m = /^([a-z][a-z0-9+]*:\/\/)([^/]*)(?:\/(.*))?$/.exec(subject);
-  const below = m?.[3] ?? '';
-  const slash = subject.lastIndexOf('/');
-  const name = slash >= 0 && m?.[3] ? subject.slice(slash + 1) : '';
+  const m = /^([a-z][a-z0-9]*(?:\+[a-z0-9_-]+)?):\/\/(.*)$/is.exec(subject);
+  if (!m) return { name: '', stem: '', ext: '', dir: subject, path: '' };
+  const [, scheme, rest] = m as unknown as [string, string, string];
+  const segments = rest === '' ? [] : rest.split('/');
+  // data://user/…: the first segment is the user. A connected account's URI has none.
+  const hosted = scheme.toLowerCase() === 'data';
+  const below = hosted ? segments.slice(1) : segments;
+  const name = below.length > 0 ? below[below.length - 1]! : '';
   const dot = name.lastIndexOf('.');
   return {
     name,
     stem: dot > 0 ? name.slice(0, dot) : name,
     ext: dot > 0 ? name.slice(dot + 1) : '',
-    dir: name ? subject.slice(0, slash) : subject,
-    path: below,
+    dir: name ? `${scheme}://${segments.slice(0, -1).join('/')}` : subject,
+    path: below.join('/'),
   };
 }
 
