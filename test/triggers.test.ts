@@ -167,6 +167,11 @@ describe('a trigger', () => {
     const list = await json(await alice('/v1/data/.my/bin'));
     assert.deepEqual((list.files as { filename: string }[]).map((f) => f.filename), ['x']);
     assert.ok((await eventsOf('call.completed')).some((e) => e.data.request_id === run!.request_id));
+    // Finished runs are kept 7 days.
+    await s.services.triggers.sweep(Date.now() + 6 * 24 * 3_600_000);
+    assert.equal((await runs(t.id)).length, 1);
+    await s.services.triggers.sweep(Date.now() + 8 * 24 * 3_600_000);
+    assert.equal((await runs(t.id)).length, 0);
     // Counted as the owner's call (in a cluster, another node's count arrives with its next flush).
     const end = Date.now() + 15_000;
     while ((await callsSoFar()) < before + 1 && Date.now() < end) await new Promise((r) => setTimeout(r, 200));

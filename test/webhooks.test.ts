@@ -309,6 +309,28 @@ describe('deliveries', () => {
     }
   });
 
+  test('finished deliveries are kept 7 days, then swept with their attempts', async () => {
+    const rx = await receiver();
+    const sub = await subscribe(rx.url);
+    try {
+      await postJson(alice, `/v1/users/alice/subscriptions/${sub.id}/test`, {});
+      await rx.until(1);
+      const end = Date.now() + 10_000;
+      let list: { status: string }[] = [];
+      while (Date.now() < end && list[0]?.status !== 'delivered') {
+        list = (await json(await alice(`/v1/users/alice/subscriptions/${sub.id}/deliveries`))).results;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.equal(list[0]?.status, 'delivered');
+      assert.equal(await s.services.webhooks.sweep(Date.now() + 6 * 24 * 3_600_000), 0, 'kept for 7 days');
+      assert.ok((await s.services.webhooks.sweep(Date.now() + 8 * 24 * 3_600_000)) >= 1);
+      assert.deepEqual((await json(await alice(`/v1/users/alice/subscriptions/${sub.id}/deliveries`))).results, []);
+    } finally {
+      await alice(`/v1/users/alice/subscriptions/${sub.id}`, { method: 'DELETE' });
+      await rx.close();
+    }
+  });
+
   test("bob's subscription hears nothing of alice's changes", async () => {
     const rx = await receiver();
     const sub = await subscribe(rx.url, {}, bob, 'bob');

@@ -40,6 +40,8 @@ export const MAX_QUEUE = 10_000;
 export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
 /** A rotated secret goes on signing beside the new one for this long. */
 export const SECRET_OVERLAP_MS = 24 * 3_600_000;
+/** Finished deliveries (delivered or failed) are kept this long for `GET …/deliveries`. */
+export const DELIVERY_KEEP_MS = 7 * 24 * 3_600_000;
 /** Subscriptions one user may have. */
 export const MAX_SUBSCRIPTIONS = 50;
 /**
@@ -103,6 +105,14 @@ export interface WebhookOptions {
 interface Log {
   warn(obj: object, msg: string): void;
   info(obj: object, msg: string): void;
+}
+
+/** A delivery as a send holds it. */
+interface Sent {
+  id: string;
+  subscription_id: string;
+  attempts: number;
+  lease: number;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -261,10 +271,13 @@ export class Webhooks {
     this.stopped = false;
     this.stopCommits = this.store.onCommit(() => this.wake());
     this.wake();
+    const sweeper = setInterval(() => void this.sweep().catch((err: unknown) => log.warn({ err }, 'could not remove old webhook deliveries; trying again later')), 10 * 60_000);
+    sweeper.unref();
     return {
       stop: async () => {
         this.stopped = true;
         this.stopCommits?.();
+        clearInterval(sweeper);
         clearTimeout(this.timer);
         await Promise.all([...this.inFlight]);
       },
@@ -499,38 +512,72 @@ export class Webhooks {
     }
   }
 
-  private async record(d: { id: string; subscription_id: string; attempts: number; lease: number }, at: number, status: number | null, latency: number, error: string | null): Promise<void> {
-    await this.store.write(async (trx) => {
-      const count = await trx.selectFrom('delivery_attempts').select((eb) => eb.fn.countAll().as('n')).where('delivery_id', '=', d.id).executeTakeFirst();
-      await trx.insertInto('delivery_attempts').values({ delivery_id: d.id, attempt: Number(count?.n ?? 0) + 1, at, status, latency_ms: latency, error }).execute();
-      const attempts = d.attempts + 1;
-      const now = this.now();
-      // Only while it is still this send's: a redelivery asked for meanwhile (its lease reset)
-      // stands, and is sent again.
-      if (error === null) {
-        await trx.updateTable('deliveries').set({ status: 'delivered', attempts, last_status: status, last_error: null, finished_at: now, claimed_until: 0 }).where('id', '=', d.id).where('claimed_until', '=', d.lease).execute();
-        await trx.updateTable('subscriptions').set({ failing_since: null }).where('id', '=', d.subscription_id).execute();
-        return;
-      }
-      const last = attempts >= this.schedule.length;
-      const wait = last ? 0 : this.schedule[attempts]! * (0.9 + Math.random() * 0.2);
-      await trx
-        .updateTable('deliveries')
-        .set({ status: last ? 'failed' : 'pending', attempts, last_status: status, last_error: error, next_at: Math.round(now + wait), claimed_until: 0, finished_at: last ? now : null })
-        .where('id', '=', d.id)
-        .where('claimed_until', '=', d.lease)
-        .execute();
-      const sub = await trx.selectFrom('subscriptions').select(['failing_since', 'enabled']).where('id', '=', d.subscription_id).executeTakeFirst();
-      if (!sub) return;
-      const since = sub.failing_since ?? now;
-      if (now - since >= DISABLE_AFTER_MS && sub.enabled === 1) {
-        const reason = `turned off ${iso(now)}: every delivery has failed since ${iso(since)} (last: ${error.slice(0, 200)}); fix the endpoint, then PATCH {"enabled": true}`;
-        await trx.updateTable('subscriptions').set({ enabled: 0, disabled_reason: reason, failing_since: since, updated_at: now }).where('id', '=', d.subscription_id).execute();
-        this.log?.info({ subscription: d.subscription_id }, 'turned off a webhook subscription whose endpoint has failed for days');
-      } else if (sub.failing_since === null) {
-        await trx.updateTable('subscriptions').set({ failing_since: since }).where('id', '=', d.subscription_id).execute();
-      }
+  /** Outcomes of sends waiting to be written, and the write under way. */
+  private outcomes: { d: Sent; at: number; status: number | null; latency: number; error: string | null; done: (err?: unknown) => void }[] = [];
+  private recording: Promise<void> | undefined;
+
+  /**
+   * Writes a send's outcome. Outcomes that come while a write is under way go together in the
+   * next one: each send is not a write of its own, which, with many subscriptions, took the
+   * store's one write lock from the uploads (bench:events).
+   */
+  private record(d: Sent, at: number, status: number | null, latency: number, error: string | null): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.outcomes.push({ d, at, status, latency, error, done: (err) => (err === undefined ? resolve() : reject(err as Error)) });
+      this.recording ??= this.writeOutcomes().finally(() => (this.recording = undefined));
     });
+  }
+
+  private async writeOutcomes(): Promise<void> {
+    while (this.outcomes.length > 0) {
+      const batch = this.outcomes.splice(0, 200);
+      try {
+        await this.store.write(async (trx) => {
+          for (const o of batch) await this.recordOne(trx, o.d, o.at, o.status, o.latency, o.error);
+        });
+        for (const o of batch) o.done();
+      } catch (err) {
+        for (const o of batch) o.done(err ?? new Error('not recorded'));
+      }
+    }
+  }
+
+  private async recordOne(trx: Db, d: Sent, at: number, status: number | null, latency: number, error: string | null): Promise<void> {
+    const count = await trx.selectFrom('delivery_attempts').select((eb) => eb.fn.countAll().as('n')).where('delivery_id', '=', d.id).executeTakeFirst();
+    await trx.insertInto('delivery_attempts').values({ delivery_id: d.id, attempt: Number(count?.n ?? 0) + 1, at, status, latency_ms: latency, error }).execute();
+    const attempts = d.attempts + 1;
+    const now = this.now();
+    // Only while it is still this send's: a redelivery asked for meanwhile (its lease reset)
+    // stands, and is sent again.
+    if (error === null) {
+      await trx.updateTable('deliveries').set({ status: 'delivered', attempts, last_status: status, last_error: null, finished_at: now, claimed_until: 0 }).where('id', '=', d.id).where('claimed_until', '=', d.lease).execute();
+      await trx.updateTable('subscriptions').set({ failing_since: null }).where('id', '=', d.subscription_id).where('failing_since', 'is not', null).execute();
+      return;
+    }
+    const last = attempts >= this.schedule.length;
+    const wait = last ? 0 : this.schedule[attempts]! * (0.9 + Math.random() * 0.2);
+    await trx
+      .updateTable('deliveries')
+      .set({ status: last ? 'failed' : 'pending', attempts, last_status: status, last_error: error, next_at: Math.round(now + wait), claimed_until: 0, finished_at: last ? now : null })
+      .where('id', '=', d.id)
+      .where('claimed_until', '=', d.lease)
+      .execute();
+    const sub = await trx.selectFrom('subscriptions').select(['failing_since', 'enabled']).where('id', '=', d.subscription_id).executeTakeFirst();
+    if (!sub) return;
+    const since = sub.failing_since ?? now;
+    if (now - since >= DISABLE_AFTER_MS && sub.enabled === 1) {
+      const reason = `turned off ${iso(now)}: every delivery has failed since ${iso(since)} (last: ${error.slice(0, 200)}); fix the endpoint, then PATCH {"enabled": true}`;
+      await trx.updateTable('subscriptions').set({ enabled: 0, disabled_reason: reason, failing_since: since, updated_at: now }).where('id', '=', d.subscription_id).execute();
+      this.log?.info({ subscription: d.subscription_id }, 'turned off a webhook subscription whose endpoint has failed for days');
+    } else if (sub.failing_since === null) {
+      await trx.updateTable('subscriptions').set({ failing_since: since }).where('id', '=', d.subscription_id).execute();
+    }
+  }
+
+  /** Removes finished deliveries (and their attempts) older than DELIVERY_KEEP_MS. */
+  async sweep(now = this.now()): Promise<number> {
+    const r = await this.store.write((trx) => trx.deleteFrom('deliveries').where('finished_at', '<', now - DELIVERY_KEEP_MS).executeTakeFirst());
+    return Number(r.numDeletedRows);
   }
 
   // ---- helpers ---------------------------------------------------------------------------

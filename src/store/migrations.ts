@@ -695,6 +695,16 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
   `,
   },
+  // A subscription's pending deliveries are counted at each fan-out (its bounded queue): by an
+  // index, not by a walk through every delivery it ever had.
+  {
+    sqlite: `
+  CREATE INDEX deliveries_pending ON deliveries(subscription_id, status);
+  `,
+    postgres: `
+  CREATE INDEX deliveries_pending ON deliveries(subscription_id, status);
+  `,
+  },
 ];
 
 /**
