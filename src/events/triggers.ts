@@ -20,6 +20,7 @@ import { appendEvent, cloudEvent, eventsAfter, lastEventId, type NamedEvent } fr
 import { checkTemplate, render, renderText } from './template.ts';
 import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
 import type { ExpressionBuilder } from 'kysely';
+import type { Trigger, TriggerRun } from '../../client/src/types.ts';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -67,38 +68,9 @@ export const RUN_KEEP_MS = 7 * 24 * 3_600_000;
 const CURSOR_KEY = 'triggers.cursor';
 const DEFAULT_TIMEOUT_S = 300;
 
-export interface TriggerView {
-  id: string;
-  types: string[];
-  path: string | null;
-  algorithm: string;
-  input: unknown;
-  output: string | null;
-  /** The key whose permissions runs have; null: made from a console session, all the user's. */
-  key: string | null;
-  timeout: number;
-  enabled: boolean;
-  disabled_reason: string | null;
-  created_at: string;
-  updated_at: string;
-}
-
-export interface RunView {
-  id: string;
-  event_id: string;
-  event_type: string;
-  subject: string;
-  depth: number;
-  status: TriggerRunsTable['status'];
-  attempts: number;
-  request_id: string;
-  output: string | null;
-  http_status: number | null;
-  error: string | null;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-}
+/** A trigger and a run as their owner sees them: the wire's types (client/src/types.ts). */
+export type TriggerView = Trigger;
+export type RunView = TriggerRun;
 
 export interface TriggerOptions {
   now?: () => number;

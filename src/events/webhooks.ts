@@ -7,6 +7,7 @@ import { httpRequest } from '../data/connectors/httpClient.ts';
 import { parseFilter, type EventFilter } from './filter.ts';
 import { cloudEvent, eventsAfter, lastEventId } from './outbox.ts';
 import { newSecret, webhookHeaders } from './signing.ts';
+import type { Delivery, Subscription } from '../../client/src/types.ts';
 
 /**
  * Webhooks (docs/events.md): a user's subscriptions, and the delivery of their events to them
@@ -68,29 +69,9 @@ interface StoredSecret {
   expires_at: number | null;
 }
 
-/** A subscription as its owner sees it (never its secret, shown once when made or rotated). */
-export interface SubscriptionView {
-  id: string;
-  url: string;
-  types: string[];
-  path: string | null;
-  enabled: boolean;
-  disabled_reason: string | null;
-  failing_since: string | null;
-  overflowed: number;
-  created_at: string;
-  updated_at: string;
-}
-
-export interface DeliveryView {
-  id: string;
-  event_id: string;
-  event_type: string;
-  status: 'pending' | 'delivered' | 'failed';
-  attempts: { attempt: number; at: string; status_code: number | null; latency_ms: number; error: string | null }[];
-  next_attempt_at: string | null;
-  created_at: string;
-}
+/** A subscription (never its secret, shown once when made or rotated) and a delivery, as their owner sees them: the wire's types (client/src/types.ts). */
+export type SubscriptionView = Subscription;
+export type DeliveryView = Delivery;
 
 export interface WebhookOptions {
   /** ALGOHOST_CONNECTOR_NETWORK: `public` refuses endpoints on loopback, private and link-local addresses. */
