@@ -217,6 +217,9 @@ describe('an API node and a worker node over NATS', { skip }, () => {
     } finally {
       await nc.close();
     }
+    // The refusal may reach us before the worker's log line has come through its pipe.
+    const end = Date.now() + 5_000;
+    while (!/malformed message on the bus/.test(worker!.output()) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
     assert.match(worker!.output(), /malformed message on the bus/);
     assert.equal(worker!.child.exitCode, null);
     assert.equal((await json(await call('still here'))).result, 'still here');
