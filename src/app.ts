@@ -149,6 +149,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   });
 
   app.addHook('onRequest', (req, reply, done) => {
+    // What background work (webhooks, triggers) paces itself by (concurrency.ts Pressure).
+    services.pressure.request();
     // Requests from algorithms belong to calls in flight, which the drain lets finish.
     if (!closing || req.headers[INTERNAL_HEADER] !== undefined) return done();
     reply.header('connection', 'close');

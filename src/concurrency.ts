@@ -109,3 +109,42 @@ export class FairSlots {
     return this.served.get(owner) ?? -1;
   }
 }
+
+/**
+ * Whether this process is saturated by the requests it serves, for background work (webhook
+ * deliveries, trigger runs) to pace itself by: requests began within the last window and the
+ * event loop was busy at least `threshold` of it. Background work that keeps going at full
+ * speed then would take the loop from the requests clients are waiting on (bench:events: ten
+ * subscriptions cut the uploads a saturated node took from ~330/s to ~130/s); paced, it takes a
+ * small share, and catches up when the requests ease. Only requests count as pressure: a node
+ * whose own background work fills its loop, with no request to serve, is not held back.
+ */
+export class Pressure {
+  private requests = 0;
+  private seen = 0;
+  private elu = performance.eventLoopUtilization();
+  private at = performance.now();
+  private busy = false;
+
+  constructor(
+    private readonly threshold = 0.8,
+    private readonly windowMs = 100,
+  ) {}
+
+  /** Counts a request begun (the HTTP layer calls it for every request). */
+  request(): void {
+    this.requests++;
+  }
+
+  /** Whether requests have saturated the event loop lately (measured once per window). */
+  saturated(now = performance.now()): boolean {
+    if (now - this.at >= this.windowMs) {
+      const elu = performance.eventLoopUtilization();
+      this.busy = this.requests !== this.seen && performance.eventLoopUtilization(elu, this.elu).utilization >= this.threshold;
+      this.elu = elu;
+      this.seen = this.requests;
+      this.at = now;
+    }
+    return this.busy;
+  }
+}

@@ -33,6 +33,7 @@ import { CredentialBox } from './data/accounts/credentials.ts';
 import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
 import { Triggers, type TriggerOptions } from './events/triggers.ts';
 import { appendEvents } from './events/outbox.ts';
+import { Pressure } from './concurrency.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -79,6 +80,8 @@ export interface Services {
   webhooks: Webhooks;
   /** Triggers and their runs (docs/events.md); API nodes run its dispatcher. */
   triggers: Triggers;
+  /** This process's load from requests (the HTTP layer counts them); background work paces itself by it. */
+  pressure: Pressure;
   close(): Promise<void>;
 }
 
@@ -109,6 +112,8 @@ export interface ServiceOptions {
   usage?: UsageOptions;
   /** Whether the egress fence can be made here; checked by making one otherwise (probeFence). */
   networkProbe?: () => FenceSupport;
+  /** This process's load meter (tests give one that reads any request as saturation); a default one otherwise. */
+  pressure?: Pressure;
 }
 
 /**
@@ -209,6 +214,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,
   });
+  const pressure = options.pressure ?? new Pressure();
   return {
     config,
     store,
@@ -245,8 +251,9 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, ...options.webhooks }),
-    triggers: new Triggers(store, calls, keys, data, options.triggers),
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, ...options.webhooks }),
+    triggers: new Triggers(store, calls, keys, data, { pressure, ...options.triggers }),
+    pressure,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();

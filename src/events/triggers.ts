@@ -2,6 +2,8 @@ import crypto from 'node:crypto';
 import { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
+import type { Pressure } from '../concurrency.ts';
+import { PACE_MS } from './webhooks.ts';
 import type { Principal, TriggerOrigin } from '../auth/principal.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import { exceedingPermission } from '../auth/permissions.ts';
@@ -74,6 +76,8 @@ export type RunView = TriggerRun;
 
 export interface TriggerOptions {
   now?: () => number;
+  /** This process's load from requests: while it is saturated, the dispatcher paces itself (webhooks.ts PACE_MS). */
+  pressure?: Pressure;
   /** Runs one node has under way at once (IN_FLIGHT). */
   inFlight?: number;
 }
@@ -93,6 +97,7 @@ const newRequestId = () => `req-${crypto.randomBytes(12).toString('hex')}`;
 export class Triggers {
   private readonly now: () => number;
   private readonly inFlightMax: number;
+  private readonly pressure: Pressure | undefined;
 
   constructor(
     private readonly store: MetadataStore,
@@ -103,6 +108,7 @@ export class Triggers {
   ) {
     this.now = options.now ?? Date.now;
     this.inFlightMax = options.inFlight ?? IN_FLIGHT;
+    this.pressure = options.pressure;
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -205,7 +211,7 @@ export class Triggers {
     this.log = log;
     this.stopped = false;
     this.stopCommits = this.store.onCommit(() => this.wake());
-    this.wake();
+    this.wake(true);
     const sweep = () => void this.sweep().catch((err: unknown) => log.warn({ err }, 'could not remove old trigger runs; trying again later'));
     this.sweeper = setInterval(sweep, 10 * 60_000);
     this.sweeper.unref();
@@ -220,7 +226,18 @@ export class Triggers {
     };
   }
 
-  private wake(): void {
+  /**
+   * Whether a run may be due that no claim has looked for yet (webhooks.ts has the same): set
+   * by new runs, a slot freed, the poll's tick (lost leases); cleared when a claim that began
+   * after the last of those finds fewer than it had room for. A round woken by a commit that
+   * made no run (an upload no trigger wants) then does not scan for due runs.
+   */
+  private dueAsked = 1;
+  private dueLooked = 0;
+
+  /** Runs a round soon; `due`: a run may have come due. */
+  private wake(due = false): void {
+    if (due) this.dueAsked++;
     if (this.stopped) return;
     if (this.running) {
       this.again = true;
@@ -231,11 +248,26 @@ export class Triggers {
     setImmediate(() => void this.round());
   }
 
+  /** When the last paced round began (performance.now()). */
+  private pacedAt = -Infinity;
+
   private async round(): Promise<void> {
+    let next = POLL_MS;
     try {
       do {
+        if (this.stopped) return;
+        // While requests saturate the process, one round per PACE_MS, as webhooks do.
+        const paced = this.pressure?.saturated() ?? false;
+        if (paced) {
+          const wait = this.pacedAt + PACE_MS - performance.now();
+          if (wait > 0) {
+            next = wait;
+            return;
+          }
+          this.pacedAt = performance.now();
+        }
         this.again = false;
-        await this.fanOut();
+        await this.fanOut(paced);
         await this.startDue();
       } while (this.again && !this.stopped);
     } catch (err) {
@@ -243,7 +275,7 @@ export class Triggers {
     } finally {
       this.running = false;
       if (!this.stopped) {
-        this.timer = setTimeout(() => this.wake(), POLL_MS);
+        this.timer = setTimeout(() => this.wake(true), next);
         this.timer.unref();
       }
     }
@@ -269,8 +301,8 @@ export class Triggers {
     }
   }
 
-  /** Turns new outbox events into runs, once each, whichever node does it. */
-  async fanOut(): Promise<number> {
+  /** Turns new outbox events into runs, once each, whichever node does it; `paced`: one slice of events at most. */
+  async fanOut(paced = false): Promise<number> {
     const [cursorRow, last] = await Promise.all([this.store.db.selectFrom('meta').select('value').where('key', '=', CURSOR_KEY).executeTakeFirst(), lastEventId(this.store.db)]);
     if (cursorRow && last <= Math.max(Number(cursorRow.value), this.passed)) return 0;
     if (cursorRow && (await this.nothingFor(Math.max(Number(cursorRow.value), this.passed)))) return 0;
@@ -309,7 +341,13 @@ export class Triggers {
         return { count: n, more: events.length === 500 };
       });
       made += count;
+      if (count > 0) this.dueAsked++;
       if (!more) return made;
+      if (paced) {
+        // The rest in the next round.
+        this.again = true;
+        return made;
+      }
     }
   }
 
@@ -376,7 +414,7 @@ export class Triggers {
             if (k > 0) this.busy.set(c.trigger.id, k);
             else this.busy.delete(c.trigger.id);
             // A slot is free: more may be waiting.
-            this.wake();
+            this.wake(true);
           });
         this.inFlight.add(p);
       }
@@ -406,7 +444,12 @@ export class Triggers {
     // Looked at without the write lock first: a write that claims nothing would wake this
     // dispatcher again (every commit does), and again.
     const hasRoom = (rows: { trigger_id: string }[]) => rows.some((r) => (this.busy.get(r.trigger_id) ?? 0) < PER_TRIGGER);
-    if (!hasRoom(await waiting(this.store.db, this.now()))) return [];
+    const asked = this.dueAsked;
+    if (asked === this.dueLooked) return [];
+    if (!hasRoom(await waiting(this.store.db, this.now()))) {
+      this.dueLooked = asked;
+      return [];
+    }
     const { claimed, given } = await this.store.write(async (trx) => {
       const now = this.now();
       const claimed: { run: RunRow; trigger: TriggerRow; username: string; lease: number }[] = [];
@@ -431,6 +474,7 @@ export class Triggers {
       }
       return { claimed, given };
     });
+    if (claimed.length + given.length < n) this.dueLooked = asked;
     for (const c of claimed) this.busy.set(c.trigger.id, (this.busy.get(c.trigger.id) ?? 0) + 1);
     for (const g of given) {
       const error = `started ${g.run.attempts} times and each time the node running it was lost; not tried again`;
