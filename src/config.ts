@@ -121,6 +121,12 @@ export interface Config {
   asyncResultTtlS: number;
   /** ALGOHOST_EVENT_RETENTION_H: how long events are kept for the live stream to resume from (docs/events.md). */
   eventRetentionH: number;
+  /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
+  limitCallsPerMin: number;
+  /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
+  limitBurst: number;
+  /** ALGOHOST_LIMIT_CONCURRENCY: a user's calls under way at once (0: no limit). */
+  limitConcurrency: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
   sessionTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
@@ -201,6 +207,9 @@ export const DEFAULTS = {
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
   eventRetentionH: 24,
+  limitCallsPerMin: 0,
+  limitBurst: 0,
+  limitConcurrency: 0,
   sessionTtlS: 43_200,
   asyncAttempts: 3,
   demo: true,
@@ -754,6 +763,24 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_EVENT_RETENTION_H', env.ALGOHOST_EVENT_RETENTION_H, DEFAULTS.eventRetentionH, 1, 24 * 90),
     docs: [
       { vars: ["ALGOHOST_EVENT_RETENTION_H"], shown: code(DEFAULTS.eventRetentionH), meaning: "How long events are kept, in hours (1 to 90 days): a live stream (`GET /v1/users/:user/events`) resumes with `Last-Event-ID` after an event kept that long; an older one answers 410 `event_expired` (docs/events.md)." },
+    ],
+  },
+  limitCallsPerMin: {
+    read: (env) => int('ALGOHOST_LIMIT_CALLS_PER_MIN', env.ALGOHOST_LIMIT_CALLS_PER_MIN, DEFAULTS.limitCallsPerMin, 0, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_CALLS_PER_MIN"], shown: code(DEFAULTS.limitCallsPerMin), meaning: "Calls a user may make a minute (every key of theirs together), unless `algohost user limits` gives them their own: a token bucket refilled at this rate. Past it a call is answered 429 `rate_limited` with `Retry-After` and `RateLimit` headers. 0: no limit (docs/limits.md)." },
+    ],
+  },
+  limitBurst: {
+    read: (env) => int('ALGOHOST_LIMIT_BURST', env.ALGOHOST_LIMIT_BURST, DEFAULTS.limitBurst, 0, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_BURST"], shown: code(DEFAULTS.limitBurst), meaning: "How many calls may come at once after a quiet spell: the size of the calls-per-minute bucket. 0: three seconds' worth of the rate (at least 1)." },
+    ],
+  },
+  limitConcurrency: {
+    read: (env) => int('ALGOHOST_LIMIT_CONCURRENCY', env.ALGOHOST_LIMIT_CONCURRENCY, DEFAULTS.limitConcurrency, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_CONCURRENCY"], shown: code(DEFAULTS.limitConcurrency), meaning: "How many calls a user may have under way at once, unless `algohost user limits` gives them their own; one more is answered 429 `concurrency_limited`. Calls with `output=void` queue instead and are not counted. 0: no limit (docs/limits.md)." },
     ],
   },
   asyncResultTtlS: {

@@ -68,6 +68,8 @@ export const ERROR_CODES = {
   idempotency_key_reused: 422,
   user_exists: 409,
   too_many_attempts: 429,
+  rate_limited: 429,
+  concurrency_limited: 429,
   delete_incomplete: 500,
   internal_error: 500,
   connector_error: 502,
@@ -86,6 +88,8 @@ export class AppError extends Error {
   readonly status: number;
   /** Extra fields merged into the error object of the response (e.g. `deleted`). */
   readonly extra: Record<string, unknown> | undefined;
+  /** Headers the answer carries besides the error's (a limit's Retry-After and RateLimit fields). */
+  headers: [string, string][] | undefined;
 
   constructor(code: ErrorCode, message: string, extra?: Record<string, unknown>, cause?: unknown) {
     super(message, cause === undefined ? undefined : { cause });

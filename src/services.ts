@@ -34,6 +34,7 @@ import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
 import { Triggers, type TriggerOptions } from './events/triggers.ts';
 import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
+import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -82,6 +83,8 @@ export interface Services {
   triggers: Triggers;
   /** This process's load from requests (the HTTP layer counts them); background work paces itself by it. */
   pressure: Pressure;
+  /** The call limits in force (docs/limits.md). */
+  limits: Limits;
   close(): Promise<void>;
 }
 
@@ -114,6 +117,8 @@ export interface ServiceOptions {
   networkProbe?: () => FenceSupport;
   /** This process's load meter (tests give one that reads any request as saturation); a default one otherwise. */
   pressure?: Pressure;
+  /** The clock of the call limits (tests move it); Date.now otherwise. */
+  now?: () => number;
 }
 
 /**
@@ -208,7 +213,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     ...options.runtime,
   });
   const usage = new UsageRecorder(store, options.usage);
-  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage);
+  const limits = new Limits({ callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency }, new CallLimiter(options.now));
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits);
   const keys = new KeyService(store);
   const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
     resultTtlMs: config.asyncResultTtlS * 1000,
@@ -254,6 +260,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, ...options.webhooks }),
     triggers: new Triggers(store, calls, keys, data, { pressure, ...options.triggers }),
     pressure,
+    limits,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();

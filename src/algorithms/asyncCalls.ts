@@ -215,6 +215,8 @@ export class AsyncCalls {
         input: row.input ?? Buffer.alloc(0),
         timeoutS: row.timeout_s,
         stdout: row.stdout === 1,
+        // Its token was taken when it was accepted (CallService.check).
+        admitted: true,
       };
       const result = await this.calls.call(principal, req, this.log);
       if (!last && result.workerLost) return await this.giveBack(id, n);

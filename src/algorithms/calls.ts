@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import type { Limits } from '../limits/limits.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import { BuildMissingError, ExecutorBusyError, targetKey, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
@@ -29,6 +30,12 @@ export interface CallRequest {
   stdout: boolean;
   /** Set when an algorithm makes this call through the SDK. */
   parent?: CallContext | undefined;
+  /**
+   * Not a request of its own to the limits (docs/limits.md): an async call run from its queue
+   * (its rate was taken when it was accepted) or a trigger's run. No token is taken, and it
+   * holds none of the caller's concurrent calls.
+   */
+  admitted?: boolean;
 }
 
 /** What the HTTP layer needs to answer a call. */
@@ -112,6 +119,8 @@ export class CallService {
     private readonly allowNetwork = false,
     /** Counts every call that ran (run() below, the one place every call goes through). */
     private readonly usage?: UsageRecorder,
+    /** The call limits (docs/limits.md); none without. */
+    private readonly limits?: Limits,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -119,11 +128,17 @@ export class CallService {
     // A warm call (its target cached, a worker idle) has its frame written to the worker
     // before this returns: nothing on the way awaits (see docs/performance.md).
     this.admit(principal, req);
-    const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
-    if ('outcome' in target) return target;
-    // Awaited rather than returned: an async function that returns a promise takes two more
-    // microtask turns to settle, and this is every call's way back.
-    return await this.run(principal, req, target, log);
+    // A nested call holds none of the caller's concurrent calls: its parent holds one already.
+    const release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
+    try {
+      const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
+      if ('outcome' in target) return target;
+      // Awaited rather than returned: an async function that returns a promise takes two more
+      // microtask turns to settle, and this is every call's way back.
+      return await this.run(principal, req, target, log);
+    } finally {
+      release?.();
+    }
   }
 
   /**
@@ -133,6 +148,8 @@ export class CallService {
    */
   async check(principal: Principal, req: CallRequest): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    // Accepted to its queue: it takes a token now, and holds no concurrent call.
+    this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     return 'outcome' in target ? target : undefined;
   }
@@ -147,6 +164,7 @@ export class CallService {
    */
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);

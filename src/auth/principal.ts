@@ -1,4 +1,5 @@
 import type { KeyPermissions } from './permissions.ts';
+import type { LimitSettings } from '../limits/limits.ts';
 
 /** Who is making a request, as established by authentication. */
 export interface Principal {
@@ -17,6 +18,8 @@ export interface Principal {
    * trigger's own writes never fire it again and chains stop at a depth.
    */
   origin?: TriggerOrigin;
+  /** The user's own call limits (user_limits; docs/limits.md), read with the key; absent: the operator's defaults. */
+  limits?: LimitSettings | null;
 }
 
 /** The trigger run a request is made for. */

@@ -21,6 +21,7 @@ import type { MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import type { Principal } from './principal.ts';
+import { ownLimits } from '../limits/limits.ts';
 import type { SessionInfo } from '../../client/src/types.ts';
 import { decoyHash, hashPassword, reserveHash, validatePassword, verifyPassword } from './passwords.ts';
 
@@ -204,12 +205,13 @@ export class SessionService {
     const row = await this.store.db
       .selectFrom('sessions')
       .innerJoin('users', 'users.id', 'sessions.user_id')
-      .select(['sessions.id_hash', 'sessions.csrf_token', 'sessions.expires_at', 'users.id as userId', 'users.username'])
+      .leftJoin('user_limits', 'user_limits.user_id', 'users.id')
+      .select(['sessions.id_hash', 'sessions.csrf_token', 'sessions.expires_at', 'users.id as userId', 'users.username', 'user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency'])
       .where('sessions.id_hash', '=', sha256(cookie))
       .executeTakeFirst();
     if (!row || row.expires_at <= Date.now()) return undefined;
     return {
-      principal: { userId: row.userId, username: row.username, keyId: SESSION_KEY_PREFIX + row.id_hash.slice(0, 16), permissions: { ...FULL_PERMISSIONS } },
+      principal: { userId: row.userId, username: row.username, keyId: SESSION_KEY_PREFIX + row.id_hash.slice(0, 16), permissions: { ...FULL_PERMISSIONS }, limits: ownLimits(row) },
       info: { username: row.username, csrf_token: row.csrf_token, expires_at: new Date(row.expires_at).toISOString() },
     };
   }

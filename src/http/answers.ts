@@ -80,6 +80,7 @@ export function errorAnswer(err: unknown, id: string, challenged = false): Error
   const headers: [string, string][] = [['x-error-message', headerSafe(e.message)]];
   if (e.status === 401 && !challenged) headers.push(['www-authenticate', 'Simple realm="algohost"']);
   if (e.code === 'payload_too_large') headers.push(['connection', 'close']);
+  if (e.headers) headers.push(...e.headers);
   // A URIError is logged too: it is a check missing where the text came in.
   const logged = e.status >= 500 ? (e.code === 'internal_error' ? err : (e.cause ?? e)) : err instanceof URIError ? err : undefined;
   return { error: e, status: e.status, headers, body: errorDocument(e.code, e.message, id, e.extra), logged };

@@ -722,6 +722,29 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX deliveries_waiting ON deliveries(status, subscription_id, next_at, claimed_until);
   `,
   },
+  // A user's own call limits (docs/limits.md; \`algohost user limits\`): null is the operator's
+  // default, 0 no limit. Read with the user's key (KeyService), so they change on the next call.
+  {
+    sqlite: `
+  CREATE TABLE user_limits (
+    user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    calls_per_min INTEGER,
+    burst INTEGER,
+    concurrency INTEGER,
+    updated_at INTEGER NOT NULL
+  );
+  `,
+    postgres: `
+  CREATE TABLE user_limits (
+    user_id BIGINT PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    calls_per_min BIGINT,
+    burst BIGINT,
+    concurrency BIGINT,
+    updated_at BIGINT NOT NULL
+  );
+  CREATE TRIGGER user_limits_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON user_limits FOR EACH STATEMENT EXECUTE FUNCTION algohost_changed();
+  `,
+  },
 ];
 
 /**

@@ -4,6 +4,15 @@ import type { Generated } from 'kysely';
  * Table types for Kysely. Times are integer milliseconds since the epoch (portable between
  * SQLite and PostgreSQL, and cheap to compare); JSON is stored as text.
  */
+/** A user's own call limits (docs/limits.md): null is the operator's default, 0 no limit. */
+export interface UserLimitsTable {
+  user_id: number;
+  calls_per_min: number | null;
+  burst: number | null;
+  concurrency: number | null;
+  updated_at: number;
+}
+
 export interface UsersTable {
   id: Generated<number>;
   username: string;
@@ -364,6 +373,7 @@ export interface IdempotencyKeysTable {
 }
 
 export interface Schema {
+  user_limits: UserLimitsTable;
   triggers: TriggersTable;
   trigger_runs: TriggerRunsTable;
   idempotency_keys: IdempotencyKeysTable;

@@ -1,0 +1,189 @@
+import { AppError } from '../errors.ts';
+import { TokenBucket } from './bucket.ts';
+
+/**
+ * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
+ * many at once, per user and per key. The operator sets defaults (ALGOHOST_LIMIT_*), and
+ * values per user (`algohost user limits`); 0 means no limit.
+ *
+ * This module is below the domain: CallService asks it to admit each call, synchronously (the
+ * warm call's path awaits nothing), and it answers with a release or a LimitError.
+ */
+
+/** Limits in force for one scope; 0 is none. */
+export interface CallLimits {
+  callsPerMin: number;
+  /** Calls that may come at once after a quiet spell: the bucket's size. */
+  burst: number;
+  concurrency: number;
+}
+
+/** A user's own values, as stored (null: the operator's default). */
+export interface LimitSettings {
+  calls_per_min: number | null;
+  burst: number | null;
+  concurrency: number | null;
+}
+
+export const NO_LIMITS: Readonly<CallLimits> = Object.freeze({ callsPerMin: 0, burst: 0, concurrency: 0 });
+
+/** The burst when none is set: three seconds' worth of the rate, at least 1. */
+export function defaultBurst(callsPerMin: number): number {
+  return Math.max(1, Math.ceil(callsPerMin / 20));
+}
+
+/** The limits in force for a user: their own values over the operator's defaults. */
+export function resolveLimits(operator: CallLimits, own: LimitSettings | null | undefined): CallLimits {
+  const callsPerMin = own?.calls_per_min ?? operator.callsPerMin;
+  const burst = own?.burst ?? (own?.calls_per_min != null ? 0 : operator.burst);
+  return {
+    callsPerMin,
+    burst: callsPerMin === 0 ? 0 : burst > 0 ? burst : defaultBurst(callsPerMin),
+    concurrency: own?.concurrency ?? operator.concurrency,
+  };
+}
+
+/** Which limit a call ran into. */
+export type LimitCode = 'rate_limited' | 'concurrency_limited';
+
+/**
+ * A call refused by a limit: 429 with the limit's name, Retry-After, and the RateLimit-Policy
+ * and RateLimit fields of draft-ietf-httpapi-ratelimit-headers (a policy `calls`: q calls per
+ * w = 60 s; r left, t seconds until more).
+ */
+export class LimitError extends AppError {
+  constructor(code: LimitCode, message: string, headers: [string, string][], extra: Record<string, unknown>) {
+    super(code, message, extra);
+    this.headers = headers;
+  }
+}
+
+interface Scope {
+  bucket: TokenBucket | undefined;
+  inFlight: number;
+  /** When it was last used (ms): idle scopes are forgotten. */
+  used: number;
+}
+
+/** The state of one user's calls, for GET /v1/users/:user/limits. */
+export interface CallsState {
+  limits: CallLimits;
+  /** Calls that may be made now before the rate limit answers 429 (null: no rate limit). */
+  remaining: number | null;
+  /** Seconds until the bucket is full again (null: no rate limit). */
+  reset_s: number | null;
+  in_flight: number;
+}
+
+/**
+ * The buckets and counts of one process. A scope whose bucket is full and with no call under
+ * way holds nothing worth keeping: scopes idle that long are dropped, so memory follows the
+ * callers active lately, not every caller ever seen.
+ */
+export class CallLimiter {
+  private readonly scopes = new Map<string, Scope>();
+  private sweptAt = 0;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  private scope(id: string, limits: CallLimits, now: number): Scope {
+    let s = this.scopes.get(id);
+    if (s === undefined) {
+      s = { bucket: undefined, inFlight: 0, used: now };
+      this.scopes.set(id, s);
+    }
+    // A changed limit starts a fresh bucket (full, as a new caller's).
+    if (limits.callsPerMin === 0) s.bucket = undefined;
+    else if (s.bucket === undefined || s.bucket.perMin !== limits.callsPerMin || s.bucket.burst !== limits.burst) s.bucket = new TokenBucket(limits.callsPerMin, limits.burst, now);
+    s.used = now;
+    return s;
+  }
+
+  /**
+   * Admits one call of user `userId` under `limits`: takes a token from the user's bucket and,
+   * unless `concurrent` is false, holds one of the user's concurrent calls until the release
+   * given back is called (once). Throws LimitError, taking nothing, when a limit is reached.
+   */
+  admit(userId: number, limits: CallLimits, concurrent = true): () => void {
+    if (limits.callsPerMin === 0 && (limits.concurrency === 0 || !concurrent)) return NOTHING;
+    const now = this.now();
+    this.sweep(now);
+    const s = this.scope(`u${userId}`, limits, now);
+    if (concurrent && limits.concurrency > 0 && s.inFlight >= limits.concurrency) {
+      throw new LimitError('concurrency_limited', `you have ${s.inFlight} calls under way, the most you may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', concurrency: limits.concurrency });
+    }
+    if (s.bucket !== undefined && !s.bucket.take(now)) {
+      const retry = s.bucket.retryAfterS(now);
+      throw new LimitError('rate_limited', `you may make ${limits.callsPerMin} calls a minute (${limits.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(limits, 0, retry)], { limit: 'calls_per_min', calls_per_min: limits.callsPerMin, burst: limits.burst, retry_after_s: retry });
+    }
+    if (!concurrent || limits.concurrency === 0) return NOTHING;
+    s.inFlight++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      s.inFlight--;
+    };
+  }
+
+  /** The state of a user's calls now (nothing is taken). */
+  state(userId: number, limits: CallLimits): CallsState {
+    const now = this.now();
+    const s = this.scopes.get(`u${userId}`);
+    const bucket = limits.callsPerMin === 0 ? undefined : s?.bucket !== undefined && s.bucket.perMin === limits.callsPerMin && s.bucket.burst === limits.burst ? s.bucket : new TokenBucket(limits.callsPerMin, limits.burst, now);
+    return { limits, remaining: bucket?.remaining(now) ?? null, reset_s: bucket?.fullInS(now) ?? null, in_flight: s?.inFlight ?? 0 };
+  }
+
+  /** Forgets scopes idle for a minute with nothing under way (a bucket refills in at most that). */
+  private sweep(now: number): void {
+    if (now - this.sweptAt < 60_000) return;
+    this.sweptAt = now;
+    for (const [id, s] of this.scopes) if (s.inFlight === 0 && now - s.used > 60_000 + (s.bucket ? (s.bucket.burst * 60_000) / s.bucket.perMin : 0)) this.scopes.delete(id);
+  }
+}
+
+const NOTHING = () => undefined;
+
+/** The RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) of a rate. */
+export function rateFields(limits: CallLimits, remaining: number, resetS: number): [string, string][] {
+  return [
+    ['ratelimit-policy', `"calls";q=${limits.callsPerMin};w=60`],
+    ['ratelimit', `"calls";r=${remaining};t=${resetS}`],
+  ];
+}
+
+/** Who a call is made by, as the limits see it (a Principal). */
+export interface LimitedCaller {
+  userId: number;
+  /** The user's own values (user_limits), read with their key; undefined or null: none. */
+  limits?: LimitSettings | null | undefined;
+}
+
+/** The operator's defaults and this process's limiter: what CallService admits calls by. */
+export class Limits {
+  constructor(
+    readonly defaults: CallLimits,
+    readonly limiter = new CallLimiter(),
+  ) {}
+
+  /** The limits in force for a caller. */
+  of(caller: LimitedCaller): CallLimits {
+    return caller.limits ? resolveLimits(this.defaults, caller.limits) : this.defaults;
+  }
+
+  /** Admits one call (see CallLimiter.admit); `concurrent`: it holds one of the calls at once. */
+  admit(caller: LimitedCaller, concurrent: boolean): () => void {
+    return this.limiter.admit(caller.userId, this.of(caller), concurrent);
+  }
+
+  state(caller: LimitedCaller): CallsState {
+    return this.limiter.state(caller.userId, this.of(caller));
+  }
+}
+
+/** A user's own values as a row of user_limits (left-joined: all null when the user has none). */
+export function ownLimits(row: { calls_per_min: number | string | null; burst: number | string | null; concurrency: number | string | null }): LimitSettings | null {
+  if (row.calls_per_min === null && row.burst === null && row.concurrency === null) return null;
+  const n = (v: number | string | null) => (v === null ? null : Number(v));
+  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency) };
+}
