@@ -1,3 +1,4 @@
+import { readUserLimits, writeUserLimits } from '../limits/userLimits.ts';
 import type { Config } from '../config.ts';
 import { createServices, type Services } from '../services.ts';
 import { AppError } from '../errors.ts';
@@ -59,7 +60,23 @@ export async function readPassword(input: NodeJS.ReadStream = process.stdin, pro
   return first;
 }
 
-export async function userCommand(config: Config, sub: string | undefined, args: string[], flags: { passwordStdin: boolean }, usage: Usage): Promise<number> {
+/** The limit flags of `user limits`, as typed. */
+export interface LimitFlags {
+  callsPerMin?: string | undefined;
+  burst?: string | undefined;
+  concurrency?: string | undefined;
+  clear?: boolean;
+}
+
+/** A limit flag: undefined when not given, null for `default`, else a whole number. */
+function limitFlag(name: string, raw: string | undefined, usage: Usage): number | null | undefined {
+  if (raw === undefined) return undefined;
+  if (raw === 'default') return null;
+  if (!/^\d{1,10}$/.test(raw)) usage(`--${name} takes a whole number (0: no limit) or default, not "${raw}"`);
+  return Number(raw);
+}
+
+export async function userCommand(config: Config, sub: string | undefined, args: string[], flags: { passwordStdin: boolean; limits?: LimitFlags }, usage: Usage): Promise<number> {
   switch (sub) {
     case 'create': {
       if (args.length !== 1) usage('user create takes one NAME');
@@ -95,8 +112,32 @@ export async function userCommand(config: Config, sub: string | undefined, args:
       print({ deleted: args[0] });
       return 0;
     }
+    case 'limits': {
+      if (args.length !== 1) usage('user limits takes one NAME');
+      const f = flags.limits ?? {};
+      const change = {
+        calls_per_min: limitFlag('calls-per-min', f.callsPerMin, usage),
+        burst: limitFlag('burst', f.burst, usage),
+        concurrency: limitFlag('concurrency', f.concurrency, usage),
+      };
+      const changing = f.clear === true || Object.values(change).some((v) => v !== undefined);
+      if (f.clear === true && Object.values(change).some((v) => v !== undefined)) usage('user limits: --clear puts every limit back to the default; give it alone');
+      const shown = await withServices(config, async (s) => {
+        const user = await s.users.require(args[0]!);
+        const own = changing ? await writeUserLimits(s.store, user.id, Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)), f.clear === true) : await readUserLimits(s.store.db, user.id);
+        const inForce = s.limits.of({ userId: user.id, limits: own });
+        const none = (n: number) => (n === 0 ? null : n);
+        return {
+          username: user.username,
+          own: own ?? { calls_per_min: null, burst: null, concurrency: null },
+          in_force: { calls_per_min: none(inForce.callsPerMin), burst: none(inForce.burst), concurrency: none(inForce.concurrency) },
+        };
+      });
+      print(shown);
+      return 0;
+    }
     default:
-      return usage(`unknown user command "${sub ?? ''}"; use create, password, list or delete`);
+      return usage(`unknown user command "${sub ?? ''}"; use create, password, list, delete or limits`);
   }
 }
 

@@ -2,6 +2,9 @@ import { ownBusiness } from './ownBusiness.ts';
 import type { FastifyInstance } from 'fastify';
 import type { UserService } from '../auth/users.ts';
 import { usageRange, type UsageRecorder } from '../algorithms/usage.ts';
+import { AppError } from '../errors.ts';
+import { isOwner } from '../data/acl.ts';
+import type { Limits } from '../limits/limits.ts';
 
 interface UserParams {
   username: string;
@@ -14,7 +17,7 @@ interface UserParams {
  * may manage (`allow_algo_management`); another user's name, whether it exists or not, is
  * `forbidden`.
  */
-export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageRecorder; users: UserService }): Promise<void> {
+export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageRecorder; users: UserService; limits: Limits }): Promise<void> {
   const { usage, users } = opts;
   // A flush that fails on the timer is logged with the server's log.
   usage.logTo(app.log);
@@ -23,5 +26,25 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
     const user = await ownBusiness(req, users, 'read', 'usage');
     const { from, to } = usageRange(req.query);
     return usage.report({ id: user.id, username: user.username }, from, to);
+  });
+
+  /**
+   * `GET /v1/users/:username/limits` (docs/limits.md): the call limits in force for the user
+   * and what is left of them now; null is no limit. Any key of the user's may ask (a key that
+   * may only call should see what it is held to); another user's name is `forbidden`.
+   */
+  app.get<{ Params: UserParams }>('/v1/users/:username/limits', async (req) => {
+    const principal = req.principal!;
+    if (!isOwner(principal, req.params.username)) throw new AppError('forbidden', `you can only read your own limits (you are ${principal.username})`);
+    const s = opts.limits.state(principal);
+    const none = (n: number) => (n === 0 ? null : n);
+    return {
+      calls_per_min: none(s.limits.callsPerMin),
+      burst: none(s.limits.burst),
+      concurrency: none(s.limits.concurrency),
+      remaining: s.remaining,
+      reset_s: s.reset_s,
+      in_flight: s.in_flight,
+    };
   });
 }

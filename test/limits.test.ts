@@ -1,0 +1,177 @@
+/**
+ * Call limits (issue 24; docs/limits.md): the token bucket and the limiter on a clock the
+ * tests move, then over real HTTP: the operator's defaults, a user's own values set with the
+ * admin command, 429 with Retry-After and the RateLimit fields, GET /v1/users/:user/limits,
+ * a concurrency limit against calls really under way, and calls with output=void.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { TokenBucket } from '../src/limits/bucket.ts';
+import { CallLimiter, LimitError, resolveLimits } from '../src/limits/limits.ts';
+import { writeUserLimits } from '../src/limits/userLimits.ts';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { callAlgo, release } from './helpers/algorithms.ts';
+import { runCli as cli } from './helpers/process.ts';
+
+const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
+
+describe('the bucket and the limiter', () => {
+  test('a bucket gives its burst, then one token per 60/rate seconds; Retry-After rounds up', () => {
+    const b = new TokenBucket(60, 3, 0);
+    assert.deepEqual([b.take(0), b.take(0), b.take(0), b.take(0)], [true, true, true, false]);
+    assert.equal(b.retryAfterS(0), 1);
+    assert.equal(b.take(999), false);
+    assert.equal(b.take(1000), true);
+    // Refills to the burst, no further.
+    assert.equal(b.remaining(3_600_000), 3);
+    const slow = new TokenBucket(6, 1, 0);
+    slow.take(0);
+    assert.equal(slow.retryAfterS(0), 10);
+    assert.equal(slow.retryAfterS(9_500), 1);
+  });
+
+  test('a user\'s own values over the operator\'s; 0 is no limit; the burst follows the rate when not given', () => {
+    const operator = { callsPerMin: 600, burst: 50, concurrency: 4 };
+    assert.deepEqual(resolveLimits(operator, null), operator);
+    assert.deepEqual(resolveLimits(operator, { calls_per_min: 60, burst: null, concurrency: null }), { callsPerMin: 60, burst: 3, concurrency: 4 });
+    assert.deepEqual(resolveLimits(operator, { calls_per_min: null, burst: 5, concurrency: 0 }), { callsPerMin: 600, burst: 5, concurrency: 0 });
+    assert.deepEqual(resolveLimits(operator, { calls_per_min: 0, burst: null, concurrency: null }), { callsPerMin: 0, burst: 0, concurrency: 4 });
+  });
+
+  test('the limiter: rate per user, concurrency held until released (once), nothing taken by a refusal', () => {
+    let now = 0;
+    const l = new CallLimiter(() => now);
+    const limits = { callsPerMin: 60, burst: 2, concurrency: 1 };
+    const release = l.admit(1, limits);
+    // Concurrency: a second call at once is refused, and takes no token.
+    assert.throws(() => l.admit(1, limits), (e: unknown) => e instanceof LimitError && e.code === 'concurrency_limited');
+    assert.equal(l.state(1, limits).remaining, 1);
+    // Another user is not held by this one.
+    l.admit(2, limits)();
+    release();
+    release();
+    assert.equal(l.state(1, limits).in_flight, 0);
+    l.admit(1, limits)();
+    const refused = (() => {
+      try {
+        l.admit(1, limits);
+      } catch (e) {
+        return e as LimitError;
+      }
+      return undefined;
+    })();
+    assert.ok(refused instanceof LimitError);
+    assert.equal(refused.code, 'rate_limited');
+    assert.equal(refused.status, 429);
+    assert.deepEqual(refused.headers, [
+      ['retry-after', '1'],
+      ['ratelimit-policy', '"calls";q=60;w=60'],
+      ['ratelimit', '"calls";r=0;t=1'],
+    ]);
+    // Calls that hold no concurrent call (queued ones) still take a token.
+    now += 1000;
+    l.admit(1, { ...limits, concurrency: 1 }, false);
+    assert.equal(l.state(1, limits).remaining, 0);
+  });
+});
+
+describe('limits over HTTP', () => {
+  let s: TestServer;
+  let alice: ReturnType<typeof api>;
+  let bob: ReturnType<typeof api>;
+  let now = Date.now();
+
+  const ALGO = `
+export async function apply(input) {
+  if (typeof input === 'string' && input.startsWith('sleep ')) await new Promise((r) => setTimeout(r, Number(input.slice(6))));
+  return input;
+}
+`;
+
+  before(async () => {
+    s = await startServer({ env: { ALGOHOST_LIMIT_CALLS_PER_MIN: '60', ALGOHOST_LIMIT_BURST: '3', ALGOHOST_LIMIT_CONCURRENCY: '2' }, now: () => now });
+    alice = api(s.url, await s.user('alice'));
+    bob = api(s.url, await s.user('bob'));
+    await release(alice, 'alice', 'Echo', { 'src/index.js': ALGO }, { settings: { language: 'javascript' } });
+  });
+  after(() => s.close());
+
+  test('the burst, then 429 rate_limited with Retry-After and the RateLimit fields; a second later, one more', { skip: CLUSTER && 'each API node holds its own buckets so far (docs/limits.md)' }, async () => {
+    now += 3_600_000;
+    for (let i = 0; i < 3; i++) assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
+    const r = await callAlgo(alice, 'alice/Echo', 'hi');
+    assert.equal(r.status, 429);
+    assert.equal(r.headers.get('retry-after'), '1');
+    assert.equal(r.headers.get('ratelimit-policy'), '"calls";q=60;w=60');
+    assert.equal(r.headers.get('ratelimit'), '"calls";r=0;t=1');
+    const body = await json(r);
+    assert.equal(body.error.code, 'rate_limited');
+    assert.equal(body.error.limit, 'calls_per_min');
+    assert.match(body.error.message, /60 calls a minute/);
+    // Another user has a bucket of their own.
+    assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
+    const limits = await json(await alice('/v1/users/alice/limits'));
+    assert.deepEqual(limits, { calls_per_min: 60, burst: 3, concurrency: 2, remaining: 0, reset_s: 3, in_flight: 0 });
+    now += 1000;
+    assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
+    assert.equal((await alice('/v1/users/bob/limits')).status, 403);
+  });
+
+  test('a user\'s own values, set with the store as the admin command does, hold from the next call', { skip: CLUSTER && 'each API node holds its own buckets so far (docs/limits.md)' }, async () => {
+    now += 3_600_000;
+    const user = await s.services.users.require('bob');
+    await writeUserLimits(s.services.store, user.id, { calls_per_min: 120, burst: 1 });
+    assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
+    const r = await callAlgo(bob, 'alice/Echo', 'hi');
+    assert.equal(r.status, 429);
+    assert.equal(r.headers.get('ratelimit-policy'), '"calls";q=120;w=60');
+    now += 500;
+    assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
+    // No limit for bob (0), whatever the operator's default.
+    await writeUserLimits(s.services.store, user.id, { calls_per_min: 0 });
+    for (let i = 0; i < 8; i++) assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
+    const limits = await json(await bob('/v1/users/bob/limits'));
+    assert.equal(limits.calls_per_min, null);
+    assert.equal(limits.remaining, null);
+    await writeUserLimits(s.services.store, user.id, {}, true);
+  });
+
+  test('concurrency: a third call while two are under way is 429 concurrency_limited; queued calls (output=void) are not held to it', { skip: CLUSTER && 'each API node holds its own counts so far (docs/limits.md)' }, async () => {
+    now += 3_600_000;
+    const slow = [callAlgo(alice, 'alice/Echo', 'sleep 1500'), callAlgo(alice, 'alice/Echo', 'sleep 1500')];
+    // Both are under way once the server counts them.
+    const end = Date.now() + 10_000;
+    while ((await json(await alice('/v1/users/alice/limits'))).in_flight < 2 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    const r = await callAlgo(alice, 'alice/Echo', 'hi');
+    assert.equal(r.status, 429);
+    const body = await json(r);
+    assert.equal(body.error.code, 'concurrency_limited');
+    assert.equal(body.error.limit, 'concurrency');
+    const queued = await callAlgo(alice, 'alice/Echo', 'hi', 'text/plain', '?output=void');
+    assert.equal(queued.status, 200, JSON.stringify(await queued.clone().text()));
+    for (const p of slow) assert.equal((await p).status, 200);
+    assert.equal((await json(await alice('/v1/users/alice/limits'))).in_flight, 0);
+    // The queued call took the burst's last token (2 + 1); a second later there is one more.
+    assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 429);
+    now += 1000;
+    assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
+  });
+
+  test('algohost user limits: shows, sets (default, 0), clears; refuses a bad number', { timeout: 60_000 }, async () => {
+    // The command reads the operator's defaults from the environment, as the server does.
+    const env = { ALGOHOST_LIMIT_CALLS_PER_MIN: '60', ALGOHOST_LIMIT_BURST: '3', ALGOHOST_LIMIT_CONCURRENCY: '2' };
+    const runCli = (args: string[], home: string) => cli(args, home, undefined, env);
+    const set = await runCli(['user', 'limits', 'alice', '--calls-per-min', '30', '--concurrency', '0'], s.home);
+    assert.equal(set.code, 0, set.stderr);
+    assert.deepEqual(JSON.parse(set.stdout), { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0 }, in_force: { calls_per_min: 30, burst: 2, concurrency: null } });
+    const back = await runCli(['user', 'limits', 'alice', '--calls-per-min', 'default'], s.home);
+    assert.deepEqual(JSON.parse(back.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: null });
+    const cleared = await runCli(['user', 'limits', 'alice', '--clear'], s.home);
+    assert.deepEqual(JSON.parse(cleared.stdout).own, { calls_per_min: null, burst: null, concurrency: null });
+    const shown = await runCli(['user', 'limits', 'alice'], s.home);
+    assert.deepEqual(JSON.parse(shown.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2 });
+    const bad = await runCli(['user', 'limits', 'alice', '--burst', 'lots'], s.home);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /--burst takes a whole number/);
+  });
+});
