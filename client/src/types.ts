@@ -143,6 +143,21 @@ export interface KeyPermissions {
   allow_data_write: boolean;
   /** May manage algorithms, this user's keys and connected accounts. */
   allow_algo_management: boolean;
+  /**
+   * This key's own call limits, lower than its user's (docs/limits.md): calls with it are held
+   * to both. Absent or null: the user's alone.
+   */
+  limits?: KeyLimits | null;
+}
+
+/** A key's own call limits; a field left out is the user's. */
+export interface KeyLimits {
+  /** Calls a minute (a token bucket). */
+  calls_per_min?: number;
+  /** Calls at once after a quiet spell; three seconds' worth of the rate when left out. */
+  burst?: number;
+  /** Calls under way at once. */
+  concurrency?: number;
 }
 
 export interface KeyRecord {

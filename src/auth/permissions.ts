@@ -1,8 +1,8 @@
 import { AppError } from '../errors.ts';
 
 /** What one API key may do (field names from the original service's key records): the wire record. */
-import type { KeyPermissions } from '../../client/src/types.ts';
-export type { KeyPermissions };
+import type { KeyLimits, KeyPermissions } from '../../client/src/types.ts';
+export type { KeyLimits, KeyPermissions };
 
 export const FULL_PERMISSIONS: Readonly<KeyPermissions> = Object.freeze({
   allow_algo: true,
@@ -15,7 +15,8 @@ export const FULL_PERMISSIONS: Readonly<KeyPermissions> = Object.freeze({
 });
 
 const BOOLEAN_FIELDS = ['allow_algo', 'allow_web_algo', 'allow_data', 'allow_data_write', 'allow_algo_management'] as const;
-const ALL_FIELDS = new Set<string>([...BOOLEAN_FIELDS, 'algo_acl', 'referer_host']);
+const ALL_FIELDS = new Set<string>([...BOOLEAN_FIELDS, 'algo_acl', 'referer_host', 'limits']);
+const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency'] as const;
 
 const NAME = '[A-Za-z][A-Za-z0-9_]{0,29}';
 const ALGO_ACL_ENTRY = new RegExp(`^algo://(\\*|${NAME}/\\*|${NAME}/[A-Za-z][A-Za-z0-9_]{0,63}/\\*)$`);
@@ -51,9 +52,25 @@ export function parsePermissions(input: unknown, base: Readonly<KeyPermissions>)
         throw invalid('referer_host must be null or a host name such as "example.com" or "*.example.com"');
       }
       out.referer_host = value === null ? null : (value as string).toLowerCase();
+    } else if (field === 'limits') {
+      out.limits = parseKeyLimits(value);
     }
   }
   return out;
+}
+
+/** A key's own limits (`limits`): null, or an object of whole numbers of at least 1. */
+function parseKeyLimits(value: unknown): KeyLimits | null {
+  if (value === null) return null;
+  if (typeof value !== 'object' || Array.isArray(value)) throw invalid('limits must be null or an object such as {"calls_per_min": 60, "burst": 5, "concurrency": 2}');
+  const out: KeyLimits = {};
+  for (const [field, n] of Object.entries(value as Record<string, unknown>)) {
+    if (!(LIMIT_FIELDS as readonly string[]).includes(field)) throw invalid(`unknown limit "${field}"; known: ${LIMIT_FIELDS.join(', ')}`);
+    if (n === null) continue;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 10_000_000) throw invalid(`limits.${field} must be a whole number from 1 to 10,000,000 (leave it out for the user's)`);
+    out[field as (typeof LIMIT_FIELDS)[number]] = n;
+  }
+  return Object.keys(out).length === 0 ? null : out;
 }
 
 /** True when every algorithm that `child` admits is admitted by `parent`. */
@@ -72,6 +89,11 @@ export function exceedingPermission(child: KeyPermissions, parent: KeyPermission
   if (child.allow_algo && !child.algo_acl.every((c) => aclCovers(parent.algo_acl, c))) return 'algo_acl';
   if (child.allow_web_algo && parent.referer_host !== null && child.referer_host !== parent.referer_host) {
     return 'referer_host';
+  }
+  // A key held to a limit hands out no key without it, or with a higher one.
+  for (const f of LIMIT_FIELDS) {
+    const held = parent.limits?.[f];
+    if (held !== undefined && (child.limits?.[f] === undefined || child.limits[f]! > held)) return `limits.${f}`;
   }
   return null;
 }

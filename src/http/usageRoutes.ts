@@ -4,7 +4,7 @@ import type { UserService } from '../auth/users.ts';
 import { usageRange, type UsageRecorder } from '../algorithms/usage.ts';
 import { AppError } from '../errors.ts';
 import { isOwner } from '../data/acl.ts';
-import type { Limits } from '../limits/limits.ts';
+import type { CallsState, Limits } from '../limits/limits.ts';
 
 interface UserParams {
   username: string;
@@ -30,21 +30,24 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
 
   /**
    * `GET /v1/users/:username/limits` (docs/limits.md): the call limits in force for the user
-   * and what is left of them now; null is no limit. Any key of the user's may ask (a key that
+   * and what is left of them now, and the asking key's own (`key`, null when it has none);
+   * null is no limit. Any key of the user's may ask (a key that
    * may only call should see what it is held to); another user's name is `forbidden`.
    */
   app.get<{ Params: UserParams }>('/v1/users/:username/limits', async (req) => {
     const principal = req.principal!;
     if (!isOwner(principal, req.params.username)) throw new AppError('forbidden', `you can only read your own limits (you are ${principal.username})`);
-    const s = opts.limits.state(principal);
     const none = (n: number) => (n === 0 ? null : n);
-    return {
+    const shown = (s: CallsState) => ({
       calls_per_min: none(s.limits.callsPerMin),
       burst: none(s.limits.burst),
       concurrency: none(s.limits.concurrency),
       remaining: s.remaining,
       reset_s: s.reset_s,
       in_flight: s.in_flight,
-    };
+    });
+    const key = opts.limits.keyState(principal);
+    // The user's, and the asking key's own when it has some (calls with it are held to both).
+    return { ...shown(opts.limits.state(principal)), key: key && shown(key) };
   });
 }

@@ -22,6 +22,12 @@ export class TokenBucket {
     }
   }
 
+  /** Whether a token is there (nothing is taken). */
+  has(now: number): boolean {
+    this.refill(now);
+    return this.tokens >= 1;
+  }
+
   /** Takes a token if there is one. */
   take(now: number): boolean {
     this.refill(now);

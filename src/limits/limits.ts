@@ -1,5 +1,6 @@
 import { AppError } from '../errors.ts';
 import { TokenBucket } from './bucket.ts';
+import type { KeyLimits } from '../../client/src/types.ts';
 
 /**
  * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
@@ -100,36 +101,49 @@ export class CallLimiter {
   }
 
   /**
-   * Admits one call of user `userId` under `limits`: takes a token from the user's bucket and,
-   * unless `concurrent` is false, holds one of the user's concurrent calls until the release
-   * given back is called (once). Throws LimitError, taking nothing, when a limit is reached.
+   * Admits one call of user `userId` under `limits` (and, when the call's key has limits of its
+   * own, under those too): takes a token from each bucket and, unless `concurrent` is false,
+   * holds one of the calls at once of each until the release given back is called (once).
+   * Throws LimitError, taking nothing, when a limit is reached.
    */
-  admit(userId: number, limits: CallLimits, concurrent = true): () => void {
-    if (limits.callsPerMin === 0 && (limits.concurrency === 0 || !concurrent)) return NOTHING;
+  admit(userId: number, limits: CallLimits, concurrent = true, key?: { id: string; limits: CallLimits }): () => void {
+    const quiet = (l: CallLimits) => l.callsPerMin === 0 && (l.concurrency === 0 || !concurrent);
+    if (quiet(limits) && (key === undefined || quiet(key.limits))) return NOTHING;
     const now = this.now();
     this.sweep(now);
-    const s = this.scope(`u${userId}`, limits, now);
-    if (concurrent && limits.concurrency > 0 && s.inFlight >= limits.concurrency) {
-      throw new LimitError('concurrency_limited', `you have ${s.inFlight} calls under way, the most you may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', concurrency: limits.concurrency });
+    const scopes: { s: Scope; limits: CallLimits; who: string }[] = [{ s: this.scope(`u${userId}`, limits, now), limits, who: 'you' }];
+    if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`k${key.id}`, key.limits, now), limits: key.limits, who: 'this key' });
+    // Every limit is looked at before anything is taken: a refusal takes nothing.
+    for (const { s, limits: l, who } of scopes) {
+      if (concurrent && l.concurrency > 0 && s.inFlight >= l.concurrency) {
+        throw new LimitError('concurrency_limited', `${who === 'you' ? 'you have' : 'this key has'} ${s.inFlight} calls under way, the most ${who === 'you' ? 'you' : 'it'} may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', scope: who === 'you' ? 'user' : 'key', concurrency: l.concurrency });
+      }
+      if (s.bucket !== undefined && !s.bucket.has(now)) {
+        const retry = s.bucket.retryAfterS(now);
+        throw new LimitError('rate_limited', `${who} may make ${l.callsPerMin} calls a minute (${l.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(l, 0, retry)], { limit: 'calls_per_min', scope: who === 'you' ? 'user' : 'key', calls_per_min: l.callsPerMin, burst: l.burst, retry_after_s: retry });
+      }
     }
-    if (s.bucket !== undefined && !s.bucket.take(now)) {
-      const retry = s.bucket.retryAfterS(now);
-      throw new LimitError('rate_limited', `you may make ${limits.callsPerMin} calls a minute (${limits.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(limits, 0, retry)], { limit: 'calls_per_min', calls_per_min: limits.callsPerMin, burst: limits.burst, retry_after_s: retry });
+    const held: Scope[] = [];
+    for (const { s, limits: l } of scopes) {
+      s.bucket?.take(now);
+      if (concurrent && l.concurrency > 0) {
+        s.inFlight++;
+        held.push(s);
+      }
     }
-    if (!concurrent || limits.concurrency === 0) return NOTHING;
-    s.inFlight++;
+    if (held.length === 0) return NOTHING;
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      s.inFlight--;
+      for (const s of held) s.inFlight--;
     };
   }
 
-  /** The state of a user's calls now (nothing is taken). */
-  state(userId: number, limits: CallLimits): CallsState {
+  /** The state of a scope's calls now (`u<user id>`, `k<key id>`; nothing is taken). */
+  state(scope: string, limits: CallLimits): CallsState {
     const now = this.now();
-    const s = this.scopes.get(`u${userId}`);
+    const s = this.scopes.get(scope);
     const bucket = limits.callsPerMin === 0 ? undefined : s?.bucket !== undefined && s.bucket.perMin === limits.callsPerMin && s.bucket.burst === limits.burst ? s.bucket : new TokenBucket(limits.callsPerMin, limits.burst, now);
     return { limits, remaining: bucket?.remaining(now) ?? null, reset_s: bucket?.fullInS(now) ?? null, in_flight: s?.inFlight ?? 0 };
   }
@@ -157,6 +171,15 @@ export interface LimitedCaller {
   userId: number;
   /** The user's own values (user_limits), read with their key; undefined or null: none. */
   limits?: LimitSettings | null | undefined;
+  keyId?: string;
+  /** The key's own limits, in its permissions (`limits`). */
+  permissions?: { limits?: KeyLimits | null | undefined };
+}
+
+/** A key's own limits as limits in force (0: the key adds none; the user's still hold). */
+export function keyLimits(own: KeyLimits): CallLimits {
+  const callsPerMin = own.calls_per_min ?? 0;
+  return { callsPerMin, burst: callsPerMin === 0 ? 0 : (own.burst ?? defaultBurst(callsPerMin)), concurrency: own.concurrency ?? 0 };
 }
 
 /** The operator's defaults and this process's limiter: what CallService admits calls by. */
@@ -173,11 +196,18 @@ export class Limits {
 
   /** Admits one call (see CallLimiter.admit); `concurrent`: it holds one of the calls at once. */
   admit(caller: LimitedCaller, concurrent: boolean): () => void {
-    return this.limiter.admit(caller.userId, this.of(caller), concurrent);
+    const own = caller.permissions?.limits;
+    return this.limiter.admit(caller.userId, this.of(caller), concurrent, own && caller.keyId !== undefined ? { id: caller.keyId, limits: keyLimits(own) } : undefined);
   }
 
   state(caller: LimitedCaller): CallsState {
-    return this.limiter.state(caller.userId, this.of(caller));
+    return this.limiter.state(`u${caller.userId}`, this.of(caller));
+  }
+
+  /** The state of the calls of the caller's key, when it has limits of its own (else null). */
+  keyState(caller: LimitedCaller): CallsState | null {
+    const own = caller.permissions?.limits;
+    return own && caller.keyId !== undefined ? this.limiter.state(`k${caller.keyId}`, keyLimits(own)) : null;
   }
 }
 
