@@ -62,8 +62,10 @@ test('while uploads saturate the server, deliveries go PACED_SENDS a round; afte
   );
   const loadEnd = performance.now();
   const during = arrivals.filter((t) => t <= loadEnd).length;
-  // Rounds at least PACE_MS apart: at most this many in the window (and one begun before it).
-  const bound = (Math.floor((loadEnd - t0) / PACE_MS) + 2) * PACED_SENDS;
+  // Rounds at least PACE_MS apart: at most this many in the window, and room for a few more (one
+  // begun before it, a window the meter read as quiet while this machine stalled); unpaced, the
+  // same load sent 590 in 2 s here, against this bound's 384.
+  const bound = (Math.floor((loadEnd - t0) / PACE_MS) + 4) * PACED_SENDS;
   assert.ok(during <= bound, `${during} deliveries arrived during ${Math.round(loadEnd - t0)} ms of uploads (${uploads} uploads, ${uploads * SUBSCRIPTIONS} deliveries due): more than ${bound}, so they were not paced`);
   // Paced, not stopped: some went out while the uploads went on.
   assert.ok(during > 0, 'no delivery went out while the uploads went on');
