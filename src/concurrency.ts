@@ -148,3 +148,26 @@ export class Pressure {
     return this.busy;
   }
 }
+
+/** While saturated, background work runs one round per PACE_MS (docs/events.md, "Under load"). */
+export const PACE_MS = 100;
+
+/**
+ * The pace of one background loop (the webhook and trigger dispatchers): free while `pressure`
+ * says the process is not saturated, else one round per PACE_MS.
+ */
+export class Pacer {
+  private last = -Infinity;
+
+  constructor(private readonly pressure: Pressure | undefined) {}
+
+  /** Whether the round about to run is paced, and if it must wait first, for how many ms (else 0). */
+  next(): { paced: boolean; wait: number } {
+    if (!(this.pressure?.saturated() ?? false)) return { paced: false, wait: 0 };
+    const now = performance.now();
+    const wait = this.last + PACE_MS - now;
+    if (wait > 0) return { paced: true, wait };
+    this.last = now;
+    return { paced: true, wait: 0 };
+  }
+}

@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
-import { Pressure } from '../src/concurrency.ts';
-import { PACE_MS, PACED_SENDS } from '../src/events/webhooks.ts';
+import { PACED_SENDS } from '../src/events/webhooks.ts';
+import { PACE_MS, Pressure } from '../src/concurrency.ts';
 
 const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
 const SUBSCRIPTIONS = 5;

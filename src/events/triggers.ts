@@ -2,8 +2,7 @@ import crypto from 'node:crypto';
 import { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
-import type { Pressure } from '../concurrency.ts';
-import { PACE_MS } from './webhooks.ts';
+import { Pacer, type Pressure } from '../concurrency.ts';
 import type { Principal, TriggerOrigin } from '../auth/principal.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import { exceedingPermission } from '../auth/permissions.ts';
@@ -76,7 +75,7 @@ export type RunView = TriggerRun;
 
 export interface TriggerOptions {
   now?: () => number;
-  /** This process's load from requests: while it is saturated, the dispatcher paces itself (webhooks.ts PACE_MS). */
+  /** This process's load from requests: while it is saturated, the dispatcher paces itself (Pacer) */
   pressure?: Pressure;
   /** Runs one node has under way at once (IN_FLIGHT). */
   inFlight?: number;
@@ -97,7 +96,7 @@ const newRequestId = () => `req-${crypto.randomBytes(12).toString('hex')}`;
 export class Triggers {
   private readonly now: () => number;
   private readonly inFlightMax: number;
-  private readonly pressure: Pressure | undefined;
+  private readonly pacer: Pacer;
 
   constructor(
     private readonly store: MetadataStore,
@@ -108,7 +107,7 @@ export class Triggers {
   ) {
     this.now = options.now ?? Date.now;
     this.inFlightMax = options.inFlight ?? IN_FLIGHT;
-    this.pressure = options.pressure;
+    this.pacer = new Pacer(options.pressure);
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -248,23 +247,16 @@ export class Triggers {
     setImmediate(() => void this.round());
   }
 
-  /** When the last paced round began (performance.now()). */
-  private pacedAt = -Infinity;
-
   private async round(): Promise<void> {
     let next = POLL_MS;
     try {
       do {
         if (this.stopped) return;
         // While requests saturate the process, one round per PACE_MS, as webhooks do.
-        const paced = this.pressure?.saturated() ?? false;
-        if (paced) {
-          const wait = this.pacedAt + PACE_MS - performance.now();
-          if (wait > 0) {
-            next = wait;
-            return;
-          }
-          this.pacedAt = performance.now();
+        const { paced, wait } = this.pacer.next();
+        if (wait > 0) {
+          next = wait;
+          return;
         }
         this.again = false;
         await this.fanOut(paced);

@@ -3,7 +3,7 @@ import { AppError } from '../errors.ts';
 import { CompiledQuery, sql, type Insertable } from 'kysely';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { DeliveriesTable } from '../store/schema.ts';
-import type { Pressure } from '../concurrency.ts';
+import { Pacer, type Pressure } from '../concurrency.ts';
 import type { CredentialBox } from '../data/accounts/credentials.ts';
 import { checkPublicEndpoint, publicOnlyLookup } from '../data/accounts/egress.ts';
 import { httpRequest } from '../data/connectors/httpClient.ts';
@@ -66,12 +66,11 @@ const CLAIM_SUBSCRIPTIONS = 64;
 const POLL_MS = 1_000;
 const CURSOR_KEY = 'webhooks.cursor';
 /**
- * While requests saturate the process (Pressure), the dispatcher runs one round per PACE_MS,
- * claiming at most PACED_SENDS: deliveries take a small share of the event loop (about 160 a
- * second, and ten bookkeeping commits), wait in the outbox meanwhile, and catch up at full
+ * While requests saturate the process (Pressure), the dispatcher runs one round per PACE_MS
+ * (Pacer), claiming at most PACED_SENDS: deliveries take a small share of the event loop (about
+ * 160 a second, and ten bookkeeping commits), wait in the outbox meanwhile, and catch up at full
  * speed when the requests ease (docs/events.md, "Under load").
  */
-export const PACE_MS = 100;
 export const PACED_SENDS = 16;
 export const PACED_FAN_OUT_MS = 500;
 
@@ -93,7 +92,7 @@ export interface WebhookOptions {
   /** How long an endpoint has to answer (DELIVERY_TIMEOUT_MS); tests shorten it. */
   timeoutMs?: number;
   now?: () => number;
-  /** This process's load from requests: while it is saturated, the dispatcher paces itself (PACE_MS). */
+  /** This process's load from requests: while it is saturated, the dispatcher paces itself (Pacer). */
   pressure?: Pressure;
 }
 
@@ -151,6 +150,7 @@ export class Webhooks {
   ) {
     this.schedule = options.schedule ?? RETRY_SCHEDULE_MS;
     this.now = options.now ?? Date.now;
+    this.pacer = new Pacer(options.pressure);
   }
 
   // ---- subscriptions ------------------------------------------------------------------
@@ -324,7 +324,7 @@ export class Webhooks {
   private wake(due = false): void {
     if (due) this.dueAsked++;
     if (this.stopped) return;
-    // Paced (PACE_MS): the timer set for the next round runs it; a commit meanwhile waits for it.
+    // Paced (Pacer): the timer set for the next round runs it; a commit meanwhile waits for it.
     if (!this.running && this.pausedUntil > performance.now()) return;
     if (this.running) {
       this.again = true;
@@ -338,8 +338,8 @@ export class Webhooks {
   /** The round under way. */
   private current: Promise<void> | undefined;
 
-  /** When the last paced round began, and the last fan-out (performance.now()). */
-  private pacedAt = -Infinity;
+  private readonly pacer: Pacer;
+  /** When the last fan-out began (performance.now()). */
   private fannedAt = -Infinity;
   /** Until when (performance.now()) a paced dispatcher waits for its timer, whatever wakes it. */
   private pausedUntil = -Infinity;
@@ -349,15 +349,11 @@ export class Webhooks {
     try {
       do {
         if (this.stopped) return;
-        const paced = this.options.pressure?.saturated() ?? false;
-        if (paced) {
-          const wait = this.pacedAt + PACE_MS - performance.now();
-          if (wait > 0) {
-            next = wait;
-            this.pausedUntil = performance.now() + wait;
-            return;
-          }
-          this.pacedAt = performance.now();
+        const { paced, wait } = this.pacer.next();
+        if (wait > 0) {
+          next = wait;
+          this.pausedUntil = performance.now() + wait;
+          return;
         }
         this.again = false;
         // Paced, the fan-out (a write of a row per event and subscription) goes every
