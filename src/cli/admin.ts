@@ -124,7 +124,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
       if (f.clear === true && Object.values(change).some((v) => v !== undefined)) usage('user limits: --clear puts every limit back to the default; give it alone');
       const shown = await withServices(config, async (s) => {
         const user = await s.users.require(args[0]!);
-        const own = changing ? await writeUserLimits(s.store, user.id, Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined)), f.clear === true) : await readUserLimits(s.store.db, user.id);
+        const own = changing ? await writeUserLimits(s.store, user.id, change, f.clear === true) : await readUserLimits(s.store.db, user.id);
         const inForce = s.limits.of({ userId: user.id, limits: own });
         const none = (n: number) => (n === 0 ? null : n);
         return {

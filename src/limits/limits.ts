@@ -26,8 +26,6 @@ export interface LimitSettings {
   concurrency: number | null;
 }
 
-export const NO_LIMITS: Readonly<CallLimits> = Object.freeze({ callsPerMin: 0, burst: 0, concurrency: 0 });
-
 /** The burst when none is set: three seconds' worth of the rate, at least 1. */
 export function defaultBurst(callsPerMin: number): number {
   return Math.max(1, Math.ceil(callsPerMin / 20));
@@ -93,9 +91,7 @@ export class CallLimiter {
       s = { bucket: undefined, inFlight: 0, used: now };
       this.scopes.set(id, s);
     }
-    // A changed limit starts a fresh bucket (full, as a new caller's).
-    if (limits.callsPerMin === 0) s.bucket = undefined;
-    else if (s.bucket === undefined || s.bucket.perMin !== limits.callsPerMin || s.bucket.burst !== limits.burst) s.bucket = new TokenBucket(limits.callsPerMin, limits.burst, now);
+    s.bucket = bucketFor(s.bucket, limits, now);
     s.used = now;
     return s;
   }
@@ -144,7 +140,7 @@ export class CallLimiter {
   state(scope: string, limits: CallLimits): CallsState {
     const now = this.now();
     const s = this.scopes.get(scope);
-    const bucket = limits.callsPerMin === 0 ? undefined : s?.bucket !== undefined && s.bucket.perMin === limits.callsPerMin && s.bucket.burst === limits.burst ? s.bucket : new TokenBucket(limits.callsPerMin, limits.burst, now);
+    const bucket = bucketFor(s?.bucket, limits, now);
     return { limits, remaining: bucket?.remaining(now) ?? null, reset_s: bucket?.fullInS(now) ?? null, in_flight: s?.inFlight ?? 0 };
   }
 
@@ -157,6 +153,12 @@ export class CallLimiter {
 }
 
 const NOTHING = () => undefined;
+
+/** A scope's bucket under `limits`: the one it has while they are the same; a changed limit starts a fresh one (full, as a new caller's). */
+function bucketFor(bucket: TokenBucket | undefined, limits: CallLimits, now: number): TokenBucket | undefined {
+  if (limits.callsPerMin === 0) return undefined;
+  return bucket !== undefined && bucket.perMin === limits.callsPerMin && bucket.burst === limits.burst ? bucket : new TokenBucket(limits.callsPerMin, limits.burst, now);
+}
 
 /** The RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) of a rate. */
 export function rateFields(limits: CallLimits, remaining: number, resetS: number): [string, string][] {
