@@ -17,7 +17,9 @@ import type { AddressInfo } from 'node:net';
 import { api, json, tempHome } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
 import { runCli, startServerProcess, WAIT_MS, type ServerProcess } from './helpers/process.ts';
-import { SHARED, shareBackends } from './helpers/backends.ts';
+import { HOME_FILES_ONLY, SHARED, shareBackends } from './helpers/backends.ts';
+import Database from 'better-sqlite3';
+import path from 'node:path';
 
 const ENV = { ALGOHOST_CONNECTOR_NETWORK: 'any' };
 const homes: string[] = [];
@@ -115,6 +117,50 @@ test('a server killed with deliveries in flight and others not yet sent: after a
       assert.ok([...ids.values()].every((s) => s.size === 1), 'each event has one webhook-id across attempts');
       const duplicates = got.filter((g) => g.answered).length - n;
       assert.ok(duplicates >= 0);
+    } finally {
+      await killHard(again);
+    }
+  } finally {
+    receiver.closeAllConnections();
+    await new Promise<void>((r) => receiver.close(() => r()));
+  }
+});
+
+test('the dispatcher\'s bookkeeping lost (as a power cut may lose it: its commits do not wait for the disk): the deliveries are made again from the outbox, under the same webhook-ids', { skip: HOME_FILES_ONLY }, async () => {
+  const { home, server, key } = await setUp();
+  const got: { id: string; subject: string }[] = [];
+  const receiver = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (c: string) => (body += c));
+    req.on('end', () => {
+      got.push({ id: String(req.headers['webhook-id']), subject: (JSON.parse(body) as { subject: string }).subject });
+      res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+  try {
+    const alice = api(server.url, key);
+    const sub = await postJson(alice, '/v1/users/alice/subscriptions', { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`, types: ['data.file.created'] });
+    assert.equal(sub.status, 201);
+    const n = 5;
+    for (let i = 0; i < n; i++) assert.equal((await alice(`/v1/data/.my/in/g${i}`, { method: 'PUT', body: `file ${i}` })).status, 200);
+    await until('every upload delivered', async () => (new Set(got.map((g) => g.subject)).size === n ? true : undefined));
+    await killHard(server);
+    const first = new Map(got.map((g) => [g.subject, g.id]));
+    // What the dispatcher wrote is gone, the outbox (written with the uploads) is not.
+    const db = new Database(path.join(home, 'metadata.sqlite'));
+    try {
+      db.prepare('DELETE FROM delivery_attempts').run();
+      assert.equal(db.prepare('DELETE FROM deliveries').run().changes, n);
+      db.prepare("UPDATE meta SET value = '0' WHERE key = 'webhooks.cursor'").run();
+    } finally {
+      db.close();
+    }
+    got.length = 0;
+    const again = await start(home);
+    try {
+      await until('every upload delivered again', async () => (new Set(got.map((g) => g.subject)).size === n ? true : undefined));
+      for (const g of got) assert.equal(g.id, first.get(g.subject), `${g.subject}: sent again under its first webhook-id`);
     } finally {
       await killHard(again);
     }

@@ -134,6 +134,39 @@ for (const [name, backend] of Object.entries(BACKENDS)) {
       }
     });
 
+    test('a write that need not wait for the disk commits like any other, and only it is relaxed', async () => {
+      const f = await backend.fresh();
+      const a = await f.open();
+      const b = await f.open();
+      // The setting as the transaction sees it: SQLite's synchronous (1 NORMAL, 2 FULL), PostgreSQL's synchronous_commit.
+      const setting = async (trx: MetadataStore['db']) =>
+        name === 'sqlite'
+          ? String(Object.values((await sql<Record<string, unknown>>`PRAGMA synchronous`.execute(trx)).rows[0]!)[0])
+          : String((await sql<{ synchronous_commit: string }>`SHOW synchronous_commit`.execute(trx)).rows[0]!.synchronous_commit);
+      try {
+        // PostgreSQL's own default (the tests' clusters turn it off for speed: then only the relaxed write is checked).
+        const durable = name === 'sqlite' ? '2' : String((await sql<{ reset_val: string }>`SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'`.execute(a.db)).rows[0]!.reset_val);
+        const relaxed = name === 'sqlite' ? '1' : 'off';
+        assert.equal(await a.write((trx) => setting(trx)), durable);
+        const seen = await a.write(async (trx) => {
+          await trx.insertInto('meta').values({ key: 'relaxed', value: '1' }).execute();
+          return setting(trx);
+        }, { durable: false });
+        assert.equal(seen, relaxed);
+        // Committed: another connection (another process's, for SQLite) reads it.
+        assert.equal((await b.db.selectFrom('meta').select('value').where('key', '=', 'relaxed').executeTakeFirst())?.value, '1');
+        // The next write waits for the disk again, after a relaxed one that failed too.
+        assert.equal(await a.write((trx) => setting(trx)), durable);
+        await assert.rejects(a.write(async () => { throw new Error('no'); }, { durable: false }), /no/);
+        assert.equal(await a.write((trx) => setting(trx)), durable);
+        assert.equal(await a.write((trx) => setting(trx), { durable: true }), durable);
+      } finally {
+        await b.close();
+        await a.close();
+        f.cleanup();
+      }
+    });
+
     test('unique violations are recognised; integers come back as numbers; JSON fields are read', async () => {
       const f = await backend.fresh();
       const store = await f.open();

@@ -5,6 +5,20 @@ export type Db = Kysely<Schema>;
 
 export type Dialect = 'sqlite' | 'postgres';
 
+export interface WriteOptions {
+  /**
+   * false: the commit returns without waiting for the disk (SQLite: synchronous=NORMAL for this
+   * commit, where the store keeps FULL; PostgreSQL: synchronous_commit off for this
+   * transaction). A process that dies loses nothing; a power cut or an operating system crash
+   * may lose the last such commits (whole, never half; and never a durable commit after them).
+   * Only for bookkeeping that can be done again from what is durable: the webhook
+   * dispatcher's, whose deliveries are made again from the outbox, and sent again under the same
+   * webhook-id (docs/events.md). Blocking on the disk, on one event loop, is what such a commit
+   * costs most (bench:events: 2 to 5 ms a commit, during which no request moves).
+   */
+  durable?: boolean;
+}
+
 /**
  * The metadata store: every table of the schema behind Kysely, on SQLite in the home (one
  * machine) or on PostgreSQL (several servers sharing it). Queries are written once against
@@ -21,7 +35,7 @@ export interface MetadataStore {
    * between; it waits for its turn instead). SQLite: `BEGIN IMMEDIATE`; PostgreSQL: a
    * transaction-scoped advisory lock that every `write` takes first.
    */
-  write<T>(fn: (trx: Db) => Promise<T>): Promise<T>;
+  write<T>(fn: (trx: Db) => Promise<T>, options?: WriteOptions): Promise<T>;
   /**
    * Calls `listener` after every `write` of this process that committed (the outbox's readers
    * wake on it, rather than wait for their next poll). Returns a function that stops it.

@@ -152,9 +152,10 @@ export async function openPostgresStore(options: PostgresOptions): Promise<Metad
     db,
     instance,
     location: redactUrl(url),
-    write: async (fn) => {
+    write: async (fn, options) => {
       const result = await db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(${sql.lit(LOCK_NAMESPACE)}, ${sql.lit(WRITE_LOCK)})`.execute(trx);
+        if (options?.durable === false) await sql`SET LOCAL synchronous_commit = off`.execute(trx);
         return fn(trx);
       });
       committed.emit();

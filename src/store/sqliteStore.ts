@@ -48,10 +48,14 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
     ping: async () => {
       statements.prepare('SELECT 1').get();
     },
-    write: (fn) =>
+    write: (fn, options) =>
       db.connection().execute(async (conn) => {
         writing++;
+        const relaxed = options?.durable === false;
         try {
+          // Set before the transaction begins, and set back once it ended (one connection:
+          // nothing else runs on it meanwhile).
+          if (relaxed) await sql`PRAGMA synchronous = NORMAL`.execute(conn);
           await sql`BEGIN IMMEDIATE`.execute(conn);
           try {
             const result = await fn(conn);
@@ -63,6 +67,7 @@ export async function openSqliteStore(file: string, options: SqliteOptions = {})
             throw err;
           }
         } finally {
+          if (relaxed) await sql`PRAGMA synchronous = FULL`.execute(conn);
           writing--;
         }
       }),
