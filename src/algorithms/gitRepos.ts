@@ -14,7 +14,7 @@ import type { AlgorithmFiles, BuildService } from './builds.ts';
 
 const run = promisify(execFile);
 const GIT = '/usr/bin/git';
-const HTTP_BACKEND = '/usr/lib/git-core/git-http-backend';
+export const GIT_HTTP_BACKEND = '/usr/lib/git-core/git-http-backend';
 const HOOK = fileURLToPath(new URL('./gitHook.mjs', import.meta.url));
 /** The branch that is the algorithm's source, as in the original service. */
 const BRANCH = 'master';
@@ -190,7 +190,7 @@ export class GitRepos {
       ...(req.gitProtocol ? { GIT_PROTOCOL: req.gitProtocol } : {}),
       ...(hookServer ? { ALGOHOST_GIT_HOOK_SOCKET: hookServer.path } : {}),
     };
-    const child = spawn(HTTP_BACKEND, [], { env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    const child = spawn(GIT_HTTP_BACKEND, [], { env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr = (stderr + s).slice(-4000)));
     const kill = () => {
@@ -330,4 +330,4 @@ function cgiResponse(out: Readable, stderr: () => string): Promise<GitResponse> 
   });
 }
 
-export const GIT_AVAILABLE = fs.existsSync(GIT) && fs.existsSync(HTTP_BACKEND);
+export const GIT_AVAILABLE = fs.existsSync(GIT) && fs.existsSync(GIT_HTTP_BACKEND);

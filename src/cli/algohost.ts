@@ -8,6 +8,7 @@ import { redactUrl } from '../store/redact.ts';
 const USAGE = `usage:
   algohost serve [--port N] [--host H] [--home DIR] [--no-demo] [--role all|api]
   algohost worker [--home DIR] [--port N] [--host H]
+  algohost doctor [--home DIR] [--json]
   algohost cluster status [--json]
   algohost user create NAME [--password-stdin] [--home DIR] [--init]
   algohost user password NAME [--home DIR]
@@ -36,6 +37,10 @@ move carries a stopped single-machine home (users, keys, data, ACLs, algorithms,
 versions, connected accounts, its secret) into an empty shared deployment's PostgreSQL and
 S3 store, and reads everything back to verify it; run it again to resume one cut short.
 --to and --blobs default to ALGOHOST_DATABASE_URL and ALGOHOST_BLOBS.
+
+doctor checks what this machine needs (sandbox, cgroups, seccomp, git, the build registries, and
+with their settings PostgreSQL, S3, NATS, the clock against the database, free disk), one line
+each with the fix for each problem; it exits 1 if there is one (docs/deployment.md).
 
 In a cluster (docs/cluster.md), serve --role api takes HTTP and sends every call over NATS
 (ALGOHOST_NATS_URL) to the worker nodes, which algohost worker starts; both use the shared
@@ -78,12 +83,19 @@ async function main(argv: string[]): Promise<number> {
     return move(values);
   }
   if (values.to !== undefined || values.blobs !== undefined) throw new UsageError('--to and --blobs are for move');
-  if (values.json !== undefined && command !== 'cluster') throw new UsageError('--json is for cluster status');
+  if (values.json !== undefined && command !== 'cluster' && command !== 'doctor') throw new UsageError('--json is for cluster status and doctor');
   if (command === 'cluster') {
     if (sub !== 'status' || rest.length > 0) throw new UsageError('usage: algohost cluster status [--json]');
     return clusterStatusCommand(values.json === true);
   }
   let config = loadConfig({ home: values.home, port: values.port, host: values.host, demo: values['no-demo'] ? false : undefined });
+  if (command === 'doctor') {
+    if (sub !== undefined) throw new UsageError(`doctor takes no arguments, got "${sub}"`);
+    const { runDoctor, formatDoctor } = await import('./doctor.ts');
+    const results = await runDoctor(config);
+    process.stdout.write((values.json ? JSON.stringify({ results }) : formatDoctor(results)) + '\n');
+    return results.some((r) => r.status === 'fail') ? 1 : 0;
+  }
   if (command === 'user' || command === 'key' || command === 'migrate') {
     if (config.database) {
       // The users and keys are in the shared database, not in a home.
