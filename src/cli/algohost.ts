@@ -9,6 +9,7 @@ const USAGE = `usage:
   algohost serve [--port N] [--host H] [--home DIR] [--no-demo] [--role all|api]
   algohost worker [--home DIR] [--port N] [--host H]
   algohost doctor [--home DIR] [--json]
+  algohost trial cluster [--dir DIR] [--port N] [--workers N] [--json]
   algohost cluster status [--json]
   algohost user create NAME [--password-stdin] [--home DIR] [--init]
   algohost user password NAME [--home DIR]
@@ -42,6 +43,10 @@ doctor checks what this machine needs (sandbox, cgroups, seccomp, git, the build
 with their settings PostgreSQL, S3, NATS, the clock against the database, free disk), one line
 each with the fix for each problem; it exits 1 if there is one (docs/deployment.md).
 
+trial cluster starts a whole cluster on this machine's loopback to try (PostgreSQL, an S3 server,
+NATS, an API node on --port, default 8080, and --workers worker nodes, default 2), prints how to
+reach it, and stops all of it on Ctrl-C; --dir keeps its files for the next trial.
+
 In a cluster (docs/cluster.md), serve --role api takes HTTP and sends every call over NATS
 (ALGOHOST_NATS_URL) to the worker nodes, which algohost worker starts; both use the shared
 PostgreSQL and S3 store. serve alone (--role all, the default) runs everything itself.`;
@@ -65,6 +70,8 @@ async function main(argv: string[]): Promise<number> {
       blobs: { type: 'string' },
       role: { type: 'string' },
       json: { type: 'boolean' },
+      dir: { type: 'string' },
+      workers: { type: 'string' },
       'password-stdin': { type: 'boolean' },
       'calls-per-min': { type: 'string' },
       burst: { type: 'string' },
@@ -83,7 +90,16 @@ async function main(argv: string[]): Promise<number> {
     return move(values);
   }
   if (values.to !== undefined || values.blobs !== undefined) throw new UsageError('--to and --blobs are for move');
-  if (values.json !== undefined && command !== 'cluster' && command !== 'doctor') throw new UsageError('--json is for cluster status and doctor');
+  if (values.json !== undefined && command !== 'cluster' && command !== 'doctor' && command !== 'trial') throw new UsageError('--json is for cluster status, doctor and trial');
+  if (command === 'trial') {
+    if (sub !== 'cluster' || rest.length > 0) throw new UsageError('usage: algohost trial cluster [--dir DIR] [--port N] [--workers N] [--json]');
+    const workers = values.workers === undefined ? 2 : Number(values.workers);
+    if (!Number.isInteger(workers) || workers < 1 || workers > 8) throw new UsageError(`--workers is 1 to 8, got "${values.workers}"`);
+    const port = values.port === undefined ? 8080 : Number(values.port);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`--port is a port number, got "${values.port}"`);
+    const { trialCluster } = await import('./trial.ts');
+    return trialCluster({ dir: values.dir, port, workers, json: values.json === true });
+  }
   if (command === 'cluster') {
     if (sub !== 'status' || rest.length > 0) throw new UsageError('usage: algohost cluster status [--json]');
     return clusterStatusCommand(values.json === true);
