@@ -745,6 +745,22 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE TRIGGER user_limits_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON user_limits FOR EACH STATEMENT EXECUTE FUNCTION algohost_changed();
   `,
   },
+  // Call limits shared by the nodes of a deployment on PostgreSQL (src/limits/shared.ts): each
+  // scope's token bucket, its calls under way, and which node holds them. On SQLite (one server)
+  // the limiter keeps them in memory; the tables are there, empty, so both schemas match. No
+  // change notices: nothing is cached from them.
+  {
+    sqlite: `
+  CREATE TABLE limit_buckets (scope TEXT PRIMARY KEY, tokens REAL NOT NULL, at INTEGER NOT NULL, granted INTEGER NOT NULL);
+  CREATE TABLE limit_slots (scope TEXT PRIMARY KEY, in_flight INTEGER NOT NULL);
+  CREATE TABLE limit_holds (scope TEXT NOT NULL, instance TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (scope, instance));
+  `,
+    postgres: `
+  CREATE TABLE limit_buckets (scope TEXT COLLATE "C" PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at BIGINT NOT NULL, granted BIGINT NOT NULL);
+  CREATE TABLE limit_slots (scope TEXT COLLATE "C" PRIMARY KEY, in_flight BIGINT NOT NULL);
+  CREATE TABLE limit_holds (scope TEXT COLLATE "C" NOT NULL, instance TEXT COLLATE "C" NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (scope, instance));
+  `,
+  },
 ];
 
 /**

@@ -13,6 +13,33 @@ export interface UserLimitsTable {
   updated_at: number;
 }
 
+/**
+ * The token bucket of one limit scope (`u<user>`, `k<key>`) shared by the API nodes of a
+ * deployment on PostgreSQL (src/limits/shared.ts): nodes take tokens from it a few at a time.
+ */
+export interface LimitBucketsTable {
+  scope: string;
+  tokens: number;
+  /** When it was last refilled: the database's clock, ms. */
+  at: number;
+  /** What the last take was given. */
+  granted: number;
+}
+
+/** The calls under way of one limit scope, every node's together (src/limits/shared.ts). */
+export interface LimitSlotsTable {
+  scope: string;
+  in_flight: number;
+}
+
+/** The calls under way a node holds of a scope: given back when it is found dead. */
+export interface LimitHoldsTable {
+  scope: string;
+  /** The node's store instance (MetadataStore.instance). */
+  instance: string;
+  n: number;
+}
+
 export interface UsersTable {
   id: Generated<number>;
   username: string;
@@ -374,6 +401,9 @@ export interface IdempotencyKeysTable {
 
 export interface Schema {
   user_limits: UserLimitsTable;
+  limit_buckets: LimitBucketsTable;
+  limit_slots: LimitSlotsTable;
+  limit_holds: LimitHoldsTable;
   triggers: TriggersTable;
   trigger_runs: TriggerRunsTable;
   idempotency_keys: IdempotencyKeysTable;
