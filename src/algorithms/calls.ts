@@ -36,6 +36,11 @@ export interface CallRequest {
    * holds none of the caller's concurrent calls.
    */
   admitted?: boolean;
+  /**
+   * With `admitted`: held to the compute quota all the same (a trigger's run spends the user's
+   * compute as a request would; an async call's run was held to it when it was accepted).
+   */
+  quota?: boolean;
 }
 
 /** What the HTTP layer needs to answer a call. */
@@ -128,6 +133,10 @@ export class CallService {
     // A warm call (its target cached, a worker idle) has its frame written to the worker
     // before this returns: nothing on the way awaits (see docs/performance.md).
     this.admit(principal, req);
+    // The caller's month of compute, read once a month here when a compute quota holds them
+    // (docs/limits.md); a warm path awaits nothing.
+    if ((!req.admitted || req.quota) && this.limits?.needsLoad(principal)) await this.limits.ready(principal);
+    if (req.admitted && req.quota) this.limits?.checkCompute(principal);
     // A nested call holds none of the caller's concurrent calls: its parent holds one already.
     const release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
     try {
@@ -148,6 +157,7 @@ export class CallService {
    */
   async check(principal: Principal, req: CallRequest): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     // Accepted to its queue: it takes a token now, and holds no concurrent call.
     this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
@@ -164,6 +174,7 @@ export class CallService {
    */
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
@@ -217,7 +228,8 @@ export class CallService {
 
   /** A call's result, counted in usage (a method, not a closure: no allocation per call). */
   private done(principal: Principal, req: CallRequest, target: CallTarget, mine: boolean, outcome: Outcome): CallResult {
-    this.usage?.record(principal.userId, target, outcome, req.input.length);
+    // Charged to the caller, and to their key (a console session has none of its own).
+    this.usage?.record(principal.userId, target, outcome, req.input.length, principal.keyId.startsWith(SESSION_KEY_PREFIX) ? undefined : principal.keyId);
     return result(outcome, target, mine, req);
   }
 

@@ -10,7 +10,23 @@ export interface UserLimitsTable {
   calls_per_min: number | null;
   burst: number | null;
   concurrency: number | null;
+  compute_seconds_per_month: number | null;
+  storage_bytes: number | null;
   updated_at: number;
+}
+
+/** Compute milliseconds per caller and UTC month (`YYYY-MM`): the user's (key_id '') and each API key's (docs/limits.md). */
+export interface ComputeMonthsTable {
+  user_id: number;
+  month: string;
+  key_id: string;
+  ms: number;
+}
+
+/** The bytes of a user's hosted files, changed with their rows (docs/limits.md). */
+export interface UserStorageTable {
+  user_id: number;
+  bytes: number;
 }
 
 export interface UsersTable {
@@ -374,6 +390,8 @@ export interface IdempotencyKeysTable {
 
 export interface Schema {
   user_limits: UserLimitsTable;
+  compute_months: ComputeMonthsTable;
+  user_storage: UserStorageTable;
   triggers: TriggersTable;
   trigger_runs: TriggerRunsTable;
   idempotency_keys: IdempotencyKeysTable;
