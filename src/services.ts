@@ -143,7 +143,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     store,
     blobs,
     markers,
-    { maxUploadBytes: config.maxUploadBytes, ...options.hosted },
+    // The storage quota of an upload's principal: the lower of their user's and their key's (docs/limits.md).
+    { maxUploadBytes: config.maxUploadBytes, storageQuota: (principal) => limits.storageQuota(principal), ...options.hosted },
     // `users` is made below (it purges through `hosted`); this runs only once requests come.
     (name) => users.findByName(name),
   );

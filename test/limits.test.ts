@@ -198,7 +198,7 @@ export async function apply(input) {
     assert.deepEqual((await json(inherits)).permissions.limits, { calls_per_min: 30 });
   });
 
-  test('algohost user limits: shows, sets (default, 0), clears; refuses a bad number', { timeout: 60_000 }, async () => {
+  test('algohost user limits: shows, sets (default, 0), clears; refuses a bad number', { timeout: 180_000 }, async () => {
     // The command reads the operator's defaults from the environment, as the server does.
     const env = { ALGOHOST_LIMIT_CALLS_PER_MIN: '60', ALGOHOST_LIMIT_BURST: '3', ALGOHOST_LIMIT_CONCURRENCY: '2' };
     const runCli = (args: string[], home: string) => cli(args, home, undefined, env);
@@ -219,7 +219,6 @@ export async function apply(input) {
     assert.equal(quota.code, 0, quota.stderr);
     assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0 });
     assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null });
-    await runCli(['user', 'limits', 'alice', '--clear'], s.home);
     const bad = await runCli(['user', 'limits', 'alice', '--burst', 'lots'], s.home);
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /--burst takes a whole number/);

@@ -1,9 +1,12 @@
 /**
  * Quotas (issue 24; docs/limits.md): compute seconds per calendar month, per user and per key,
  * counted from the usage records, across a month's end on the clock the test moves; the meter
- * against a real store. Calls go to this process's own API node (`s.node`), whose clock the
+ * against a real store; hosted bytes stored, refused before the body is stored (declared) or
+ * cut off leaving nothing (chunked), the stored total held to the files' rows. Calls go to this process's own API node (`s.node`), whose clock the
  * test moves (under test:cluster the other API node keeps the real time).
  */
+import http from 'node:http';
+import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ComputeMeter, monthBounds, utcMonth } from '../src/limits/compute.ts';
@@ -158,5 +161,117 @@ describe('compute seconds per month', () => {
     assert.equal(higher.status, 403);
     assert.match((await json(higher)).error.message, /limits.compute_seconds_per_month/);
     await writeUserLimits(s.services.store, user.id, {}, true);
+  });
+});
+
+describe('hosted bytes stored', () => {
+  let s: TestServer;
+  let carol: ReturnType<typeof api>;
+  let carolKey: string;
+  let carolId: number;
+  const QUOTA = 1000;
+
+  before(async () => {
+    s = await startServer({ env: { ALGOHOST_LIMIT_STORAGE_BYTES: String(QUOTA) } });
+    carolKey = await s.user('carol');
+    carol = api(s.url, carolKey);
+    carolId = (await s.services.users.require('carol')).id;
+    assert.equal((await carol('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'docs' }) })).status, 200);
+  });
+  after(() => s.close());
+
+  const put = (call: ReturnType<typeof api>, name: string, body: string | Buffer) => call(`/v1/data/.my/docs/${name}`, { method: 'PUT', body });
+  /** The stored total, and what the files' rows add up to: the two must agree. */
+  const stored = async () => {
+    const files = await s.services.store.db.selectFrom('nodes').select((e) => e.fn.sum<number | string>('size').as('n')).where('owner_id', '=', carolId).where('kind', '=', 'file').executeTakeFirst();
+    const total = await s.services.hosted.storedBytes(carolId);
+    assert.equal(total, Number(files?.n ?? 0), 'user_storage agrees with the files');
+    return total;
+  };
+  const blobCount = async () => {
+    let n = 0;
+    for await (const _ of s.services.blobs.list()) n++;
+    return n;
+  };
+
+  test('uploads, replacements and deletes keep the stored total; GET …/limits shows it', async () => {
+    assert.equal((await put(carol, 'a.txt', 'x'.repeat(300))).status, 200);
+    assert.equal((await put(carol, 'b.txt', 'y'.repeat(200))).status, 200);
+    assert.equal(await stored(), 500);
+    // Replaced by a larger file: the difference.
+    assert.equal((await put(carol, 'a.txt', 'x'.repeat(400))).status, 200);
+    assert.equal(await stored(), 600);
+    assert.equal((await carol('/v1/data/.my/docs/b.txt', { method: 'DELETE' })).status, 200);
+    assert.equal(await stored(), 400);
+    const limits = await json(await carol('/v1/users/carol/limits'));
+    assert.deepEqual(limits.storage, { bytes: QUOTA, used_bytes: 400, remaining_bytes: 600 });
+  });
+
+  test('a declared body past the quota is refused 413 storage_quota_exceeded before it is read', async () => {
+    const before = await stored();
+    // Content-Length says 700 bytes; only 10 are sent, and the answer comes without the rest.
+    const { hostname, port } = new URL(s.url);
+    const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request({ host: hostname, port, method: 'PUT', path: '/v1/data/.my/docs/big.txt', headers: { authorization: `Simple ${carolKey}`, 'content-length': '700' } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      });
+      req.on('error', reject);
+      // The rest never comes: a server that waits for it has not refused the upload up front.
+      req.setTimeout(20_000, () => req.destroy(new Error('no answer before the whole body was sent: the upload was not refused up front')));
+      req.write('z'.repeat(10));
+    });
+    assert.equal(answer.status, 413);
+    const body = JSON.parse(answer.body);
+    assert.equal(body.error.code, 'storage_quota_exceeded');
+    assert.equal(body.error.limit, 'storage_bytes');
+    assert.equal(body.error.remaining_bytes, 600);
+    assert.match(body.error.message, /may come to 1000 bytes; 400 are stored/);
+    assert.equal((await carol('/v1/data/.my/docs/big.txt')).status, 404);
+    assert.equal(await stored(), before);
+  });
+
+  test('a body of no declared length is read until past the quota, then refused, and nothing of it is kept', async () => {
+    const before = await stored();
+    const blobs = await blobCount();
+    const chunks = Array.from({ length: 10 }, () => Buffer.alloc(100, 'q'));
+    const r = await carol('/v1/data/.my/docs/chunked.txt', { method: 'PUT', body: Readable.toWeb(Readable.from(chunks)) as ReadableStream, duplex: 'half' } as RequestInit);
+    assert.equal(r.status, 413);
+    assert.equal((await json(r)).error.code, 'storage_quota_exceeded');
+    assert.equal((await carol('/v1/data/.my/docs/chunked.txt')).status, 404);
+    assert.equal(await stored(), before);
+    assert.equal(await blobCount(), blobs, 'no blob left behind');
+    const pending = await s.services.store.db.selectFrom('pending_blobs').select('blob_id').execute();
+    assert.deepEqual(pending, []);
+    // What fits is taken: up to the quota exactly.
+    assert.equal((await put(carol, 'fits.txt', 'f'.repeat(QUOTA - before))).status, 200);
+    assert.equal(await stored(), QUOTA);
+    assert.equal((await put(carol, 'one-more.txt', 'o')).status, 413);
+    // Over the quota (lowered since), a file may still be replaced by one no larger.
+    await writeUserLimits(s.services.store, carolId, { storage_bytes: 300 });
+    assert.equal((await put(carol, 'fits.txt', 'f')).status, 200);
+    assert.equal((await put(carol, 'fits.txt', 'ff')).status, 413, 'still over: growing is refused');
+    await writeUserLimits(s.services.store, carolId, {}, true);
+  });
+
+  test('a key held to fewer bytes than its user refuses uploads with it past them; the user\'s other keys go on', async () => {
+    const used = await stored();
+    const made = await carol('/v1/users/carol/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'uploader', permissions: { limits: { storage_bytes: used + 10 } } }) });
+    const key = await json(made);
+    assert.equal(made.status, 201, JSON.stringify(key));
+    const uploader = api(s.url, key.api_key);
+    await writeUserLimits(s.services.store, carolId, { storage_bytes: 0 });
+    assert.equal((await put(uploader, 'small.txt', 's'.repeat(10))).status, 200);
+    const r = await put(uploader, 'more.txt', 'm');
+    assert.equal(r.status, 413);
+    const body = await json(r);
+    assert.equal(body.error.scope, 'key');
+    assert.equal((await put(carol, 'more.txt', 'm'.repeat(100))).status, 200, 'no quota for the user now');
+    const limits = await json(await uploader('/v1/users/carol/limits'));
+    assert.equal(limits.storage.bytes, null);
+    assert.equal(limits.key.storage.bytes, used + 10);
+    assert.equal(limits.key.storage.remaining_bytes, 0);
+    await writeUserLimits(s.services.store, carolId, {}, true);
   });
 });

@@ -143,7 +143,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
             storage_bytes: none(quotas.storageBytes),
           },
           // What the store has counted (a server's last second or so of calls is written with its next flush).
-          used: { compute_seconds_this_month: await computeUsedS(s.store.db, user.id, Date.now()) },
+          used: { compute_seconds_this_month: await computeUsedS(s.store.db, user.id, Date.now()), storage_bytes: await s.hosted.storedBytes(user.id) },
         };
       });
       print(shown);

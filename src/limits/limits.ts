@@ -242,6 +242,17 @@ export class Limits {
     return caller.limits ? resolveQuotas(this.quotaDefaults, caller.limits) : this.quotaDefaults;
   }
 
+  /**
+   * The storage quota an upload by this caller is held to: the lower of their user's and their
+   * key's own (`storage_bytes`), and whose; undefined when neither has one.
+   */
+  storageQuota(caller: LimitedCaller): { bytes: number; scope: 'user' | 'key' } | undefined {
+    const user = this.quotasOf(caller).storageBytes;
+    const key = caller.permissions?.limits?.storage_bytes ?? 0;
+    if (key > 0 && (user === 0 || key < user)) return { bytes: key, scope: 'key' };
+    return user > 0 ? { bytes: user, scope: 'user' } : undefined;
+  }
+
   /** The compute quotas a call of this caller is held to: the user's and the key's own (0: none). */
   private computeQuotas(caller: LimitedCaller): { user: number; key: number } {
     const user = caller.limits ? (caller.limits.compute_seconds_per_month ?? this.quotaDefaults.computeSecondsPerMonth) : this.quotaDefaults.computeSecondsPerMonth;
