@@ -275,3 +275,80 @@ describe('hosted bytes stored', () => {
     await writeUserLimits(s.services.store, carolId, {}, true);
   });
 });
+
+describe('an owner\'s cap on one algorithm\'s calls under way', () => {
+  let s: TestServer;
+  let owner: ReturnType<typeof api>;
+  let callers: ReturnType<typeof api>[];
+  let algorithmId: number;
+
+  before(async () => {
+    s = await startServer();
+    owner = api(s.node, await s.user('erin'));
+    callers = [api(s.node, await s.user('frank')), api(s.node, await s.user('grace'))];
+    await release(owner, 'erin', 'Costly', { 'src/index.js': ALGO }, { settings: { language: 'javascript', max_concurrency: 1 } });
+    const user = await s.services.users.require('erin');
+    algorithmId = (await s.services.store.db.selectFrom('algorithms').select('id').where('owner_id', '=', user.id).executeTakeFirstOrThrow()).id;
+  });
+  after(() => s.close());
+
+  const setCap = async (max: number | null) => {
+    const r = await owner('/v1/algorithms/erin/Costly', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ settings: { max_concurrency: max } }) });
+    assert.equal(r.status, 200, await r.clone().text());
+    return (await json(r)).settings;
+  };
+  /** Waits (bounded) until this node counts `n` calls of the algorithm under way. */
+  const underWay = async (n: number) => {
+    const end = Date.now() + 20_000;
+    while (s.services.limits.algorithms.inFlight(algorithmId) < n && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(s.services.limits.algorithms.inFlight(algorithmId), n);
+  };
+
+  test('past the cap, any caller\'s call is 429 concurrency_limited (scope algorithm); the owner changes it without publishing again', { timeout: 120_000 }, async () => {
+    const [frank, grace] = callers as [ReturnType<typeof api>, ReturnType<typeof api>];
+    assert.equal((await json(await owner('/v1/algorithms/erin/Costly'))).settings.max_concurrency, 1);
+    const slow = callAlgo(frank, 'erin/Costly', 'sleep 1500');
+    await underWay(1);
+    const r = await callAlgo(grace, 'erin/Costly', 'hi');
+    assert.equal(r.status, 429);
+    assert.equal(r.headers.get('retry-after'), '1');
+    const body = await json(r);
+    assert.equal(body.error.code, 'concurrency_limited');
+    assert.equal(body.error.scope, 'algorithm');
+    assert.equal(body.error.max_concurrency, 1);
+    assert.match(body.error.message, /erin\/Costly has 1 calls under way/);
+    // The owner too is held to it.
+    assert.equal((await callAlgo(owner, 'erin/Costly', 'hi')).status, 429);
+    // Raised on the algorithm (no new version): the next call goes through.
+    assert.equal((await setCap(2)).max_concurrency, 2);
+    assert.equal((await callAlgo(grace, 'erin/Costly', 'hi')).status, 200);
+    assert.equal((await slow).status, 200);
+    await underWay(0);
+    // null: no cap (and none in the answer).
+    assert.equal('max_concurrency' in (await setCap(null)), false);
+    const many = await Promise.all([1, 2, 3].map(() => callAlgo(grace, 'erin/Costly', 'sleep 300')));
+    assert.deepEqual(many.map((m) => m.status), [200, 200, 200]);
+    const bad = await owner('/v1/algorithms/erin/Costly', { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ settings: { max_concurrency: 0 } }) });
+    assert.equal(bad.status, 400);
+    assert.match((await json(bad)).error.message, /settings.max_concurrency must be a whole number from 1/);
+  });
+
+  test('an async call accepted while the algorithm is at its cap waits for a slot and runs', { timeout: 120_000 }, async () => {
+    const [frank, grace] = callers as [ReturnType<typeof api>, ReturnType<typeof api>];
+    await setCap(1);
+    const slow = callAlgo(frank, 'erin/Costly', 'sleep 1500');
+    await underWay(1);
+    const accepted = await json(await callAlgo(grace, 'erin/Costly', 'later', 'text/plain', '?output=void'));
+    assert.equal(accepted.async, true, JSON.stringify(accepted));
+    assert.equal((await slow).status, 200);
+    const end = Date.now() + 60_000;
+    let done: { status: string; http_status?: number | null; response?: string } = { status: 'queued' };
+    while (Date.now() < end) {
+      done = await json(await grace(`/v1/requests/${accepted.request_id}`));
+      if (done.status !== 'queued' && done.status !== 'running') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(done.status, 'done', JSON.stringify(done));
+    assert.equal(done.http_status, 200, JSON.stringify(done));
+  });
+});

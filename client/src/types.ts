@@ -33,13 +33,18 @@ export interface AlgorithmSettings {
   royalty_microcredits: number;
   /** Informational: the original service's environment name, kept as sent. */
   algorithm_environment: string | null;
+  /**
+   * The owner's cap on this algorithm's calls under way, every caller's together (docs/limits.md);
+   * absent: none. Read from the algorithm as it is now, whatever version is called.
+   */
+  max_concurrency?: number;
 }
 
 /** Body of create and update: what is not sent keeps its value (or default). */
 export interface AlgorithmChanges {
   details?: Partial<AlgorithmDetails>;
   /** `language` also takes the original service's names (`python3-1`, `nodejs`...). */
-  settings?: Partial<Omit<AlgorithmSettings, 'language'>> & { language?: Language | (string & {}) };
+  settings?: Partial<Omit<AlgorithmSettings, 'language' | 'max_concurrency'>> & { language?: Language | (string & {}); /** null: no cap. */ max_concurrency?: number | null };
 }
 
 export interface Algorithm {

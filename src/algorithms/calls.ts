@@ -142,6 +142,18 @@ export class CallService {
     try {
       const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
       if ('outcome' in target) return target;
+      // The owner's cap on the algorithm's calls under way (the algorithm's settings as they
+      // are now, not the version's): a request past it is refused, an accepted run waits.
+      const max = target.algorithm.settings.max_concurrency;
+      if (max !== undefined && this.limits !== undefined) {
+        const slots = this.limits.algorithms;
+        const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
+        try {
+          return await this.run(principal, req, target, log);
+        } finally {
+          slot();
+        }
+      }
       // Awaited rather than returned: an async function that returns a promise takes two more
       // microtask turns to settle, and this is every call's way back.
       return await this.run(principal, req, target, log);
@@ -179,10 +191,15 @@ export class CallService {
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
+    const max = target.algorithm.settings.max_concurrency;
+    const slot = max !== undefined && this.limits !== undefined ? this.limits.algorithms.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`) : undefined;
     this.detached++;
     this.run(principal, req, target, log)
       .catch((err: unknown) => log?.warn({ err }, 'a call with output=void failed'))
-      .finally(() => this.detached--);
+      .finally(() => {
+        this.detached--;
+        slot?.();
+      });
     return undefined;
   }
 

@@ -2,6 +2,7 @@ import { AppError } from '../errors.ts';
 import { TokenBucket } from './bucket.ts';
 import type { KeyLimits } from '../../client/src/types.ts';
 import { monthBounds, type ComputeMeter } from './compute.ts';
+import { AlgorithmSlots } from './algorithmSlots.ts';
 
 /**
  * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
@@ -218,6 +219,9 @@ export interface ComputeState {
 
 /** The operator's defaults and this process's limiter: what CallService admits calls by. */
 export class Limits {
+  /** Owners' caps on their algorithms' calls under way (`settings.max_concurrency`). */
+  readonly algorithms = new AlgorithmSlots();
+
   constructor(
     readonly defaults: CallLimits,
     readonly limiter = new CallLimiter(),
