@@ -54,6 +54,11 @@ export interface CallResult {
   workerLost?: boolean;
   /** The caller may see stack traces (owner, or the source is open). */
   showTrace: boolean;
+  /**
+   * The RateLimit-Policy and RateLimit fields of the caller's calls-per-minute limit as the
+   * call was admitted (docs/limits.md), for the answer; absent without a rate limit.
+   */
+  rateLimit?: [string, string][] | undefined;
 }
 
 /** Whether a key's `algo_acl` admits `owner/name` (entries compare without regard to case). */
@@ -100,6 +105,12 @@ class CallScope implements CallContext {
   }
 }
 
+/** A call's result with the RateLimit fields of its admission, when there are some. */
+function rated(r: CallResult, rateLimit: [string, string][] | undefined): CallResult {
+  if (rateLimit !== undefined) r.rateLimit = rateLimit;
+  return r;
+}
+
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
@@ -139,9 +150,11 @@ export class CallService {
     if (req.admitted && req.quota) this.limits?.checkCompute(principal);
     // A nested call holds none of the caller's concurrent calls: its parent holds one already.
     const release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
+    // What is left of the caller's rate as the call was admitted, for the answer's RateLimit fields.
+    const rateLimit = release === undefined || req.parent !== undefined ? undefined : this.limits!.rateFields(principal);
     try {
       const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
-      if ('outcome' in target) return target;
+      if ('outcome' in target) return rated(target, rateLimit);
       // The owner's cap on the algorithm's calls under way (the algorithm's settings as they
       // are now, not the version's): a request past it is refused, an accepted run waits.
       const max = target.algorithm.settings.max_concurrency;
@@ -149,14 +162,14 @@ export class CallService {
         const slots = this.limits.algorithms;
         const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
         try {
-          return await this.run(principal, req, target, log);
+          return rated(await this.run(principal, req, target, log), rateLimit);
         } finally {
           slot();
         }
       }
       // Awaited rather than returned: an async function that returns a promise takes two more
       // microtask turns to settle, and this is every call's way back.
-      return await this.run(principal, req, target, log);
+      return rated(await this.run(principal, req, target, log), rateLimit);
     } finally {
       release?.();
     }

@@ -158,6 +158,28 @@ export class CallLimiter {
     };
   }
 
+  /**
+   * The RateLimit-Policy and RateLimit fields of an admitted call: of the user's bucket, or the
+   * key's when it has fewer calls left (undefined: no rate limit). Read from the buckets in
+   * memory, nothing else: `r` the whole calls left, `t` the seconds until the bucket is full
+   * again (until the next call may be made, when none is left).
+   */
+  fields(userId: number, limits: CallLimits, key?: { id: string; limits: CallLimits }): [string, string][] | undefined {
+    const now = this.now();
+    let best: { l: CallLimits; r: number; b: TokenBucket } | undefined;
+    const consider = (id: string, l: CallLimits) => {
+      const b = l.callsPerMin === 0 ? undefined : this.scopes.get(id)?.bucket;
+      if (b === undefined) return;
+      const r = b.remaining(now);
+      if (best === undefined || r < best.r) best = { l, r, b };
+    };
+    consider(`u${userId}`, limits);
+    if (key !== undefined) consider(`k${key.id}`, key.limits);
+    if (best === undefined) return undefined;
+    const { l, r, b } = best;
+    return rateFields(l, r, r > 0 ? b.fullInS(now) : b.retryAfterS(now));
+  }
+
   /** The state of a scope's calls now (`u<user id>`, `k<key id>`; nothing is taken). */
   state(scope: string, limits: CallLimits): CallsState {
     const now = this.now();
@@ -239,6 +261,18 @@ export class Limits {
   /** The limits in force for a caller. */
   of(caller: LimitedCaller): CallLimits {
     return caller.limits ? resolveLimits(this.defaults, caller.limits) : this.defaults;
+  }
+
+  /**
+   * The RateLimit fields of the calls-per-minute policy for a call just admitted (see
+   * CallLimiter.fields); undefined when neither the user nor the key has a rate limit.
+   */
+  rateFields(caller: LimitedCaller): [string, string][] | undefined {
+    const user = this.of(caller);
+    const own = caller.permissions?.limits;
+    const key = own?.calls_per_min !== undefined && caller.keyId !== undefined ? { id: caller.keyId, limits: keyLimits(own) } : undefined;
+    if (user.callsPerMin === 0 && key === undefined) return undefined;
+    return this.limiter.fields(caller.userId, user, key);
   }
 
   /** The quotas in force for a caller's user. */
