@@ -236,7 +236,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     await authed.register(environmentRoutes, { environments: services.environments });
     await authed.register(callRoutes, { calls: services.calls, asyncCalls: services.asyncCalls, idempotency });
     await authed.register(connectorRoutes, { accounts: services.accounts, users: services.users });
-    await authed.register(usageRoutes, { usage: services.usage, users: services.users, limits: services.limits });
+    await authed.register(usageRoutes, { usage: services.usage, users: services.users, limits: services.limits, storedBytes: (userId) => services.hosted.storedBytes(userId) });
     await authed.register(eventRoutes, { feed, users: services.users });
     await authed.register(subscriptionRoutes, { webhooks: services.webhooks, users: services.users });
     await authed.register(triggerRoutes, { triggers: services.triggers, users: services.users });

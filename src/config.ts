@@ -127,6 +127,10 @@ export interface Config {
   limitBurst: number;
   /** ALGOHOST_LIMIT_CONCURRENCY: a user's calls under way at once (0: no limit). */
   limitConcurrency: number;
+  /** ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH: compute seconds a user's calls may use a calendar month (UTC; 0: no quota). */
+  limitComputeSecondsPerMonth: number;
+  /** ALGOHOST_LIMIT_STORAGE_BYTES: bytes of hosted files (data://) a user may keep (0: no quota). */
+  limitStorageBytes: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
   sessionTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
@@ -210,6 +214,8 @@ export const DEFAULTS = {
   limitCallsPerMin: 0,
   limitBurst: 0,
   limitConcurrency: 0,
+  limitComputeSecondsPerMonth: 0,
+  limitStorageBytes: 0,
   sessionTtlS: 43_200,
   asyncAttempts: 3,
   demo: true,
@@ -781,6 +787,18 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_LIMIT_CONCURRENCY', env.ALGOHOST_LIMIT_CONCURRENCY, DEFAULTS.limitConcurrency, 0, 1_000_000),
     docs: [
       { vars: ["ALGOHOST_LIMIT_CONCURRENCY"], shown: code(DEFAULTS.limitConcurrency), meaning: "How many calls a user may have under way at once, unless `algohost user limits` gives them their own; one more is answered 429 `concurrency_limited`. Calls with `output=void` queue instead and are not counted. 0: no limit (docs/limits.md)." },
+    ],
+  },
+  limitComputeSecondsPerMonth: {
+    read: (env) => int('ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH', env.ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH, DEFAULTS.limitComputeSecondsPerMonth, 0, Number.MAX_SAFE_INTEGER),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH"], shown: code(DEFAULTS.limitComputeSecondsPerMonth), meaning: "Compute seconds (the usage records' unit: the algorithms' own time, nested calls included) a user's calls may use in a calendar month (UTC), unless `algohost user limits` gives them their own. Once used up, a call is answered 429 `compute_quota_exceeded` with `Retry-After` until the first of next month; calls already under way run to their end. 0: no quota (docs/limits.md)." },
+    ],
+  },
+  limitStorageBytes: {
+    read: (env) => int('ALGOHOST_LIMIT_STORAGE_BYTES', env.ALGOHOST_LIMIT_STORAGE_BYTES, DEFAULTS.limitStorageBytes, 0, Number.MAX_SAFE_INTEGER),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_STORAGE_BYTES"], shown: code(DEFAULTS.limitStorageBytes), meaning: "Bytes of hosted files (`data://`) a user may keep, unless `algohost user limits` gives them their own. An upload that would take them past it is refused 413 `storage_quota_exceeded` before its body is stored (connected storage is the provider's business). 0: no quota (docs/limits.md)." },
     ],
   },
   asyncResultTtlS: {

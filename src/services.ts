@@ -35,6 +35,7 @@ import { Triggers, type TriggerOptions } from './events/triggers.ts';
 import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
 import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
+import { ComputeMeter } from './limits/compute.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -117,7 +118,7 @@ export interface ServiceOptions {
   networkProbe?: () => FenceSupport;
   /** This process's load meter (tests give one that reads any request as saturation); a default one otherwise. */
   pressure?: Pressure;
-  /** The clock of the call limits (tests move it); Date.now otherwise. */
+  /** The clock of the call limits and quotas (tests move it, across a month's end too); Date.now otherwise. */
   now?: () => number;
 }
 
@@ -142,7 +143,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     store,
     blobs,
     markers,
-    { maxUploadBytes: config.maxUploadBytes, ...options.hosted },
+    // The storage quota of an upload's principal: the lower of their user's and their key's (docs/limits.md).
+    { maxUploadBytes: config.maxUploadBytes, storageQuota: (principal) => limits.storageQuota(principal), ...options.hosted },
     // `users` is made below (it purges through `hosted`); this runs only once requests come.
     (name) => users.findByName(name),
   );
@@ -212,8 +214,15 @@ export async function createServices(config: Config, options: ServiceOptions = {
     fence: () => network.algorithmFence(),
     ...options.runtime,
   });
-  const usage = new UsageRecorder(store, options.usage);
-  const limits = new Limits({ callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency }, new CallLimiter(options.now));
+  // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.
+  const meter = new ComputeMeter(store.db, options.now);
+  const usage = new UsageRecorder(store, { meter, ...options.usage });
+  const limits = new Limits(
+    { callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency },
+    new CallLimiter(options.now),
+    { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
+    meter,
+  );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits);
   const keys = new KeyService(store);
   const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {

@@ -98,7 +98,20 @@ export async function apply(input) {
 
   test('the burst, then 429 rate_limited with Retry-After and the RateLimit fields; a second later, one more', { skip: CLUSTER && 'each API node holds its own buckets so far (docs/limits.md)' }, async () => {
     now += 3_600_000;
-    for (let i = 0; i < 3; i++) assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
+    // Admitted answers carry the fields too: what is left after this call, and the seconds
+    // until the bucket is full again (until the next token, when none is left). The first
+    // through the direct path, the second through fastify's (the web route), the third direct.
+    const seen: (string | null)[][] = [];
+    for (const call of [() => callAlgo(alice, 'alice/Echo', 'hi'), () => alice('/v1/web/algo/alice/Echo', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'hi' }), () => callAlgo(alice, 'alice/Echo', 'hi')]) {
+      const ok = await call();
+      assert.equal(ok.status, 200);
+      seen.push([ok.headers.get('ratelimit-policy'), ok.headers.get('ratelimit')]);
+    }
+    assert.deepEqual(seen, [
+      ['"calls";q=60;w=60', '"calls";r=2;t=1'],
+      ['"calls";q=60;w=60', '"calls";r=1;t=2'],
+      ['"calls";q=60;w=60', '"calls";r=0;t=1'],
+    ]);
     const r = await callAlgo(alice, 'alice/Echo', 'hi');
     assert.equal(r.status, 429);
     assert.equal(r.headers.get('retry-after'), '1');
@@ -110,8 +123,11 @@ export async function apply(input) {
     assert.match(body.error.message, /60 calls a minute/);
     // Another user has a bucket of their own.
     assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
-    const limits = await json(await alice('/v1/users/alice/limits'));
+    const { compute, storage, ...limits } = await json(await alice('/v1/users/alice/limits'));
     assert.deepEqual(limits, { calls_per_min: 60, burst: 3, concurrency: 2, remaining: 0, reset_s: 3, in_flight: 0, key: null });
+    assert.equal(compute.seconds_per_month, null);
+    assert.equal(compute.remaining_s, null);
+    assert.deepEqual(storage, { bytes: null, used_bytes: 0, remaining_bytes: null });
     now += 1000;
     assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
     assert.equal((await alice('/v1/users/bob/limits')).status, 403);
@@ -175,7 +191,8 @@ export async function apply(input) {
     // The user's other keys are not held to it; the key's refusal took nothing from the user.
     assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
     const limits = await json(await slow('/v1/users/alice/limits'));
-    assert.deepEqual(limits.key, { calls_per_min: 6, burst: 1, concurrency: 1, remaining: 0, reset_s: 10, in_flight: 0 });
+    const { compute: _c, storage: _s, ...own } = limits.key;
+    assert.deepEqual(own, { calls_per_min: 6, burst: 1, concurrency: 1, remaining: 0, reset_s: 10, in_flight: 0 });
     assert.equal(limits.remaining, 1, 'the user\'s bucket: 3, less the two calls that went through');
     // Bad limits are refused, naming what is wrong.
     const bad = await alice('/v1/users/alice/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'bad', permissions: { limits: { calls_per_min: 0 } } }) });
@@ -194,19 +211,28 @@ export async function apply(input) {
     assert.deepEqual((await json(inherits)).permissions.limits, { calls_per_min: 30 });
   });
 
-  test('algohost user limits: shows, sets (default, 0), clears; refuses a bad number', { timeout: 60_000 }, async () => {
+  test('algohost user limits: shows, sets (default, 0), clears; refuses a bad number', { timeout: 400_000 }, async () => {
     // The command reads the operator's defaults from the environment, as the server does.
     const env = { ALGOHOST_LIMIT_CALLS_PER_MIN: '60', ALGOHOST_LIMIT_BURST: '3', ALGOHOST_LIMIT_CONCURRENCY: '2' };
-    const runCli = (args: string[], home: string) => cli(args, home, undefined, env);
+    // Each run opens the store (PostgreSQL in the shared configurations) on a loaded machine: a minute each.
+    const runCli = (args: string[], home: string) => cli(args, home, 60_000, env);
     const set = await runCli(['user', 'limits', 'alice', '--calls-per-min', '30', '--concurrency', '0'], s.home);
     assert.equal(set.code, 0, set.stderr);
-    assert.deepEqual(JSON.parse(set.stdout), { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0 }, in_force: { calls_per_min: 30, burst: 2, concurrency: null } });
+    const quotas = { compute_seconds_per_month: null, storage_bytes: null };
+    const { used, ...set1 } = JSON.parse(set.stdout);
+    assert.deepEqual(set1, { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0, ...quotas }, in_force: { calls_per_min: 30, burst: 2, concurrency: null, ...quotas } });
+    assert.equal(typeof used.compute_seconds_this_month, 'number');
     const back = await runCli(['user', 'limits', 'alice', '--calls-per-min', 'default'], s.home);
-    assert.deepEqual(JSON.parse(back.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: null });
+    assert.deepEqual(JSON.parse(back.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: null, ...quotas });
     const cleared = await runCli(['user', 'limits', 'alice', '--clear'], s.home);
-    assert.deepEqual(JSON.parse(cleared.stdout).own, { calls_per_min: null, burst: null, concurrency: null });
+    assert.deepEqual(JSON.parse(cleared.stdout).own, { calls_per_min: null, burst: null, concurrency: null, ...quotas });
     const shown = await runCli(['user', 'limits', 'alice'], s.home);
-    assert.deepEqual(JSON.parse(shown.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2 });
+    assert.deepEqual(JSON.parse(shown.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, ...quotas });
+    // The quotas: a user's own, and 0 for none.
+    const quota = await runCli(['user', 'limits', 'alice', '--compute-seconds-per-month', '3600', '--storage-bytes', '0'], s.home);
+    assert.equal(quota.code, 0, quota.stderr);
+    assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0 });
+    assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null });
     const bad = await runCli(['user', 'limits', 'alice', '--burst', 'lots'], s.home);
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /--burst takes a whole number/);

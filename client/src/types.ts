@@ -33,13 +33,18 @@ export interface AlgorithmSettings {
   royalty_microcredits: number;
   /** Informational: the original service's environment name, kept as sent. */
   algorithm_environment: string | null;
+  /**
+   * The owner's cap on this algorithm's calls under way, every caller's together (docs/limits.md);
+   * absent: none. Read from the algorithm as it is now, whatever version is called.
+   */
+  max_concurrency?: number;
 }
 
 /** Body of create and update: what is not sent keeps its value (or default). */
 export interface AlgorithmChanges {
   details?: Partial<AlgorithmDetails>;
   /** `language` also takes the original service's names (`python3-1`, `nodejs`...). */
-  settings?: Partial<Omit<AlgorithmSettings, 'language'>> & { language?: Language | (string & {}) };
+  settings?: Partial<Omit<AlgorithmSettings, 'language' | 'max_concurrency'>> & { language?: Language | (string & {}); /** null: no cap. */ max_concurrency?: number | null };
 }
 
 export interface Algorithm {
@@ -158,6 +163,55 @@ export interface KeyLimits {
   burst?: number;
   /** Calls under way at once. */
   concurrency?: number;
+  /** Compute seconds calls with this key may use a calendar month (UTC); counted per key. */
+  compute_seconds_per_month?: number;
+  /** Uploads with this key are refused once they would take the user's stored bytes past this. */
+  storage_bytes?: number;
+}
+
+/** The call limits of a user or key and what is left of them now (GET /v1/users/:user/limits); null: no limit. */
+export interface CallLimitsState {
+  calls_per_min: number | null;
+  burst: number | null;
+  concurrency: number | null;
+  /** Calls that may be made now (null: no rate limit). */
+  remaining: number | null;
+  /** Seconds until the bucket is full again (null: no rate limit). */
+  reset_s: number | null;
+  /** Calls under way. */
+  in_flight: number;
+}
+
+/** Compute seconds per calendar month (UTC): the quota, what this month's calls used, and when it starts again. */
+export interface ComputeQuotaState {
+  /** null: no quota. */
+  seconds_per_month: number | null;
+  used_s: number;
+  /** null: no quota. */
+  remaining_s: number | null;
+  /** This month's first instant (ISO 8601, UTC). */
+  period_start: string;
+  /** Next month's first instant, when the count starts again. */
+  resets_at: string;
+  /** Seconds until then. */
+  reset_s: number;
+}
+
+/** Bytes of hosted files (data://): the quota and what is stored. */
+export interface StorageQuotaState {
+  /** null: no quota. */
+  bytes: number | null;
+  /** The user's hosted files, every byte (a key's share is not counted apart). */
+  used_bytes: number;
+  /** null: no quota. */
+  remaining_bytes: number | null;
+}
+
+/** `GET /v1/users/:user/limits`: the user's limits and quotas, and the asking key's own (null when it has none). */
+export interface UserLimits extends CallLimitsState {
+  compute: ComputeQuotaState;
+  storage: StorageQuotaState;
+  key: (CallLimitsState & { compute: ComputeQuotaState; storage: StorageQuotaState }) | null;
 }
 
 export interface KeyRecord {

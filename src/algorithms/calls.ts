@@ -36,6 +36,11 @@ export interface CallRequest {
    * holds none of the caller's concurrent calls.
    */
   admitted?: boolean;
+  /**
+   * With `admitted`: held to the compute quota all the same (a trigger's run spends the user's
+   * compute as a request would; an async call's run was held to it when it was accepted).
+   */
+  quota?: boolean;
 }
 
 /** What the HTTP layer needs to answer a call. */
@@ -49,6 +54,11 @@ export interface CallResult {
   workerLost?: boolean;
   /** The caller may see stack traces (owner, or the source is open). */
   showTrace: boolean;
+  /**
+   * The RateLimit-Policy and RateLimit fields of the caller's calls-per-minute limit as the
+   * call was admitted (docs/limits.md), for the answer; absent without a rate limit.
+   */
+  rateLimit?: [string, string][] | undefined;
 }
 
 /** Whether a key's `algo_acl` admits `owner/name` (entries compare without regard to case). */
@@ -95,6 +105,12 @@ class CallScope implements CallContext {
   }
 }
 
+/** A call's result with the RateLimit fields of its admission, when there are some. */
+function rated(r: CallResult, rateLimit: [string, string][] | undefined): CallResult {
+  if (rateLimit !== undefined) r.rateLimit = rateLimit;
+  return r;
+}
+
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
@@ -128,14 +144,32 @@ export class CallService {
     // A warm call (its target cached, a worker idle) has its frame written to the worker
     // before this returns: nothing on the way awaits (see docs/performance.md).
     this.admit(principal, req);
+    // The caller's month of compute, read once a month here when a compute quota holds them
+    // (docs/limits.md); a warm path awaits nothing.
+    if ((!req.admitted || req.quota) && this.limits?.needsLoad(principal)) await this.limits.ready(principal);
+    if (req.admitted && req.quota) this.limits?.checkCompute(principal);
     // A nested call holds none of the caller's concurrent calls: its parent holds one already.
     const release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
+    // What is left of the caller's rate as the call was admitted, for the answer's RateLimit fields.
+    const rateLimit = release === undefined || req.parent !== undefined ? undefined : this.limits!.rateFields(principal);
     try {
       const target = this.releases.cachedCall(principal, req.owner, req.name, req.version, at) ?? (await this.target(principal, req, at));
-      if ('outcome' in target) return target;
+      if ('outcome' in target) return rated(target, rateLimit);
+      // The owner's cap on the algorithm's calls under way (the algorithm's settings as they
+      // are now, not the version's): a request past it is refused, an accepted run waits.
+      const max = target.algorithm.settings.max_concurrency;
+      if (max !== undefined && this.limits !== undefined) {
+        const slots = this.limits.algorithms;
+        const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
+        try {
+          return rated(await this.run(principal, req, target, log), rateLimit);
+        } finally {
+          slot();
+        }
+      }
       // Awaited rather than returned: an async function that returns a promise takes two more
       // microtask turns to settle, and this is every call's way back.
-      return await this.run(principal, req, target, log);
+      return rated(await this.run(principal, req, target, log), rateLimit);
     } finally {
       release?.();
     }
@@ -148,6 +182,7 @@ export class CallService {
    */
   async check(principal: Principal, req: CallRequest): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     // Accepted to its queue: it takes a token now, and holds no concurrent call.
     this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
@@ -164,14 +199,20 @@ export class CallService {
    */
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
     this.admit(principal, req);
+    if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
+    const max = target.algorithm.settings.max_concurrency;
+    const slot = max !== undefined && this.limits !== undefined ? this.limits.algorithms.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`) : undefined;
     this.detached++;
     this.run(principal, req, target, log)
       .catch((err: unknown) => log?.warn({ err }, 'a call with output=void failed'))
-      .finally(() => this.detached--);
+      .finally(() => {
+        this.detached--;
+        slot?.();
+      });
     return undefined;
   }
 
@@ -217,7 +258,8 @@ export class CallService {
 
   /** A call's result, counted in usage (a method, not a closure: no allocation per call). */
   private done(principal: Principal, req: CallRequest, target: CallTarget, mine: boolean, outcome: Outcome): CallResult {
-    this.usage?.record(principal.userId, target, outcome, req.input.length);
+    // Charged to the caller, and to their key (a console session has none of its own).
+    this.usage?.record(principal.userId, target, outcome, req.input.length, principal.keyId.startsWith(SESSION_KEY_PREFIX) ? undefined : principal.keyId);
     return result(outcome, target, mine, req);
   }
 

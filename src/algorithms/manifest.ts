@@ -109,6 +109,14 @@ export function parseSettings(input: unknown, base: AlgorithmSettings): Algorith
         if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw bad('settings.royalty_microcredits must be a whole number, 0 or more');
         out.royalty_microcredits = v;
         break;
+      case 'max_concurrency':
+        if (v === null) {
+          delete out.max_concurrency;
+          break;
+        }
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 100_000) throw bad('settings.max_concurrency must be a whole number from 1 to 100,000, or null for no cap');
+        out.max_concurrency = v;
+        break;
       case 'algorithm_environment':
       case 'environment':
         out.algorithm_environment = v === null ? null : text(`settings.${k}`, v, 100);

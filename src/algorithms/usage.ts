@@ -4,6 +4,7 @@ import type { Outcome } from '../runtime/contract.ts';
 import type { MetadataStore } from '../store/db.ts';
 import type { CallLog } from './calls.ts';
 import type { CallTarget } from './releases.ts';
+import type { ComputeMeter } from '../limits/compute.ts';
 
 /**
  * Usage (issue 15; docs/usage.md): every call that ran is counted per UTC day, caller,
@@ -62,6 +63,11 @@ export interface UsageOptions {
   flushIntervalMs?: number;
   /** False: record() does nothing (benchmarks measure the call path without it). */
   enabled?: boolean;
+  /**
+   * Compute per caller and month for the compute quota (docs/limits.md): told of every call
+   * counted, its sums written to compute_months in each flush's transaction.
+   */
+  meter?: ComputeMeter;
 }
 
 export const DEFAULT_FLUSH_MS = 1000;
@@ -91,12 +97,14 @@ export class UsageRecorder {
   private readonly owners = new Map<number, number>();
   private log: CallLog | undefined;
   readonly enabled: boolean;
+  private readonly meter: ComputeMeter | undefined;
 
   constructor(
     private readonly store: MetadataStore,
     options: UsageOptions = {},
   ) {
     this.enabled = options.enabled !== false;
+    this.meter = options.meter;
     if (this.enabled) {
       this.timer = setInterval(() => this.tick(), options.flushIntervalMs ?? DEFAULT_FLUSH_MS);
       this.timer.unref();
@@ -110,10 +118,14 @@ export class UsageRecorder {
 
   /**
    * Counts one call that ran: `callerId` is the user the call ran as, `target` the version it
-   * ran, `bytesIn` the input's length. Synchronous and cheap: it is on every call's path.
+   * ran, `bytesIn` the input's length, `keyId` the API key it was made with (counted for the
+   * key's compute quota; undefined for a console session). Synchronous and cheap: it is on
+   * every call's path.
    */
-  record(callerId: number, target: CallTarget, outcome: Outcome, bytesIn: number): void {
-    if (!this.enabled || this.closed) return;
+  record(callerId: number, target: CallTarget, outcome: Outcome, bytesIn: number, keyId?: string): void {
+    if (this.closed) return;
+    this.meter?.record(callerId, keyId, outcome.durationMs);
+    if (!this.enabled) return;
     const now = Date.now();
     if (now >= this.dayEnds) this.newDay(now);
     let slot = this.slots.get(target);
@@ -194,9 +206,12 @@ export class UsageRecorder {
       if (cell.calls === 0 && ms === 0) continue;
       batch.push({ cell, calls: cell.calls, ms, bytesIn: cell.bytesIn, bytesOut: cell.bytesOut });
     }
-    if (batch.length > 0) {
+    // The compute quota's sums per caller and month, in the same transaction as the rows.
+    const compute = this.meter?.batch();
+    if (batch.length > 0 || (compute !== undefined && compute.rows.length > 0)) {
       try {
         await this.store.write(async (trx) => {
+          if (compute !== undefined) await this.meter!.write(trx, compute.rows);
           const unknown = [...new Set(batch.map((b) => b.cell.algorithmId))].filter((id) => !this.owners.has(id));
           for (let i = 0; i < unknown.length; i += ROWS_PER_INSERT) {
             const rows = await trx.selectFrom('algorithms').select(['id', 'owner_id']).where('id', 'in', unknown.slice(i, i + ROWS_PER_INSERT)).execute();
@@ -267,6 +282,7 @@ export class UsageRecorder {
         this.dirty = true;
         throw err;
       }
+      compute?.commit();
       for (const b of batch) {
         b.cell.calls -= b.calls;
         b.cell.ms -= b.ms;

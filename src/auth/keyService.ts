@@ -6,7 +6,7 @@ import type { KeyRecord } from '../../client/src/types.ts';
 import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermissions } from './permissions.ts';
 import { API_KEY_PATTERN, generateApiKey, hashApiKey, keyFromAuthorization, newKeyId } from './apiKeys.ts';
 import { SESSION_KEY_PREFIX } from './sessions.ts';
-import { ownLimits } from '../limits/limits.ts';
+import { LIMIT_COLUMNS, ownLimits } from '../limits/limits.ts';
 
 /** A key as shown to its owner (the wire record): never the secret, except once in the creation answer. */
 export type { KeyRecord } from '../../client/src/types.ts';
@@ -54,7 +54,7 @@ export class KeyService {
         .selectFrom('api_keys')
         .innerJoin('users', 'users.id', 'api_keys.user_id')
         .leftJoin('user_limits', 'user_limits.user_id', 'users.id')
-        .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username', 'user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency'])
+        .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username', ...LIMIT_COLUMNS])
         .where('api_keys.key_hash', '=', ''),
     );
   }

@@ -16,7 +16,15 @@ export const FULL_PERMISSIONS: Readonly<KeyPermissions> = Object.freeze({
 
 const BOOLEAN_FIELDS = ['allow_algo', 'allow_web_algo', 'allow_data', 'allow_data_write', 'allow_algo_management'] as const;
 const ALL_FIELDS = new Set<string>([...BOOLEAN_FIELDS, 'algo_acl', 'referer_host', 'limits']);
-const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency'] as const;
+const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes'] as const;
+/** The largest value of each limit (bytes stored may be large). */
+const LIMIT_MAX: Record<(typeof LIMIT_FIELDS)[number], number> = {
+  calls_per_min: 10_000_000,
+  burst: 10_000_000,
+  concurrency: 10_000_000,
+  compute_seconds_per_month: 1_000_000_000_000,
+  storage_bytes: Number.MAX_SAFE_INTEGER,
+};
 
 const NAME = '[A-Za-z][A-Za-z0-9_]{0,29}';
 const ALGO_ACL_ENTRY = new RegExp(`^algo://(\\*|${NAME}/\\*|${NAME}/[A-Za-z][A-Za-z0-9_]{0,63}/\\*)$`);
@@ -62,12 +70,13 @@ export function parsePermissions(input: unknown, base: Readonly<KeyPermissions>)
 /** A key's own limits (`limits`): null, or an object of whole numbers of at least 1. */
 function parseKeyLimits(value: unknown): KeyLimits | null {
   if (value === null) return null;
-  if (typeof value !== 'object' || Array.isArray(value)) throw invalid('limits must be null or an object such as {"calls_per_min": 60, "burst": 5, "concurrency": 2}');
+  if (typeof value !== 'object' || Array.isArray(value)) throw invalid('limits must be null or an object such as {"calls_per_min": 60, "burst": 5, "concurrency": 2, "compute_seconds_per_month": 3600, "storage_bytes": 1000000000}');
   const out: KeyLimits = {};
   for (const [field, n] of Object.entries(value as Record<string, unknown>)) {
     if (!(LIMIT_FIELDS as readonly string[]).includes(field)) throw invalid(`unknown limit "${field}"; known: ${LIMIT_FIELDS.join(', ')}`);
     if (n === null) continue;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 10_000_000) throw invalid(`limits.${field} must be a whole number from 1 to 10,000,000 (leave it out for the user's)`);
+    const max = LIMIT_MAX[field as (typeof LIMIT_FIELDS)[number]];
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > max) throw invalid(`limits.${field} must be a whole number from 1 to ${max.toLocaleString('en-US')} (leave it out for the user's)`);
     out[field as (typeof LIMIT_FIELDS)[number]] = n;
   }
   return Object.keys(out).length === 0 ? null : out;

@@ -21,7 +21,7 @@ import type { MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import type { Principal } from './principal.ts';
-import { ownLimits } from '../limits/limits.ts';
+import { LIMIT_COLUMNS, ownLimits } from '../limits/limits.ts';
 import type { SessionInfo } from '../../client/src/types.ts';
 import { decoyHash, hashPassword, reserveHash, validatePassword, verifyPassword } from './passwords.ts';
 
@@ -206,7 +206,7 @@ export class SessionService {
       .selectFrom('sessions')
       .innerJoin('users', 'users.id', 'sessions.user_id')
       .leftJoin('user_limits', 'user_limits.user_id', 'users.id')
-      .select(['sessions.id_hash', 'sessions.csrf_token', 'sessions.expires_at', 'users.id as userId', 'users.username', 'user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency'])
+      .select(['sessions.id_hash', 'sessions.csrf_token', 'sessions.expires_at', 'users.id as userId', 'users.username', ...LIMIT_COLUMNS])
       .where('sessions.id_hash', '=', sha256(cookie))
       .executeTakeFirst();
     if (!row || row.expires_at <= Date.now()) return undefined;

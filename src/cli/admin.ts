@@ -1,4 +1,4 @@
-import { readUserLimits, writeUserLimits } from '../limits/userLimits.ts';
+import { computeUsedS, NO_SETTINGS, readUserLimits, writeUserLimits } from '../limits/userLimits.ts';
 import type { Config } from '../config.ts';
 import { createServices, type Services } from '../services.ts';
 import { AppError } from '../errors.ts';
@@ -65,6 +65,8 @@ export interface LimitFlags {
   callsPerMin?: string | undefined;
   burst?: string | undefined;
   concurrency?: string | undefined;
+  computeSecondsPerMonth?: string | undefined;
+  storageBytes?: string | undefined;
   clear?: boolean;
 }
 
@@ -72,7 +74,7 @@ export interface LimitFlags {
 function limitFlag(name: string, raw: string | undefined, usage: Usage): number | null | undefined {
   if (raw === undefined) return undefined;
   if (raw === 'default') return null;
-  if (!/^\d{1,10}$/.test(raw)) usage(`--${name} takes a whole number (0: no limit) or default, not "${raw}"`);
+  if (!/^\d{1,15}$/.test(raw)) usage(`--${name} takes a whole number (0: no limit) or default, not "${raw}"`);
   return Number(raw);
 }
 
@@ -119,6 +121,8 @@ export async function userCommand(config: Config, sub: string | undefined, args:
         calls_per_min: limitFlag('calls-per-min', f.callsPerMin, usage),
         burst: limitFlag('burst', f.burst, usage),
         concurrency: limitFlag('concurrency', f.concurrency, usage),
+        compute_seconds_per_month: limitFlag('compute-seconds-per-month', f.computeSecondsPerMonth, usage),
+        storage_bytes: limitFlag('storage-bytes', f.storageBytes, usage),
       };
       const changing = f.clear === true || Object.values(change).some((v) => v !== undefined);
       if (f.clear === true && Object.values(change).some((v) => v !== undefined)) usage('user limits: --clear puts every limit back to the default; give it alone');
@@ -126,11 +130,20 @@ export async function userCommand(config: Config, sub: string | undefined, args:
         const user = await s.users.require(args[0]!);
         const own = changing ? await writeUserLimits(s.store, user.id, change, f.clear === true) : await readUserLimits(s.store.db, user.id);
         const inForce = s.limits.of({ userId: user.id, limits: own });
+        const quotas = s.limits.quotasOf({ userId: user.id, limits: own });
         const none = (n: number) => (n === 0 ? null : n);
         return {
           username: user.username,
-          own: own ?? { calls_per_min: null, burst: null, concurrency: null },
-          in_force: { calls_per_min: none(inForce.callsPerMin), burst: none(inForce.burst), concurrency: none(inForce.concurrency) },
+          own: own ?? { ...NO_SETTINGS },
+          in_force: {
+            calls_per_min: none(inForce.callsPerMin),
+            burst: none(inForce.burst),
+            concurrency: none(inForce.concurrency),
+            compute_seconds_per_month: none(quotas.computeSecondsPerMonth),
+            storage_bytes: none(quotas.storageBytes),
+          },
+          // What the store has counted (a server's last second or so of calls is written with its next flush).
+          used: { compute_seconds_this_month: await computeUsedS(s.store.db, user.id, Date.now()), storage_bytes: await s.hosted.storedBytes(user.id) },
         };
       });
       print(shown);

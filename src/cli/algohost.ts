@@ -15,7 +15,8 @@ const USAGE = `usage:
   algohost user password NAME [--home DIR]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
-  algohost user limits NAME [--calls-per-min N] [--burst N] [--concurrency N] [--clear] [--home DIR]
+  algohost user limits NAME [--calls-per-min N] [--burst N] [--concurrency N]
+                    [--compute-seconds-per-month N] [--storage-bytes N] [--clear] [--home DIR]
   algohost key create USER [--name NAME] [--permissions JSON] [--home DIR]
   algohost key list USER [--home DIR]
   algohost key revoke USER KEY_ID [--home DIR]
@@ -30,9 +31,10 @@ A user signs in to the web console with a password: --password-stdin reads it fr
 input (its first line), and user password sets a new one the same way, or asks for it twice
 without echo in a terminal. A user without a password uses API keys only.
 
-user limits shows a user's call limits, or sets their own: N a number (0: no limit), or
-default for the operator's (ALGOHOST_LIMIT_*); --clear puts every one back to the default.
-They hold from the user's next call (docs/limits.md).
+user limits shows a user's call limits and quotas (and what they used of the quotas), or
+sets their own: N a number (0: no limit), or default for the operator's (ALGOHOST_LIMIT_*);
+--clear puts every one back to the default. They hold from the user's next call or upload
+(docs/limits.md).
 
 move carries a stopped single-machine home (users, keys, data, ACLs, algorithms, builds,
 versions, connected accounts, its secret) into an empty shared deployment's PostgreSQL and
@@ -76,6 +78,8 @@ async function main(argv: string[]): Promise<number> {
       'calls-per-min': { type: 'string' },
       burst: { type: 'string' },
       concurrency: { type: 'string' },
+      'compute-seconds-per-month': { type: 'string' },
+      'storage-bytes': { type: 'string' },
       clear: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -151,7 +155,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'user':
-      return userCommand(config, sub, rest, { passwordStdin: values['password-stdin'] === true, limits: { callsPerMin: values['calls-per-min'], burst: values.burst, concurrency: values.concurrency, clear: values.clear === true } }, usage);
+      return userCommand(config, sub, rest, { passwordStdin: values['password-stdin'] === true, limits: { callsPerMin: values['calls-per-min'], burst: values.burst, concurrency: values.concurrency, computeSecondsPerMonth: values['compute-seconds-per-month'], storageBytes: values['storage-bytes'], clear: values.clear === true } }, usage);
     case 'key':
       return keyCommand(config, sub, rest, { name: values.name, permissions: values.permissions }, usage);
     default:

@@ -40,6 +40,8 @@ export type ReadResult = FileRead | { info: DirInfo };
 
 export interface WriteOptions {
   signal?: AbortSignal;
+  /** The body's length when the request declared it (Content-Length): a quota refuses it before a byte is stored. */
+  size?: number;
   /**
    * Written in the transaction that makes the file what the body says, where the connector has
    * one (hosted data; a connected account's provider shares none): what must stand with the

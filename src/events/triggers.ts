@@ -493,7 +493,7 @@ export class Triggers {
         throw e;
       }
       const ref = splitAlgorithm(t.algorithm);
-      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true }, this.log);
+      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true }, this.log);
       if (result.workerLost && run.attempts < MAX_ATTEMPTS) {
         // Its node was lost mid-call: started again by whichever node claims it next.
         await this.store.db.updateTable('trigger_runs').set({ status: 'queued', claimed_until: 0 }).where('id', '=', run.id).where('claimed_until', '=', c.lease).execute();

@@ -203,7 +203,10 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
       if ('early' in accepted) return reply.type('application/json').send(envelope(accepted.early, options.timeoutS));
       return reply.type('application/json').send({ async: true, request_id: accepted.id } satisfies AsyncCallAccepted);
     }
-    const a = callAnswer(await opts.calls.call(principal, request, req.log), options);
+    const r = await opts.calls.call(principal, request, req.log);
+    const a = callAnswer(r, options);
+    // What is left of the caller's rate, on answers admitted too (docs/limits.md).
+    if (r.rateLimit !== undefined) for (const [name, value] of r.rateLimit) reply.header(name, value);
     return reply.code(a.status).type(a.type).send(a.body);
   };
 

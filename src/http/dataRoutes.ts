@@ -64,16 +64,18 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
         if (Number.isFinite(declared) && declared > opts.maxUploadBytes) {
           throw new AppError('payload_too_large', `the file is larger than the limit of ${opts.maxUploadBytes} bytes`);
         }
+        // Declared, a storage quota refuses it before a byte is read.
+        const size = req.headers['content-length'] !== undefined && Number.isSafeInteger(declared) ? declared : undefined;
         // An upload may carry an Idempotency-Key (idempotency.ts): its body hashed as it streams,
         // its answer written in the transaction that commits a hosted file.
         const key = opts.idempotency ? idempotencyKey(req.headers) : undefined;
         if (key !== undefined) {
           const answerOf = (uri: string) => ({ status: 200, body: JSON.stringify({ result: uri } satisfies DataUriResult) });
           return opts.idempotency!.answer(req, reply, key, { line: `${req.method} ${req.raw.url ?? '/'}`, stream: req.raw, maxBytes: opts.maxUploadBytes }, async (claim, body) =>
-            answerOf(await connector.write(principal, target.segments, body!, { along: (trx, uri) => claim.record(trx, answerOf(uri)) })),
+            answerOf(await connector.write(principal, target.segments, body!, { size, along: (trx, uri) => claim.record(trx, answerOf(uri)) })),
           );
         }
-        const result = await connector.write(principal, target.segments, req.raw, {});
+        const result = await connector.write(principal, target.segments, req.raw, { size });
         return reply.type('application/json').send({ result } satisfies DataUriResult);
       }
       case 'POST': {

@@ -1,6 +1,8 @@
 import { AppError } from '../errors.ts';
 import { TokenBucket } from './bucket.ts';
 import type { KeyLimits } from '../../client/src/types.ts';
+import { monthBounds, type ComputeMeter } from './compute.ts';
+import { AlgorithmSlots } from './algorithmSlots.ts';
 
 /**
  * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
@@ -24,6 +26,26 @@ export interface LimitSettings {
   calls_per_min: number | null;
   burst: number | null;
   concurrency: number | null;
+  compute_seconds_per_month: number | null;
+  storage_bytes: number | null;
+}
+
+/** Quotas in force for one user (docs/limits.md); 0 is none. */
+export interface Quotas {
+  /** Compute seconds a calendar month (UTC). */
+  computeSecondsPerMonth: number;
+  /** Bytes of hosted files. */
+  storageBytes: number;
+}
+
+export const NO_QUOTAS: Quotas = Object.freeze({ computeSecondsPerMonth: 0, storageBytes: 0 });
+
+/** The quotas in force for a user: their own values over the operator's defaults. */
+export function resolveQuotas(operator: Quotas, own: LimitSettings | null | undefined): Quotas {
+  return {
+    computeSecondsPerMonth: own?.compute_seconds_per_month ?? operator.computeSecondsPerMonth,
+    storageBytes: own?.storage_bytes ?? operator.storageBytes,
+  };
 }
 
 /** The burst when none is set: three seconds' worth of the rate, at least 1. */
@@ -32,7 +54,7 @@ export function defaultBurst(callsPerMin: number): number {
 }
 
 /** The limits in force for a user: their own values over the operator's defaults. */
-export function resolveLimits(operator: CallLimits, own: LimitSettings | null | undefined): CallLimits {
+export function resolveLimits(operator: CallLimits, own: Pick<LimitSettings, 'calls_per_min' | 'burst' | 'concurrency'> | null | undefined): CallLimits {
   const callsPerMin = own?.calls_per_min ?? operator.callsPerMin;
   const burst = own?.burst ?? (own?.calls_per_min != null ? 0 : operator.burst);
   return {
@@ -43,7 +65,7 @@ export function resolveLimits(operator: CallLimits, own: LimitSettings | null | 
 }
 
 /** Which limit a call ran into. */
-export type LimitCode = 'rate_limited' | 'concurrency_limited';
+export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'compute_quota_exceeded';
 
 /**
  * A call refused by a limit: 429 with the limit's name, Retry-After, and the RateLimit-Policy
@@ -136,6 +158,28 @@ export class CallLimiter {
     };
   }
 
+  /**
+   * The RateLimit-Policy and RateLimit fields of an admitted call: of the user's bucket, or the
+   * key's when it has fewer calls left (undefined: no rate limit). Read from the buckets in
+   * memory, nothing else: `r` the whole calls left, `t` the seconds until the bucket is full
+   * again (until the next call may be made, when none is left).
+   */
+  fields(userId: number, limits: CallLimits, key?: { id: string; limits: CallLimits }): [string, string][] | undefined {
+    const now = this.now();
+    let best: { l: CallLimits; r: number; b: TokenBucket } | undefined;
+    const consider = (id: string, l: CallLimits) => {
+      const b = l.callsPerMin === 0 ? undefined : this.scopes.get(id)?.bucket;
+      if (b === undefined) return;
+      const r = b.remaining(now);
+      if (best === undefined || r < best.r) best = { l, r, b };
+    };
+    consider(`u${userId}`, limits);
+    if (key !== undefined) consider(`k${key.id}`, key.limits);
+    if (best === undefined) return undefined;
+    const { l, r, b } = best;
+    return rateFields(l, r, r > 0 ? b.fullInS(now) : b.retryAfterS(now));
+  }
+
   /** The state of a scope's calls now (`u<user id>`, `k<key id>`; nothing is taken). */
   state(scope: string, limits: CallLimits): CallsState {
     const now = this.now();
@@ -184,22 +228,140 @@ export function keyLimits(own: KeyLimits): CallLimits {
   return { callsPerMin, burst: callsPerMin === 0 ? 0 : (own.burst ?? defaultBurst(callsPerMin)), concurrency: own.concurrency ?? 0 };
 }
 
+/** What the compute quota says of a caller now (GET /v1/users/:user/limits). */
+export interface ComputeState {
+  /** The quota in seconds (0: none). */
+  quota: number;
+  /** Seconds used this month. */
+  used_s: number;
+  /** The month's first instant and the next's (ms, UTC). */
+  start: number;
+  end: number;
+}
+
 /** The operator's defaults and this process's limiter: what CallService admits calls by. */
 export class Limits {
+  /** Owners' caps on their algorithms' calls under way (`settings.max_concurrency`). */
+  readonly algorithms = new AlgorithmSlots();
+
   constructor(
     readonly defaults: CallLimits,
     readonly limiter = new CallLimiter(),
+    /** The operator's default quotas (ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH, _STORAGE_BYTES). */
+    readonly quotaDefaults: Quotas = NO_QUOTAS,
+    /** Compute used per month (fed by the usage recorder); no compute quota is enforced without. */
+    readonly meter?: ComputeMeter,
   ) {}
+
+  /** The limits' clock. */
+  now(): number {
+    return this.meter?.now() ?? Date.now();
+  }
 
   /** The limits in force for a caller. */
   of(caller: LimitedCaller): CallLimits {
     return caller.limits ? resolveLimits(this.defaults, caller.limits) : this.defaults;
   }
 
-  /** Admits one call (see CallLimiter.admit); `concurrent`: it holds one of the calls at once. */
+  /**
+   * The RateLimit fields of the calls-per-minute policy for a call just admitted (see
+   * CallLimiter.fields); undefined when neither the user nor the key has a rate limit.
+   */
+  rateFields(caller: LimitedCaller): [string, string][] | undefined {
+    const user = this.of(caller);
+    const own = caller.permissions?.limits;
+    const key = own?.calls_per_min !== undefined && caller.keyId !== undefined ? { id: caller.keyId, limits: keyLimits(own) } : undefined;
+    if (user.callsPerMin === 0 && key === undefined) return undefined;
+    return this.limiter.fields(caller.userId, user, key);
+  }
+
+  /** The quotas in force for a caller's user. */
+  quotasOf(caller: LimitedCaller): Quotas {
+    return caller.limits ? resolveQuotas(this.quotaDefaults, caller.limits) : this.quotaDefaults;
+  }
+
+  /**
+   * The storage quota an upload by this caller is held to: the lower of their user's and their
+   * key's own (`storage_bytes`), and whose; undefined when neither has one.
+   */
+  storageQuota(caller: LimitedCaller): { bytes: number; scope: 'user' | 'key' } | undefined {
+    const user = this.quotasOf(caller).storageBytes;
+    const key = caller.permissions?.limits?.storage_bytes ?? 0;
+    if (key > 0 && (user === 0 || key < user)) return { bytes: key, scope: 'key' };
+    return user > 0 ? { bytes: user, scope: 'user' } : undefined;
+  }
+
+  /** The compute quotas a call of this caller is held to: the user's and the key's own (0: none). */
+  private computeQuotas(caller: LimitedCaller): { user: number; key: number } {
+    const user = caller.limits ? (caller.limits.compute_seconds_per_month ?? this.quotaDefaults.computeSecondsPerMonth) : this.quotaDefaults.computeSecondsPerMonth;
+    return { user, key: caller.keyId !== undefined ? (caller.permissions?.limits?.compute_seconds_per_month ?? 0) : 0 };
+  }
+
+  /**
+   * Whether the caller's month of compute must be read before admit() can hold them to a
+   * compute quota (their first call of the month here, with one in force): then await ready().
+   * False on a warm path.
+   */
+  needsLoad(caller: LimitedCaller): boolean {
+    if (this.meter === undefined) return false;
+    const q = this.computeQuotas(caller);
+    return (q.user > 0 || q.key > 0) && this.meter.needsLoad(caller.userId);
+  }
+
+  ready(caller: LimitedCaller): Promise<void> {
+    return this.meter!.load(caller.userId);
+  }
+
+  /**
+   * Admits one call (see CallLimiter.admit); `concurrent`: it holds one of the calls at once.
+   * First the compute quota: a user (or key) whose month's compute has reached it is refused
+   * until the first of next month (UTC), taking nothing. Calls under way are not cut off, so
+   * the month may end a little over the quota.
+   */
   admit(caller: LimitedCaller, concurrent: boolean): () => void {
+    if (this.meter !== undefined) this.checkCompute(caller);
     const own = caller.permissions?.limits;
     return this.limiter.admit(caller.userId, this.of(caller), concurrent, own && caller.keyId !== undefined ? { id: caller.keyId, limits: keyLimits(own) } : undefined);
+  }
+
+  /** Throws compute_quota_exceeded when the caller's user or key has used their month's compute. */
+  checkCompute(caller: LimitedCaller): void {
+    if (this.meter === undefined) return;
+    const q = this.computeQuotas(caller);
+    if (q.user === 0 && q.key === 0) return;
+    const used = this.meter!.used(caller.userId, caller.keyId);
+    // Not read yet (a caller that did not wait for ready()): admitted, and the read started.
+    if (used === undefined) {
+      this.meter!.load(caller.userId).catch(() => undefined);
+      return;
+    }
+    for (const [scope, quota, ms] of [['user', q.user, used.user], ['key', q.key, used.key]] as const) {
+      if (quota > 0 && ms >= quota * 1000) throw this.computeError(scope, quota, ms);
+    }
+  }
+
+  private computeError(scope: 'user' | 'key', quota: number, ms: number): LimitError {
+    const now = this.meter!.now();
+    const { start, end } = monthBounds(now);
+    const retry = Math.max(1, Math.ceil((end - now) / 1000));
+    const resets = new Date(end).toISOString();
+    return new LimitError(
+      'compute_quota_exceeded',
+      `${scope === 'user' ? 'your calls have' : 'calls with this key have'} used ${round(ms / 1000)} of the ${quota} compute seconds ${scope === 'user' ? 'you' : 'it'} may use this month; more from ${resets}`,
+      [['retry-after', String(retry)], ...computeFields(quota, Math.round((end - start) / 1000), 0, retry)],
+      { limit: 'compute_seconds_per_month', scope, compute_seconds_per_month: quota, used_s: round(ms / 1000), resets_at: resets, retry_after_s: retry },
+    );
+  }
+
+  /** The compute quota of the caller's user (or, with `key`, of their key) and what is used of it this month. */
+  async computeState(caller: LimitedCaller, key = false): Promise<ComputeState> {
+    const q = this.computeQuotas(caller);
+    const now = this.meter?.now() ?? Date.now();
+    const { start, end } = monthBounds(now);
+    if (this.meter === undefined) return { quota: key ? q.key : q.user, used_s: 0, start, end };
+    if (this.meter.needsLoad(caller.userId)) await this.meter.load(caller.userId);
+    const used = this.meter.used(caller.userId, caller.keyId) ?? { user: 0, key: 0 };
+    return { quota: key ? q.key : q.user, used_s: round((key ? used.key : used.user) / 1000), start, end };
   }
 
   state(caller: LimitedCaller): CallsState {
@@ -213,9 +375,31 @@ export class Limits {
   }
 }
 
-/** A user's own values as a row of user_limits (left-joined: all null when the user has none). */
-export function ownLimits(row: { calls_per_min: number | string | null; burst: number | string | null; concurrency: number | string | null }): LimitSettings | null {
-  if (row.calls_per_min === null && row.burst === null && row.concurrency === null) return null;
-  const n = (v: number | string | null) => (v === null ? null : Number(v));
-  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency) };
+/** Seconds to the millisecond. */
+function round(s: number): number {
+  return Math.round(s * 1000) / 1000;
 }
+
+/** The RateLimit-Policy and RateLimit fields of the compute quota: q seconds in a window of w (the month's seconds); r left, t seconds until the month ends. */
+export function computeFields(quota: number, windowS: number, remaining: number, resetS: number): [string, string][] {
+  return [
+    ['ratelimit-policy', `"compute";q=${quota};w=${windowS}`],
+    ['ratelimit', `"compute";r=${remaining};t=${resetS}`],
+  ];
+}
+
+/** A user's own values as a row of user_limits (left-joined: all null when the user has none). */
+export function ownLimits(row: {
+  calls_per_min: number | string | null;
+  burst: number | string | null;
+  concurrency: number | string | null;
+  compute_seconds_per_month: number | string | null;
+  storage_bytes: number | string | null;
+}): LimitSettings | null {
+  if (row.calls_per_min === null && row.burst === null && row.concurrency === null && row.compute_seconds_per_month === null && row.storage_bytes === null) return null;
+  const n = (v: number | string | null) => (v === null ? null : Number(v));
+  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency), compute_seconds_per_month: n(row.compute_seconds_per_month), storage_bytes: n(row.storage_bytes) };
+}
+
+/** The columns of user_limits a principal is read with (KeyService, sessions). */
+export const LIMIT_COLUMNS = ['user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency', 'user_limits.compute_seconds_per_month', 'user_limits.storage_bytes'] as const;

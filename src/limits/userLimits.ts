@@ -1,15 +1,19 @@
 import type { Db, MetadataStore } from '../store/db.ts';
 import { ownLimits, type LimitSettings } from './limits.ts';
+import { utcMonth } from './compute.ts';
 
 /**
- * A user's own call limits in the store (user_limits; docs/limits.md), as the admin command
+ * A user's own call limits and quotas in the store (user_limits; docs/limits.md), as the admin command
  * sets them. A commit here empties every server's key cache (and, on PostgreSQL, others' by
  * the change notice), so the next call of the user's is held to the new values.
  */
 
+/** Every value the operator's default. */
+export const NO_SETTINGS: Readonly<LimitSettings> = Object.freeze({ calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: null, storage_bytes: null });
+
 /** The user's own values (null: they have none, the operator's defaults hold). */
 export async function readUserLimits(db: Db, userId: number): Promise<LimitSettings | null> {
-  const row = await db.selectFrom('user_limits').select(['calls_per_min', 'burst', 'concurrency']).where('user_id', '=', userId).executeTakeFirst();
+  const row = await db.selectFrom('user_limits').select(['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes']).where('user_id', '=', userId).executeTakeFirst();
   return row ? ownLimits(row) : null;
 }
 
@@ -24,12 +28,9 @@ export async function writeUserLimits(store: MetadataStore, userId: number, chan
       return null;
     }
     const before = await readUserLimits(trx, userId);
-    const after: LimitSettings = {
-      calls_per_min: change.calls_per_min !== undefined ? change.calls_per_min : (before?.calls_per_min ?? null),
-      burst: change.burst !== undefined ? change.burst : (before?.burst ?? null),
-      concurrency: change.concurrency !== undefined ? change.concurrency : (before?.concurrency ?? null),
-    };
-    if (after.calls_per_min === null && after.burst === null && after.concurrency === null) {
+    const after = { ...NO_SETTINGS };
+    for (const f of Object.keys(NO_SETTINGS) as (keyof LimitSettings)[]) after[f] = change[f] !== undefined ? change[f] : (before?.[f] ?? null);
+    if (Object.values(after).every((v) => v === null)) {
       await trx.deleteFrom('user_limits').where('user_id', '=', userId).execute();
       return null;
     }
@@ -41,4 +42,10 @@ export async function writeUserLimits(store: MetadataStore, userId: number, chan
       .execute();
     return after;
   });
+}
+
+/** Compute seconds the store has counted for the user in the UTC month of `now` (every key together). */
+export async function computeUsedS(db: Db, userId: number, now: number): Promise<number> {
+  const row = await db.selectFrom('compute_months').select('ms').where('user_id', '=', userId).where('month', '=', utcMonth(now)).where('key_id', '=', '').executeTakeFirst();
+  return row ? Number(row.ms) / 1000 : 0;
 }

@@ -745,6 +745,55 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE TRIGGER user_limits_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON user_limits FOR EACH STATEMENT EXECUTE FUNCTION algohost_changed();
   `,
   },
+  // Quotas (docs/limits.md): a user's own compute seconds a month and hosted bytes stored
+  // (user_limits, as the call limits); compute milliseconds per caller and UTC month, for the
+  // user ('' as key_id) and each of their API keys, added to by the usage flush in the
+  // transaction that writes the usage rows (the user's back-filled from them; keys were not
+  // counted before); and the bytes of each user's hosted files, changed in the transaction
+  // that changes a file's row (back-filled from the files). Neither is read by a cached path:
+  // no change trigger.
+  {
+    sqlite: `
+  ALTER TABLE user_limits ADD COLUMN compute_seconds_per_month INTEGER;
+  ALTER TABLE user_limits ADD COLUMN storage_bytes INTEGER;
+  CREATE TABLE compute_months (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    month TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    ms INTEGER NOT NULL,
+    PRIMARY KEY (user_id, month, key_id)
+  );
+  INSERT INTO compute_months (user_id, month, key_id, ms)
+    SELECT caller_id, substr(day, 1, 7), '', SUM(duration_ms) FROM usage
+    WHERE caller_id IN (SELECT id FROM users) GROUP BY caller_id, substr(day, 1, 7);
+  CREATE TABLE user_storage (
+    user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    bytes INTEGER NOT NULL
+  );
+  INSERT INTO user_storage (user_id, bytes)
+    SELECT owner_id, SUM(size) FROM nodes WHERE kind = 'file' GROUP BY owner_id;
+  `,
+    postgres: `
+  ALTER TABLE user_limits ADD COLUMN compute_seconds_per_month BIGINT;
+  ALTER TABLE user_limits ADD COLUMN storage_bytes BIGINT;
+  CREATE TABLE compute_months (
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    month TEXT COLLATE "C" NOT NULL,
+    key_id TEXT COLLATE "C" NOT NULL,
+    ms BIGINT NOT NULL,
+    PRIMARY KEY (user_id, month, key_id)
+  );
+  INSERT INTO compute_months (user_id, month, key_id, ms)
+    SELECT caller_id, substr(day, 1, 7), '', SUM(duration_ms) FROM usage
+    WHERE caller_id IN (SELECT id FROM users) GROUP BY caller_id, substr(day, 1, 7);
+  CREATE TABLE user_storage (
+    user_id BIGINT PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    bytes BIGINT NOT NULL
+  );
+  INSERT INTO user_storage (user_id, bytes)
+    SELECT owner_id, SUM(size) FROM nodes WHERE kind = 'file' GROUP BY owner_id;
+  `,
+  },
   // Call limits shared by the nodes of a deployment on PostgreSQL (src/limits/shared.ts): each
   // scope's token bucket, its calls under way, and which node holds them. On SQLite (one server)
   // the limiter keeps them in memory; the tables are there, empty, so both schemas match. No

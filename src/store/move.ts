@@ -13,7 +13,7 @@ export const MOVED_KEY = 'moved_from';
 
 /**
  * The tables a move carries, in the order their foreign keys allow, and their identity columns.
- * Each is read in pages by `id`, or by SQLite's rowid for a table without one (usage: the
+ * Each is read in pages by `id`, or by SQLite's rowid for a table without one (usage and the limits' tables: the
  * source is always SQLite).
  */
 const TABLES = [
@@ -25,6 +25,10 @@ const TABLES = [
   { name: 'versions', identity: true },
   { name: 'connectors', identity: true },
   { name: 'usage', identity: false, rowid: true },
+  // A user's own limits, the compute counted per month and the bytes stored (docs/limits.md).
+  { name: 'user_limits', identity: false, rowid: true },
+  { name: 'compute_months', identity: false, rowid: true },
+  { name: 'user_storage', identity: false, rowid: true },
 ] as const;
 
 type TableName = (typeof TABLES)[number]['name'];

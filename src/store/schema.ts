@@ -10,6 +10,8 @@ export interface UserLimitsTable {
   calls_per_min: number | null;
   burst: number | null;
   concurrency: number | null;
+  compute_seconds_per_month: number | null;
+  storage_bytes: number | null;
   updated_at: number;
 }
 
@@ -38,6 +40,20 @@ export interface LimitHoldsTable {
   /** The node's store instance (MetadataStore.instance). */
   instance: string;
   n: number;
+}
+
+/** Compute milliseconds per caller and UTC month (`YYYY-MM`): the user's (key_id '') and each API key's (docs/limits.md). */
+export interface ComputeMonthsTable {
+  user_id: number;
+  month: string;
+  key_id: string;
+  ms: number;
+}
+
+/** The bytes of a user's hosted files, changed with their rows (docs/limits.md). */
+export interface UserStorageTable {
+  user_id: number;
+  bytes: number;
 }
 
 export interface UsersTable {
@@ -404,6 +420,8 @@ export interface Schema {
   limit_buckets: LimitBucketsTable;
   limit_slots: LimitSlotsTable;
   limit_holds: LimitHoldsTable;
+  compute_months: ComputeMonthsTable;
+  user_storage: UserStorageTable;
   triggers: TriggersTable;
   trigger_runs: TriggerRunsTable;
   idempotency_keys: IdempotencyKeysTable;

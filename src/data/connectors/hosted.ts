@@ -16,6 +16,18 @@ export interface HostedOptions {
   pageSize?: number;
   /** Files removed per transaction by a recursive delete. */
   deleteBatch?: number;
+  /**
+   * The storage quota an upload by this principal is held to (docs/limits.md): the bytes their
+   * user's hosted files may come to, the lower of the user's quota and their key's, and whose
+   * it is; undefined: none.
+   */
+  storageQuota?: (principal: Principal) => StorageQuota | undefined;
+}
+
+/** The bytes a user's hosted files may come to, and whose quota that is. */
+export interface StorageQuota {
+  bytes: number;
+  scope: 'user' | 'key';
 }
 
 interface Owner {
@@ -253,13 +265,32 @@ export class HostedConnector implements Connector {
       throw new AppError('invalid_path', 'a file goes inside a collection: data://.my/<collection>/<file name>');
     }
     // Refuse early, before any byte is stored; checked again when committing.
-    await this.checkFileTarget(this.db, owner, rel);
+    const before = await this.checkFileTarget(this.db, owner, rel);
+    // The storage quota: a body declared too large is refused before a byte is stored; one of
+    // no declared length is read only while it fits (the blob store keeps nothing of a body cut
+    // off). Both checked again when committing, under the store's write lock.
+    const quota = this.options.storageQuota?.(principal);
+    let maxBytes = this.options.maxUploadBytes;
+    if (quota !== undefined) {
+      const room = this.room(quota, await this.storedBytes(owner.id), before?.size ?? 0);
+      if (options.size !== undefined && options.size > room) throw quotaExceeded(quota, await this.storedBytes(owner.id), options.size, before?.size ?? 0);
+      maxBytes = Math.min(maxBytes, room);
+    }
 
     const blobId = this.blobs.newId();
     await this.db.insertInto('pending_blobs').values({ blob_id: blobId, created_at: Date.now(), holder: this.store.instance }).execute();
     let oldBlob: string | null = null;
     try {
-      const { size } = await this.blobs.put(blobId, body, { maxBytes: this.options.maxUploadBytes, signal: options.signal });
+      let size: number;
+      try {
+        ({ size } = await this.blobs.put(blobId, body, { maxBytes, signal: options.signal }));
+      } catch (err) {
+        // Cut off at the quota's room (not at the upload limit): the quota's answer.
+        if (quota !== undefined && maxBytes < this.options.maxUploadBytes && err instanceof AppError && err.code === 'payload_too_large') {
+          throw quotaExceeded(quota, await this.storedBytes(owner.id), undefined, before?.size ?? 0);
+        }
+        throw err;
+      }
       const now = Date.now();
       oldBlob = await this.store.write(async (trx) => {
         // Another server took this one for dead and claimed the blob to remove it (its
@@ -269,6 +300,12 @@ export class HostedConnector implements Connector {
           throw new AppError('storage_unavailable', 'the upload was interrupted while this server had lost the database; send it again');
         }
         const existing = await this.checkFileTarget(trx, owner, rel);
+        const replaced = existing?.size ?? 0;
+        if (quota !== undefined) {
+          const used = await this.storedBytes(owner.id, trx);
+          if (size > this.room(quota, used, replaced)) throw quotaExceeded(quota, used, size, replaced);
+        }
+        await addStored(trx, owner.id, size - replaced);
         const name = rel[rel.length - 1]!;
         await appendEvent(trx, {
           userId: owner.id,
@@ -379,6 +416,7 @@ export class HostedConnector implements Connector {
         if (!current || current.kind !== 'file') throw notFound(uri(owner, rel));
         await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now(), holder: this.store.instance }).execute();
         await trx.deleteFrom('nodes').where('id', '=', current.id).execute();
+        await addStored(trx, owner.id, -current.size);
         await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, ...writtenBy(principal) } });
         return current.blob_id!;
       });
@@ -446,6 +484,7 @@ export class HostedConnector implements Connector {
           const now = Date.now();
           await trx.insertInto('pending_blobs').values(files.map((f) => ({ blob_id: f.blob_id!, created_at: now, holder: this.store.instance }))).execute();
           await trx.deleteFrom('nodes').where('id', 'in', files.map((f) => f.id)).execute();
+          await addStored(trx, owner.id, -files.reduce((n, f) => n + f.size, 0));
           await appendEvents(
             trx,
             files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, ...writtenBy(principal) }, time: now })),
@@ -464,6 +503,23 @@ export class HostedConnector implements Connector {
         err,
       );
     }
+  }
+
+  // ---- the storage quota --------------------------------------------------------------
+
+  /** The bytes of a user's hosted files (user_storage, kept with their rows). */
+  async storedBytes(userId: number, db: Db = this.db): Promise<number> {
+    const row = await db.selectFrom('user_storage').select('bytes').where('user_id', '=', userId).executeTakeFirst();
+    return row ? Number(row.bytes) : 0;
+  }
+
+  /**
+   * How large a file may be under the quota, `used` bytes stored, replacing one of `replaced`
+   * bytes: what is left of the quota, and never less than the file it replaces (a user over
+   * their quota, lowered since, may still replace a file with one no larger).
+   */
+  private room(quota: StorageQuota, used: number, replaced: number): number {
+    return Math.max(quota.bytes - used + replaced, replaced);
   }
 
   // ---- blob housekeeping -------------------------------------------------------------
@@ -489,6 +545,7 @@ export class HostedConnector implements Connector {
       await trx.insertInto('pending_blobs').values(ids.slice(i, i + 500).map((blob_id) => ({ blob_id, created_at: now, holder: this.store.instance }))).execute();
     }
     await trx.deleteFrom('nodes').where('owner_id', '=', ownerId).execute();
+    await trx.deleteFrom('user_storage').where('user_id', '=', ownerId).execute();
     return ids;
   }
 
@@ -543,6 +600,27 @@ function relOf(dir: string, name: string): string[] {
 
 function uri(owner: Owner, rel: string[]): string {
   return rel.length === 0 ? `data://${owner.name}` : `data://${owner.name}/${rel.join('/')}`;
+}
+
+/** Adds `delta` bytes to a user's stored total, in the transaction that changes their files. */
+async function addStored(trx: Db, userId: number, delta: number): Promise<void> {
+  if (delta === 0) return;
+  await trx
+    .insertInto('user_storage')
+    .values({ user_id: userId, bytes: delta })
+    .onConflict((oc) => oc.column('user_id').doUpdateSet((eb) => ({ bytes: eb('user_storage.bytes', '+', eb.ref('excluded.bytes')) })))
+    .execute();
+}
+
+/** An upload refused by the storage quota (`size`: the body's, when known). */
+function quotaExceeded(quota: StorageQuota, used: number, size: number | undefined, replaced: number): AppError {
+  const left = Math.max(0, quota.bytes - used + replaced);
+  const who = quota.scope === 'user' ? 'your hosted files' : 'your hosted files, for uploads with this key,';
+  return new AppError(
+    'storage_quota_exceeded',
+    `${who} may come to ${quota.bytes} bytes; ${used} are stored, so this file may be ${left} bytes${replaced > 0 ? ' (with the one it replaces)' : ''}${size !== undefined ? ` and it is ${size}` : ' and it is larger'}; nothing of it was stored`,
+    { limit: 'storage_bytes', scope: quota.scope, storage_bytes: quota.bytes, used_bytes: used, remaining_bytes: Math.max(0, quota.bytes - used) },
+  );
 }
 
 function notFound(what: string): AppError {
