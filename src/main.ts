@@ -287,6 +287,8 @@ function startSweeper(services: Services, logger: pino.Logger, role: 'server' | 
       await services.builds.failInterrupted();
       const requeued = await services.asyncCalls.recover();
       if (requeued > 0) logger.info({ requeued }, 'async calls a stopped server left unfinished are run again');
+      const freed = await services.limits.limiter.forgetDead();
+      if (freed > 0) logger.info({ freed }, 'calls under way that stopped servers held against their callers\' concurrency limits are given back');
     } catch (err) {
       // The store is away for the moment (503s say so to clients): the next round tries again.
       logger.warn({ err }, 'sweep of stopped servers\' leftovers failed; trying again later');

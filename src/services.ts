@@ -36,6 +36,7 @@ import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
 import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ComputeMeter } from './limits/compute.ts';
+import { SharedLimitStore } from './limits/shared.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
@@ -219,7 +220,9 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const usage = new UsageRecorder(store, { meter, ...options.usage });
   const limits = new Limits(
     { callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency },
-    new CallLimiter(options.now),
+    // On PostgreSQL (one or more API nodes) the buckets and counts are the database's, so the
+    // limits hold across nodes (docs/limits.md "Across nodes"); on SQLite, this process's.
+    new CallLimiter(options.now, store.dialect === 'postgres' ? { store: new SharedLimitStore(store), instance: store.instance } : undefined),
     { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
     meter,
   );

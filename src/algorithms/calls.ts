@@ -149,7 +149,9 @@ export class CallService {
     if ((!req.admitted || req.quota) && this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     if (req.admitted && req.quota) this.limits?.checkCompute(principal);
     // A nested call holds none of the caller's concurrent calls: its parent holds one already.
-    const release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
+    let release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
+    // Shared limits (several API nodes) may wait for the database; one node's never do.
+    if (release instanceof Promise) release = await release;
     // What is left of the caller's rate as the call was admitted, for the answer's RateLimit fields.
     const rateLimit = release === undefined || req.parent !== undefined ? undefined : this.limits!.rateFields(principal);
     try {
@@ -184,7 +186,7 @@ export class CallService {
     this.admit(principal, req);
     if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     // Accepted to its queue: it takes a token now, and holds no concurrent call.
-    this.limits?.admit(principal, false);
+    await this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     return 'outcome' in target ? target : undefined;
   }
@@ -200,7 +202,7 @@ export class CallService {
   async callDetached(principal: Principal, req: CallRequest, log?: CallLog): Promise<CallResult | undefined> {
     this.admit(principal, req);
     if (this.limits?.needsLoad(principal)) await this.limits.ready(principal);
-    this.limits?.admit(principal, false);
+    await this.limits?.admit(principal, false);
     const target = await this.target(principal, req);
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);

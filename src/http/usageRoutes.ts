@@ -57,11 +57,11 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
     });
     const usedBytes = (await opts.storedBytes?.(principal.userId)) ?? 0;
     const storage = (quota: number): StorageQuotaState => ({ bytes: none(quota), used_bytes: usedBytes, remaining_bytes: quota === 0 ? null : Math.max(0, quota - usedBytes) });
-    const key = opts.limits.keyState(principal);
+    const key = await opts.limits.keyState(principal);
     const own = principal.permissions.limits;
     // The user's, and the asking key's own when it has some (calls with it are held to both).
     return {
-      ...calls(opts.limits.state(principal)),
+      ...calls(await opts.limits.state(principal)),
       compute: compute(await opts.limits.computeState(principal)),
       storage: storage(opts.limits.quotasOf(principal).storageBytes),
       key: key && { ...calls(key), compute: compute(await opts.limits.computeState(principal, true)), storage: storage(own?.storage_bytes ?? 0) },

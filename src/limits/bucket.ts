@@ -10,8 +10,10 @@ export class TokenBucket {
     readonly perMin: number,
     readonly burst: number,
     now: number,
+    /** Tokens in it at `now` (a bucket read from elsewhere); full by default. */
+    tokens = burst,
   ) {
-    this.tokens = burst;
+    this.tokens = Math.min(burst, tokens);
     this.at = now;
   }
 

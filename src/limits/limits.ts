@@ -3,6 +3,7 @@ import { TokenBucket } from './bucket.ts';
 import type { KeyLimits } from '../../client/src/types.ts';
 import { monthBounds, type ComputeMeter } from './compute.ts';
 import { AlgorithmSlots } from './algorithmSlots.ts';
+import type { SharedLimitStore } from './shared.ts';
 
 /**
  * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
@@ -79,8 +80,23 @@ export class LimitError extends AppError {
   }
 }
 
+/** Tokens this process took from a shared bucket (SharedLimitStore.take). */
+interface Lease {
+  /** Left to spend here. */
+  tokens: number;
+  /** Spent by then, or dropped (ms). */
+  until: number;
+  /** What the database's bucket held after the take, and when (for the RateLimit fields). */
+  left: number;
+  at: number;
+  perMin: number;
+  burst: number;
+}
+
 interface Scope {
   bucket: TokenBucket | undefined;
+  /** With shared limits, instead of the bucket. */
+  lease?: Lease;
   inFlight: number;
   /** When it was last used (ms): idle scopes are forgotten. */
   used: number;
@@ -105,7 +121,19 @@ export class CallLimiter {
   private readonly scopes = new Map<string, Scope>();
   private sweptAt = 0;
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly now: () => number = Date.now,
+    /**
+     * With several API nodes on one database (PostgreSQL): the buckets and the counts of calls
+     * under way are the database's (SharedLimitStore), this process holds only the tokens it took.
+     */
+    private readonly shared?: { store: SharedLimitStore; instance: string; log?: (err: unknown) => void },
+  ) {}
+
+  /** Whether the limits are the database's (then admit() may wait for it). */
+  get isShared(): boolean {
+    return this.shared !== undefined;
+  }
 
   private scope(id: string, limits: CallLimits, now: number): Scope {
     let s = this.scopes.get(id);
@@ -124,22 +152,27 @@ export class CallLimiter {
    * holds one of the calls at once of each until the release given back is called (once).
    * Throws LimitError, taking nothing, when a limit is reached.
    */
-  admit(userId: number, limits: CallLimits, concurrent = true, key?: { id: string; limits: CallLimits }): () => void {
+  admit(userId: number, limits: CallLimits, concurrent = true, key?: { id: string; limits: CallLimits }): (() => void) | Promise<() => void> {
     const quiet = (l: CallLimits) => l.callsPerMin === 0 && (l.concurrency === 0 || !concurrent);
     if (quiet(limits) && (key === undefined || quiet(key.limits))) return NOTHING;
     const now = this.now();
     this.sweep(now);
     const scopes: { s: Scope; limits: CallLimits; who: string }[] = [{ s: this.scope(`u${userId}`, limits, now), limits, who: 'you' }];
     if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`k${key.id}`, key.limits, now), limits: key.limits, who: 'this key' });
+    if (this.shared !== undefined) {
+      const ids = [`u${userId}`, ...(scopes.length > 1 ? [`k${key!.id}`] : [])];
+      const withIds = scopes.map((x, i) => ({ ...x, id: ids[i]! }));
+      // The tokens this process holds may do, with no call under way to count: nothing to wait for.
+      if (!(concurrent && withIds.some((x) => x.limits.concurrency > 0)) && withIds.every((x) => x.limits.callsPerMin === 0 || leased(x.s, now))) {
+        for (const x of withIds) if (x.limits.callsPerMin > 0) x.s.lease!.tokens--;
+        return NOTHING;
+      }
+      return this.admitShared(withIds, concurrent, now);
+    }
     // Every limit is looked at before anything is taken: a refusal takes nothing.
     for (const { s, limits: l, who } of scopes) {
-      if (concurrent && l.concurrency > 0 && s.inFlight >= l.concurrency) {
-        throw new LimitError('concurrency_limited', `${who === 'you' ? 'you have' : 'this key has'} ${s.inFlight} calls under way, the most ${who === 'you' ? 'you' : 'it'} may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', scope: who === 'you' ? 'user' : 'key', concurrency: l.concurrency });
-      }
-      if (s.bucket !== undefined && !s.bucket.has(now)) {
-        const retry = s.bucket.retryAfterS(now);
-        throw new LimitError('rate_limited', `${who} may make ${l.callsPerMin} calls a minute (${l.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(l, 0, retry)], { limit: 'calls_per_min', scope: who === 'you' ? 'user' : 'key', calls_per_min: l.callsPerMin, burst: l.burst, retry_after_s: retry });
-      }
+      if (concurrent && l.concurrency > 0 && s.inFlight >= l.concurrency) throw concurrencyError(who, s.inFlight, l);
+      if (s.bucket !== undefined && !s.bucket.has(now)) throw rateError(who, l, s.bucket.retryAfterS(now));
     }
     const held: Scope[] = [];
     for (const { s, limits: l } of scopes) {
@@ -159,6 +192,64 @@ export class CallLimiter {
   }
 
   /**
+   * admit() with the database's buckets and counts: tokens are taken from a scope's row a few
+   * at a time (LEASE_S of its rate, within its burst) and spent here for LEASE_MS at most; a
+   * call under way is counted in the row (each scope in turn; a refusal by a later scope gives
+   * back what an earlier one held). A refusal spends no token.
+   */
+  private async admitShared(scopes: { s: Scope; limits: CallLimits; who: string; id: string }[], concurrent: boolean, now: number): Promise<() => void> {
+    const { store, instance } = this.shared!;
+    for (const x of scopes) {
+      const l = x.limits;
+      if (l.callsPerMin === 0 || leased(x.s, now)) continue;
+      const want = Math.max(1, Math.min(l.burst, Math.ceil((l.callsPerMin / 60) * LEASE_S)));
+      const got = await store.take(x.id, want, l, now);
+      const at = this.now();
+      x.s.lease = { tokens: got.granted, until: at + LEASE_MS, left: got.tokens, perMin: l.callsPerMin, burst: l.burst, at };
+      if (got.granted === 0) throw rateError(x.who, l, Math.max(1, Math.ceil(((1 - got.tokens) * 60) / l.callsPerMin)));
+    }
+    const held: string[] = [];
+    const giveBack = () => {
+      for (const id of held.splice(0)) this.releaseShared(id);
+    };
+    if (concurrent) {
+      for (const x of scopes) {
+        if (x.limits.concurrency === 0) continue;
+        if (!(await store.hold(x.id, x.limits.concurrency, instance))) {
+          giveBack();
+          throw concurrencyError(x.who, x.limits.concurrency, x.limits);
+        }
+        held.push(x.id);
+        x.s.inFlight++;
+      }
+    }
+    for (const x of scopes) if (x.limits.callsPerMin > 0) x.s.lease!.tokens--;
+    if (held.length === 0) return NOTHING;
+    const mine = scopes.filter((x) => held.includes(x.id));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      for (const x of mine) x.s.inFlight--;
+      giveBack();
+    };
+  }
+
+  /** Gives a call under way back to the database, trying again a few times (a lost release would hold the slot until this node is gone). */
+  private releaseShared(id: string, attempt = 0): void {
+    const { store, instance, log } = this.shared!;
+    store.release(id, instance).catch((err: unknown) => {
+      if (attempt < 5) setTimeout(() => this.releaseShared(id, attempt + 1), 200 * 2 ** attempt).unref();
+      else log?.(err);
+    });
+  }
+
+  /** Gives back the calls held by nodes that are gone (SharedLimitStore.forgetDead); 0 without a shared store. */
+  async forgetDead(): Promise<number> {
+    return this.shared ? this.shared.store.forgetDead() : 0;
+  }
+
+  /**
    * The RateLimit-Policy and RateLimit fields of an admitted call: of the user's bucket, or the
    * key's when it has fewer calls left (undefined: no rate limit). Read from the buckets in
    * memory, nothing else: `r` the whole calls left, `t` the seconds until the bucket is full
@@ -168,7 +259,9 @@ export class CallLimiter {
     const now = this.now();
     let best: { l: CallLimits; r: number; b: TokenBucket } | undefined;
     const consider = (id: string, l: CallLimits) => {
-      const b = l.callsPerMin === 0 ? undefined : this.scopes.get(id)?.bucket;
+      const scope = l.callsPerMin === 0 ? undefined : this.scopes.get(id);
+      // Shared: the bucket as the database last said, with what this process took since.
+      const b = this.shared ? scope?.lease && leaseBucket(scope.lease) : scope?.bucket;
       if (b === undefined) return;
       const r = b.remaining(now);
       if (best === undefined || r < best.r) best = { l, r, b };
@@ -181,9 +274,15 @@ export class CallLimiter {
   }
 
   /** The state of a scope's calls now (`u<user id>`, `k<key id>`; nothing is taken). */
-  state(scope: string, limits: CallLimits): CallsState {
+  async state(scope: string, limits: CallLimits): Promise<CallsState> {
     const now = this.now();
     const s = this.scopes.get(scope);
+    if (this.shared !== undefined) {
+      // Every node's: the bucket's row (a take of nothing refills it to now) and the count.
+      const [bucket, inFlight] = await Promise.all([limits.callsPerMin > 0 ? this.shared.store.peek(scope, limits, now) : undefined, this.shared.store.inFlight(scope)]);
+      const b = bucket === undefined ? undefined : new TokenBucket(limits.callsPerMin, limits.burst, now, bucket);
+      return { limits, remaining: b?.remaining(now) ?? null, reset_s: b?.fullInS(now) ?? null, in_flight: inFlight };
+    }
     const bucket = bucketFor(s?.bucket, limits, now);
     return { limits, remaining: bucket?.remaining(now) ?? null, reset_s: bucket?.fullInS(now) ?? null, in_flight: s?.inFlight ?? 0 };
   }
@@ -197,6 +296,28 @@ export class CallLimiter {
 }
 
 const NOTHING = () => undefined;
+
+/** Shared limits: a node takes LEASE_S of a scope's rate at a time (within its burst), and drops what it has not spent within LEASE_MS. */
+const LEASE_S = 0.25;
+const LEASE_MS = 1000;
+
+/** Whether the scope holds a token taken from the database that may still be spent. */
+function leased(s: Scope, now: number): boolean {
+  return s.lease !== undefined && s.lease.tokens >= 1 && now < s.lease.until;
+}
+
+/** The bucket as the database last said (`left` after the take) with this process's tokens in it, refilled since. */
+function leaseBucket(lease: Lease): TokenBucket {
+  return new TokenBucket(lease.perMin, lease.burst, lease.at, Math.min(lease.burst, lease.left + Math.max(0, lease.tokens)));
+}
+
+function concurrencyError(who: string, inFlight: number, l: CallLimits): LimitError {
+  return new LimitError('concurrency_limited', `${who === 'you' ? 'you have' : 'this key has'} ${inFlight} calls under way, the most ${who === 'you' ? 'you' : 'it'} may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', scope: who === 'you' ? 'user' : 'key', concurrency: l.concurrency });
+}
+
+function rateError(who: string, l: CallLimits, retry: number): LimitError {
+  return new LimitError('rate_limited', `${who} may make ${l.callsPerMin} calls a minute (${l.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(l, 0, retry)], { limit: 'calls_per_min', scope: who === 'you' ? 'user' : 'key', calls_per_min: l.callsPerMin, burst: l.burst, retry_after_s: retry });
+}
 
 /** A scope's bucket under `limits`: the one it has while they are the same; a changed limit starts a fresh one (full, as a new caller's). */
 function bucketFor(bucket: TokenBucket | undefined, limits: CallLimits, now: number): TokenBucket | undefined {
@@ -318,7 +439,7 @@ export class Limits {
    * until the first of next month (UTC), taking nothing. Calls under way are not cut off, so
    * the month may end a little over the quota.
    */
-  admit(caller: LimitedCaller, concurrent: boolean): () => void {
+  admit(caller: LimitedCaller, concurrent: boolean): (() => void) | Promise<() => void> {
     if (this.meter !== undefined) this.checkCompute(caller);
     const own = caller.permissions?.limits;
     return this.limiter.admit(caller.userId, this.of(caller), concurrent, own && caller.keyId !== undefined ? { id: caller.keyId, limits: keyLimits(own) } : undefined);
@@ -364,12 +485,12 @@ export class Limits {
     return { quota: key ? q.key : q.user, used_s: round((key ? used.key : used.user) / 1000), start, end };
   }
 
-  state(caller: LimitedCaller): CallsState {
+  state(caller: LimitedCaller): Promise<CallsState> {
     return this.limiter.state(`u${caller.userId}`, this.of(caller));
   }
 
   /** The state of the calls of the caller's key, when it has limits of its own (else null). */
-  keyState(caller: LimitedCaller): CallsState | null {
+  async keyState(caller: LimitedCaller): Promise<CallsState | null> {
     const own = caller.permissions?.limits;
     return own && caller.keyId !== undefined ? this.limiter.state(`k${caller.keyId}`, keyLimits(own)) : null;
   }

@@ -7,7 +7,10 @@ import type { CallLimits } from './limits.ts';
  * nodes"; the decision is in docs/architecture.md).
  *
  * - **Calls a minute.** Each scope's token bucket is one row of `limit_buckets`, refilled by
- *   the database's clock (one clock for every node). A node takes tokens from it a few at a
+ *   the clock of the node that takes from it (nodes keep their clocks together with NTP;
+ *   `algohost doctor` checks each against the database's: a node behind the last one to take
+ *   adds nothing until its clock passes that take, and `at` never goes back, so a skew costs at
+ *   most its length of the rate). A node takes tokens from it a few at a
  *   time (`take`: one statement, `INSERT … ON CONFLICT DO UPDATE … RETURNING`, which locks that
  *   row only) and spends them locally without asking again; tokens it has not spent within
  *   LEASE_MS are dropped. So the nodes together never admit more than the bucket gives: what a
@@ -30,11 +33,11 @@ export class SharedLimitStore {
    * Takes up to `want` tokens (at least 1 is asked) from the scope's bucket under `limits`:
    * how many were given (0 when none is left), and the tokens left after.
    */
-  async take(scope: string, want: number, limits: CallLimits): Promise<{ granted: number; tokens: number }> {
+  async take(scope: string, want: number, limits: CallLimits, at: number = Date.now()): Promise<{ granted: number; tokens: number }> {
     const perMs = limits.callsPerMin / 60_000;
     const burst = sql`${limits.burst}::float8`;
     const asked = sql`${Math.max(1, want)}::float8`;
-    const now = sql`floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
+    const now = sql`${Math.floor(at)}::bigint`;
     // The bucket refilled to now, at most full: every SET sees the row as it was.
     const refilled = sql`LEAST(${burst}, b.tokens + GREATEST(0, ${now} - b.at) * ${perMs}::float8)`;
     const given = sql`LEAST(${asked}, floor(${refilled}))`;
@@ -45,6 +48,14 @@ export class SharedLimitStore {
       RETURNING granted, tokens`.execute(this.store.db);
     const row = r.rows[0]!;
     return { granted: Number(row.granted), tokens: Number(row.tokens) };
+  }
+
+  /** The tokens in the scope's bucket now, refilled (its burst when it has no row yet); nothing is taken. */
+  async peek(scope: string, limits: CallLimits, at: number = Date.now()): Promise<number> {
+    const r = await sql<{ tokens: number }>`
+      SELECT LEAST(${limits.burst}::float8, tokens + GREATEST(0, ${Math.floor(at)}::bigint - at) * ${limits.callsPerMin / 60_000}::float8) AS tokens
+      FROM limit_buckets WHERE scope = ${scope}`.execute(this.store.db);
+    return r.rows.length === 0 ? limits.burst : Number(r.rows[0]!.tokens);
   }
 
   /** Holds one of the scope's calls at once, for node `instance`, if fewer than `limit` are under way; whether it did. */
@@ -91,7 +102,7 @@ export class SharedLimitStore {
     }
     await sql`DELETE FROM limit_holds WHERE n <= 0`.execute(this.store.db);
     await sql`DELETE FROM limit_slots WHERE in_flight <= 0`.execute(this.store.db);
-    await sql`DELETE FROM limit_buckets WHERE at < floor(extract(epoch from clock_timestamp()) * 1000)::bigint - 3600000`.execute(this.store.db);
+    await sql`DELETE FROM limit_buckets WHERE at < ${Date.now() - 3_600_000}::bigint`.execute(this.store.db);
     return freed;
   }
 }

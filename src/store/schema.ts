@@ -22,7 +22,7 @@ export interface UserLimitsTable {
 export interface LimitBucketsTable {
   scope: string;
   tokens: number;
-  /** When it was last refilled: the database's clock, ms. */
+  /** When it was last refilled (ms; the taking node's clock). */
   at: number;
   /** What the last take was given. */
   granted: number;
