@@ -211,12 +211,19 @@ export class PromMetrics implements Metrics {
     return f;
   }
 
+  /** The HTTP series by route, method and status: found without making a key (nothing allocated once seen). */
+  private readonly routes = new Map<string, Map<string, { duration: Series; statuses: Map<number, Series> }>>();
+
   http(route: string, method: string, status: number, seconds: number): void {
     const m = METHODS.has(method) ? method : 'other';
-    const key = `${m} ${status} ${route}`;
-    this.httpRequests.add(this.httpRequests.at([route, m, String(status)], key), 1);
-    const dkey = `${m} ${route}`;
-    this.httpDuration.add(this.httpDuration.at([route, m], dkey), seconds);
+    let byMethod = this.routes.get(route);
+    if (byMethod === undefined) this.routes.set(route, (byMethod = new Map()));
+    let r = byMethod.get(m);
+    if (r === undefined) byMethod.set(m, (r = { duration: this.httpDuration.at([route, m], `${m} ${route}`), statuses: new Map() }));
+    let count = r.statuses.get(status);
+    if (count === undefined) r.statuses.set(status, (count = this.httpRequests.at([route, m, String(status)], `${m} ${status} ${route}`)));
+    this.httpRequests.add(count, 1);
+    this.httpDuration.add(r.duration, seconds);
   }
 
   call(outcome: CallOutcome, seconds: number): void {
