@@ -69,8 +69,10 @@ async function main(): Promise<void> {
     { label: 'floor, serial', proc: floorP, request: rawRequest(floorP.port, 'POST', `/v1/algo/bench/${name}`, headers, INPUT) },
   ];
   for (const t of targets) {
-    const r = await runLoad(t.proc.port, [t.request], 1, 200);
-    if (r.errors > 0 || r.completed === 0) throw new Error(`${t.label} does not answer 200`);
+    // The first call starts a worker: on a loaded machine that can take longer than one 200 ms window.
+    let r = await runLoad(t.proc.port, [t.request], 1, 200);
+    for (let i = 0; i < 25 && r.errors === 0 && r.completed === 0; i++) r = await runLoad(t.proc.port, [t.request], 1, 200);
+    if (r.errors > 0 || r.completed === 0) throw new Error(`${t.label} does not answer 200 (${r.errors} other answers)`);
   }
   await waitForQuiet(30_000, log);
   for (const t of targets) await runLoad(t.proc.port, [t.request], CONNECTIONS, 1500);

@@ -9,6 +9,7 @@ import { contentTypeFor } from '../contentType.ts';
 import { appendEvent, appendEvents, writtenBy } from '../../events/outbox.ts';
 import type { MarkerCodec, Position } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
+import { NO_METRICS, type Metrics } from '../../metrics.ts';
 
 export interface HostedOptions {
   maxUploadBytes: number;
@@ -22,6 +23,8 @@ export interface HostedOptions {
    * it is; undefined: none.
    */
   storageQuota?: (principal: Principal) => StorageQuota | undefined;
+  /** Bytes in and out counted for Prometheus (docs/metrics.md). */
+  metrics?: Metrics;
 }
 
 /** The bytes a user's hosted files may come to, and whose quota that is. */
@@ -149,7 +152,12 @@ export class HostedConnector implements Connector {
       const range = options.pickRange?.(info);
       try {
         const length = range ? range.end - range.start + 1 : info.size;
-        return { info, range, body: await this.blobs.open(row.blob_id!, range, length) };
+        const body = await this.blobs.open(row.blob_id!, range, length);
+        // A stream is counted once read to its end (a download cut short counts nothing).
+        const metrics = this.options.metrics ?? NO_METRICS;
+        if (Buffer.isBuffer(body)) metrics.dataBytes('out', length);
+        else if (metrics.enabled) body.once('end', () => metrics.dataBytes('out', length));
+        return { info, range, body };
       } catch (err) {
         if (!(err instanceof BlobMissingError) || attempt >= 3) throw err;
       }
@@ -291,6 +299,7 @@ export class HostedConnector implements Connector {
         }
         throw err;
       }
+      this.options.metrics?.dataBytes('in', size);
       const now = Date.now();
       oldBlob = await this.store.write(async (trx) => {
         // Another server took this one for dead and claimed the blob to remove it (its
