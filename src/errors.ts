@@ -70,6 +70,7 @@ export const ERROR_CODES = {
   too_many_attempts: 429,
   rate_limited: 429,
   concurrency_limited: 429,
+  queue_full: 429,
   delete_incomplete: 500,
   internal_error: 500,
   connector_error: 502,

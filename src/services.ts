@@ -204,7 +204,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
-    pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
+    pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs, maxQueue: config.queue, maxQueuePerCaller: config.queuePerCaller },
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
     unsandboxed,
     bwrapPath: config.bwrapPath,
