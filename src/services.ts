@@ -24,7 +24,7 @@ import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
-import { CallService } from './algorithms/calls.ts';
+import { CallService, MAX_DETACHED } from './algorithms/calls.ts';
 import { SandboxNetwork } from './runtime/networkPolicy.ts';
 import type { FenceSupport } from './runtime/egressFence.ts';
 import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
@@ -216,7 +216,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const limits = new Limits({ callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency }, new CallLimiter(options.now));
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits);
   const keys = new KeyService(store);
-  const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
+  const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller), {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,
   });

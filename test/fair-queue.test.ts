@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DeadlineHeap, FairQueue } from '../src/runtime/fairQueue.ts';
+import { DeadlineHeap, FairQueue } from '../src/fairQueue.ts';
 import { WorkerPool } from '../src/runtime/pool.ts';
 import { ExecutorBusyError } from '../src/runtime/contract.ts';
 import type { Worker } from '../src/runtime/worker.ts';

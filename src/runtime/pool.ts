@@ -1,5 +1,5 @@
 import { ExecutorBusyError } from './contract.ts';
-import { DeadlineHeap, FairQueue } from './fairQueue.ts';
+import { DeadlineHeap, FairQueue } from '../fairQueue.ts';
 import type { Worker } from './worker.ts';
 
 export interface PoolOptions {

@@ -1,0 +1,141 @@
+/**
+ * Fair shares when workers are full (issue 24; docs/limits.md, "Fair shares"), over real HTTP
+ * with real sandboxes: one caller floods a node of one worker, another calls as usual. The
+ * well-behaved caller's calls are served at the next turns while the flood's own queue is full
+ * (what is asserted is the order in which calls ended, never how long they took); the flood
+ * past its own bound gets 429 `queue_full` at once. The same with calls with `output=void`.
+ * Under test:cluster the calls wait in the worker nodes' pools (two nodes, one worker each).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { api, json, startServer, type TestServer } from './helpers/server.ts';
+import { callAlgo, release } from './helpers/algorithms.ts';
+
+const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
+/** Calls of one caller that may wait on a node (ALGOHOST_QUEUE_PER_CALLER). */
+const PER_CALLER = 8;
+/** Nodes whose pools the calls wait in: the server, or the test cluster's two worker nodes. */
+const NODES = CLUSTER ? 2 : 1;
+const FLOOD = 30;
+
+const ALGO = `
+export async function apply(input) {
+  if (typeof input === 'string' && input.startsWith('sleep ')) await new Promise((r) => setTimeout(r, Number(input.slice(6))));
+  return input;
+}
+`;
+
+describe('fair shares among callers', () => {
+  let s: TestServer;
+  let owner: ReturnType<typeof api>;
+  let mallory: ReturnType<typeof api>;
+  let bob: ReturnType<typeof api>;
+  let malloryId: string;
+
+  before(async () => {
+    s = await startServer({ env: { ALGOHOST_WORKERS: '1', ALGOHOST_WORKERS_PER_VERSION: '1', ALGOHOST_QUEUE_PER_CALLER: String(PER_CALLER), ALGOHOST_QUEUE: '200' } });
+    owner = api(s.url, await s.user('owner'));
+    mallory = api(s.url, await s.user('mallory'));
+    bob = api(s.url, await s.user('bob'));
+    malloryId = String((await s.services.users.require('mallory')).id);
+    await release(owner, 'owner', 'Sleep', { 'src/index.js': ALGO }, { settings: { language: 'javascript' } });
+    // Warm: the calls below wait for a worker, not for its start.
+    for (let i = 0; i < 2 * NODES; i++) assert.equal((await callAlgo(bob, 'owner/Sleep', 'hi')).status, 200);
+  });
+  after(() => s.close());
+
+  /** Completions in the order they came back: who, and how. */
+  function recorder() {
+    const ended: { who: string; status: number; code?: string; retryAfter?: string | null; scope?: string }[] = [];
+    const call = async (who: string, as: ReturnType<typeof api>, input: string, query = '') => {
+      const r = await callAlgo(as, 'owner/Sleep', input, 'text/plain', query);
+      const body = await json(r);
+      const e = { who, status: r.status, code: body.error?.code as string | undefined, retryAfter: r.headers.get('retry-after'), scope: body.error?.scope as string | undefined };
+      ended.push(e);
+      return { ...e, body };
+    };
+    return { ended, call };
+  }
+
+  const until = async (what: string, ok: () => boolean | Promise<boolean>, ms = 20_000) => {
+    const end = Date.now() + ms;
+    while (!(await ok())) {
+      if (Date.now() > end) return false;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return true;
+  };
+
+  test('a flood waits behind itself: the other caller\'s calls end while the flood\'s queue is full; past its own bound the flood gets 429 queue_full at once', async () => {
+    const rec = recorder();
+    const flood = Array.from({ length: FLOOD }, () => rec.call('mallory', mallory, 'sleep 150'));
+    // The flood's share of the queue is full once it has been refused.
+    assert.ok(await until('the flood refused', () => rec.ended.some((e) => e.who === 'mallory' && e.status === 429)), 'the flood was never refused (no bound on one caller\'s queue)');
+    if (!CLUSTER) assert.equal(s.services.runtime.pool.waitingFor(malloryId), PER_CALLER);
+    const first = await rec.call('bob', bob, 'sleep 150');
+    const doneAtFirst = rec.ended.filter((e) => e.who === 'mallory' && e.status === 200).length;
+    const second = await rec.call('bob', bob, 'sleep 150');
+    const doneAtSecond = rec.ended.filter((e) => e.who === 'mallory' && e.status === 200).length;
+    const results = await Promise.all(flood);
+
+    assert.equal(first.status, 200, JSON.stringify(first.body));
+    assert.equal(second.status, 200, JSON.stringify(second.body));
+    const accepted = results.filter((r) => r.status === 200).length;
+    const refused = results.filter((r) => r.status === 429);
+    // Every call of the flood was run or refused with its code: none timed out, none got 503.
+    assert.equal(accepted + refused.length, FLOOD, JSON.stringify(results.filter((r) => r.status !== 200 && r.status !== 429)));
+    // (How many were refused depends on how many of the flood's calls ended while it still sent.)
+    assert.ok(refused.length > 0);
+    for (const r of refused) {
+      assert.equal(r.code, 'queue_full');
+      assert.equal(r.scope, 'caller');
+      assert.equal(r.retryAfter, '1');
+    }
+    // Bob's calls did not wait for the flood's queue to drain: the flood still had calls waiting
+    // when his second call ended (first come, first served would have run all of them first).
+    assert.ok(doneAtSecond < accepted, `the flood's ${accepted} calls had all ended (${doneAtSecond}) before bob's second`);
+    if (!CLUSTER) {
+      // One worker: the call running, and the flood's call whose turn came before bob's.
+      assert.ok(doneAtFirst <= 2, `${doneAtFirst} of the flood's calls ended before bob's first`);
+      assert.ok(doneAtSecond <= 4, `${doneAtSecond} of the flood's calls ended before bob's second`);
+    }
+  });
+
+  test('calls with output=void share fairly: another caller\'s sync call and async call end while the flood\'s async calls still wait', async () => {
+    const accepted: string[] = [];
+    const refused: { status: number; code: string }[] = [];
+    await Promise.all(
+      Array.from({ length: FLOOD }, async () => {
+        const r = await callAlgo(mallory, 'owner/Sleep', 'sleep 150', 'text/plain', '?output=void');
+        const body = await json(r);
+        if (r.status === 200) accepted.push(body.request_id as string);
+        else refused.push({ status: r.status, code: body.error?.code });
+      }),
+    );
+    // One server keeps a caller's queued async calls to its share; JetStream (cluster) takes them all.
+    for (const r of refused) assert.deepEqual(r, { status: 429, code: 'queue_full' });
+    if (!CLUSTER) assert.ok(refused.length > 0, 'one caller filled the async queue');
+    const doneCount = async () => {
+      let n = 0;
+      for (const id of accepted) if ((await json(await mallory(`/v1/requests/${id}`))).status === 'done') n++;
+      return n;
+    };
+    const sync = await callAlgo(bob, 'owner/Sleep', 'sleep 100');
+    assert.equal(sync.status, 200);
+    const doneAtSync = await doneCount();
+    const queued = await json(await callAlgo(bob, 'owner/Sleep', 'sleep 100', 'text/plain', '?output=void'));
+    assert.ok(queued.request_id, JSON.stringify(queued));
+    assert.ok(await until('bob\'s async call done', async () => (await json(await bob(`/v1/requests/${queued.request_id}`))).status === 'done', 60_000), 'bob\'s async call did not end');
+    const doneAtAsync = await doneCount();
+    const answer = await json(await bob(`/v1/requests/${queued.request_id}`));
+    assert.equal(answer.http_status, 200, JSON.stringify(answer));
+    assert.ok(doneAtSync < accepted.length, `all ${accepted.length} of the flood's async calls ended before bob's sync call`);
+    assert.ok(doneAtAsync < accepted.length, `all ${accepted.length} of the flood's async calls ended before bob's async call`);
+    // The flood's calls all run in the end (a caller's own full queue on a worker node is retried, not their answer).
+    assert.ok(await until('the flood done', async () => (await doneCount()) === accepted.length, 120_000), 'the flood\'s async calls did not all end');
+    for (const id of accepted) {
+      const a = await json(await mallory(`/v1/requests/${id}`));
+      assert.equal(a.http_status, 200, JSON.stringify(a));
+    }
+  });
+});
