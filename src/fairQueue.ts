@@ -56,6 +56,16 @@ export class FairQueue<T extends Queued> {
     return this.lines.get(caller)?.live ?? 0;
   }
 
+  /** The oldest item of the caller whose turn it is (not taken). */
+  first(): T | undefined {
+    for (const [caller, line] of this.lines) {
+      const item = this.oldest(line);
+      if (item !== undefined) return item;
+      this.lines.delete(caller);
+    }
+    return undefined;
+  }
+
   /** Queues `item` behind its caller's; or says which bound refuses it (nothing is queued then). */
   push(item: T): Refusal | undefined {
     let line = this.lines.get(item.caller);

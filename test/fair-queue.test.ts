@@ -177,20 +177,44 @@ test('the pool: past a caller\'s own bound their calls are refused at once (call
   await h.pool.close();
 });
 
-test('the pool: the caller whose turn it is gets a worker of another version made for them (an idle one stopped)', async () => {
+test('the pool: a worker freed serves its version first, but the caller whose turn it is is passed over at most maxWorkers times, then gets a worker started for them', async () => {
   const h = harness({ maxWorkers: 1, maxPerVersion: 1 });
-  for (let i = 0; i < 3; i++) void h.call('mallory', `m${i}`, 'hot');
+  for (let i = 0; i < 4; i++) void h.call('mallory', `m${i}`, 'hot');
   await h.settle();
   void h.call('alice', 'a0', 'cold');
   await h.settle();
   await h.done('m0');
+  // mallory's turn: her next call takes the warm worker.
+  assert.deepEqual(h.started, ['m0', 'm1']);
   await h.done('m1');
-  // The worker of `hot` freed by m1 is stopped, and one of `cold` started for alice's turn.
-  assert.deepEqual(h.started, ['m0', 'm1', 'a0']);
-  await h.done('a0');
+  // alice's turn, but her version has no worker: mallory's warm call goes first, once (maxWorkers).
+  assert.deepEqual(h.started, ['m0', 'm1', 'm2']);
   await h.done('m2');
-  assert.equal(h.outcomes.get('m2'), 'ok');
+  // Then alice: the idle worker of `hot` is stopped, and one of `cold` started for her.
+  assert.deepEqual(h.started, ['m0', 'm1', 'm2', 'a0']);
+  await h.done('a0');
+  await h.done('m3');
+  assert.equal(h.outcomes.get('m3'), 'ok');
   await h.pool.close();
+});
+
+test('the pool: with workers of several versions busy, a freed worker goes on serving its version (no cold start) while turns allow', async () => {
+  let starts = 0;
+  const pool = new WorkerPool({ maxWorkers: 2, maxPerVersion: 2, idleMs: 600_000, maxQueue: 100, maxQueuePerCaller: 100, queueTimeoutMs: 60_000 });
+  const finish: (() => void)[] = [];
+  const call = (caller: string, key: string) =>
+    pool.with(key, async () => (starts++, fake()), () => new Promise<void>((r) => finish.push(r)), 0, Infinity, caller);
+  const all = [call('a', 'x'), call('b', 'y')];
+  await new Promise((r) => setImmediate(r));
+  // Two callers, each alternating versions: strict turns would stop a worker and start another at every switch.
+  for (let i = 0; i < 3; i++) all.push(call('a', 'y'), call('b', 'x'), call('a', 'x'), call('b', 'y'));
+  for (let i = 0; i < 14; i++) {
+    for (let t = 0; t < 5; t++) await new Promise((r) => setImmediate(r));
+    finish.shift()?.();
+  }
+  await Promise.all(all);
+  assert.ok(starts <= 6, `${starts} workers started for 14 calls of two versions on two workers`);
+  await pool.close();
 });
 
 test('the pool: a waiting call\'s deadline still turns it away (one timer), and it leaves its caller\'s line', async () => {

@@ -218,20 +218,42 @@ export class WorkerPool {
   }
 
   /**
-   * Serves waiting calls while there is a worker for one: in turns across callers, each time the
-   * oldest call of the first caller (in turn order) for whom there is an idle worker of its
-   * version or room to start one (making room from idle workers of other versions).
+   * Serves waiting calls while there is a worker for one, in turns across callers. Of the
+   * callers in turn order, the first whose oldest call has an idle worker of its version is
+   * served (warm: a worker freed goes on serving its version, no cold start); if none has, the
+   * first for whom a worker can be started (stopping an idle worker of another version to make
+   * room). The caller whose turn it is may be passed over by warm calls behind it only so many
+   * times (`maxWorkers`: about one call's time when every worker is busy); then it is served
+   * first, a worker started for it if need be.
    */
   private serveQueue(): void {
     while (this.queue.length > 0) {
+      const front = this.queue.first()!;
+      if (front !== this.front) {
+        this.front = front;
+        this.passedOver = 0;
+      }
       let warm: Worker | undefined;
-      const waiter = this.queue.take((w) => (warm = this.takeIdle(w.key)) !== undefined || this.canStart(w.key, w.extra));
+      let waiter: Waiter | undefined;
+      if (this.passedOver >= this.options.maxWorkers) {
+        waiter = this.queue.take((w) => w === front && ((warm = this.takeIdle(w.key)) !== undefined || this.canStart(w.key, w.extra)));
+      }
+      waiter ??= this.queue.take((w) => (warm = this.takeIdle(w.key)) !== undefined);
+      if (waiter !== undefined && waiter !== front && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
+      waiter ??= this.queue.take((w) => this.canStart(w.key, w.extra));
       if (waiter === undefined) break;
       if (warm) waiter.resolve(warm);
       else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
     }
-    if (this.queue.length === 0) this.stopWaitTimer();
+    if (this.queue.length === 0) {
+      this.stopWaitTimer();
+      this.front = undefined;
+    }
   }
+
+  /** The oldest call of the caller whose turn it is, when serveQueue last looked; how often warm calls behind it went first since. */
+  private front: Waiter | undefined;
+  private passedOver = 0;
 
   /** The most recently used live idle worker of `key`; ones that died while idle are dropped. */
   private takeIdle(key: string): Worker | undefined {
