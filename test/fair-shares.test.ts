@@ -106,7 +106,7 @@ describe('fair shares among callers', () => {
     const refused: { status: number; code: string }[] = [];
     await Promise.all(
       Array.from({ length: FLOOD }, async () => {
-        const r = await callAlgo(mallory, 'owner/Sleep', 'sleep 150', 'text/plain', '?output=void');
+        const r = await callAlgo(mallory, 'owner/Sleep', 'sleep 400', 'text/plain', '?output=void');
         const body = await json(r);
         if (r.status === 200) accepted.push(body.request_id as string);
         else refused.push({ status: r.status, code: body.error?.code });
@@ -120,9 +120,16 @@ describe('fair shares among callers', () => {
       for (const id of accepted) if ((await json(await mallory(`/v1/requests/${id}`))).status === 'done') n++;
       return n;
     };
+    // The flood has calls waiting (several calls' time of them on each node).
+    const doneBefore = await doneCount();
+    assert.ok(doneBefore < accepted.length - 4 * NODES, `the flood's async calls had nearly all ended (${doneBefore} of ${accepted.length}) before the test could go on`);
     const sync = await callAlgo(bob, 'owner/Sleep', 'sleep 100');
     assert.equal(sync.status, 200);
     const doneAtSync = await doneCount();
+    // One worker on each node: the flood's call running, and the one whose turn came before
+    // bob's (and one more that may end while the count is read); first come, first served
+    // would have run every call of the flood waiting on bob's node first.
+    assert.ok(doneAtSync - doneBefore <= 3 * NODES, `${doneAtSync - doneBefore} of the flood's async calls ended while bob's sync call waited`);
     const queued = await json(await callAlgo(bob, 'owner/Sleep', 'sleep 100', 'text/plain', '?output=void'));
     assert.ok(queued.request_id, JSON.stringify(queued));
     assert.ok(await until('bob\'s async call done', async () => (await json(await bob(`/v1/requests/${queued.request_id}`))).status === 'done', 60_000), 'bob\'s async call did not end');
