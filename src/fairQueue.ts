@@ -2,36 +2,50 @@
  * Waiting items, queued per caller and served in turns across callers (round robin by item:
  * deficit round robin with every caller's quantum and every item's cost one). A caller who
  * queues a thousand items waits behind their own, never in front of anyone else's: the next
- * item served is the oldest of the caller whose turn it is. Used by the worker pool (calls
- * waiting for a worker) and the local queue of async calls (docs/limits.md, "Fair shares").
+ * item served is one of the caller whose turn it is. Used by the worker pool (calls waiting for
+ * a worker) and the local queue of async calls (docs/limits.md, "Fair shares").
+ *
+ * An item may have a `key` (the pool's: the algorithm version it needs): `takeKeyed` serves, in
+ * turn order, the first caller with an item of a key that can be served now (a worker of that
+ * version idle), its oldest of that key; `take` serves the first caller whose oldest item can be.
  *
  * Bounded twice: `maxPerCaller` items of one caller, `maxTotal` of all together; push says
  * which bound refused an item. Costs: push and remove O(1); take O(callers) at worst (it walks
- * the callers in turn order until one's oldest item can be served), never O(items).
+ * the callers in turn order until one can be served); takeKeyed O(callers × keys looked at);
+ * never O(items).
  */
 
-/** What the queue needs of an item: whose it is. `settled` is the queue's own mark. */
+/** What the queue needs of an item: whose it is, and its key if any. `settled` is the queue's own mark. */
 export interface Queued {
   readonly caller: string;
+  readonly key?: string;
   /** Set once the item has left the queue (taken or removed): left behind lazily, skipped. */
   settled?: boolean;
 }
 
-/** One caller's items, oldest first; `head` is the first not yet taken. */
-interface Line<T> {
+/** Items oldest first; `head` is the first not yet looked past. */
+interface Deque<T> {
   items: T[];
   head: number;
-  /** Items in the line not settled. */
+  /** Items not settled. */
   live: number;
+}
+
+/** One caller's items: all of them, and by key. */
+interface Line<T> {
+  all: Deque<T>;
+  byKey: Map<string, Deque<T>>;
 }
 
 export type Refusal = 'caller_queue_full' | 'queue_full';
 
+const deque = <T>(): Deque<T> => ({ items: [], head: 0, live: 0 });
+
 export class FairQueue<T extends Queued> {
   /**
    * The callers with items waiting, in turn order: the first is the one whose turn it is. A
-   * caller served goes to the back; a newcomer joins at the back; one whose oldest item cannot
-   * be served now keeps its place (its turn is not lost).
+   * caller served goes to the back; a newcomer joins at the back; one that cannot be served now
+   * keeps its place (its turn is not lost).
    */
   private readonly lines = new Map<string, Line<T>>();
   private size = 0;
@@ -53,15 +67,14 @@ export class FairQueue<T extends Queued> {
 
   /** Items of `caller` waiting. */
   waiting(caller: string): number {
-    return this.lines.get(caller)?.live ?? 0;
+    return this.lines.get(caller)?.all.live ?? 0;
   }
 
   /** The oldest item of the caller whose turn it is (not taken). */
   first(): T | undefined {
-    for (const [caller, line] of this.lines) {
-      const item = this.oldest(line);
+    for (const line of this.lines.values()) {
+      const item = oldest(line.all);
       if (item !== undefined) return item;
-      this.lines.delete(caller);
     }
     return undefined;
   }
@@ -70,15 +83,20 @@ export class FairQueue<T extends Queued> {
   push(item: T): Refusal | undefined {
     let line = this.lines.get(item.caller);
     // A caller's own bound, when it is one (as large as the total, the total is all there is).
-    if ((line?.live ?? 0) >= this.maxPerCaller && this.maxPerCaller < this.maxTotal) return 'caller_queue_full';
+    if ((line?.all.live ?? 0) >= this.maxPerCaller && this.maxPerCaller < this.maxTotal) return 'caller_queue_full';
     if (this.size >= this.maxTotal) return 'queue_full';
     if (line === undefined) {
-      line = { items: [], head: 0, live: 0 };
+      line = { all: deque(), byKey: new Map() };
       this.lines.set(item.caller, line);
     }
     item.settled = false;
-    line.items.push(item);
-    line.live++;
+    line.all.items.push(item);
+    line.all.live++;
+    const key = item.key ?? '';
+    let d = line.byKey.get(key);
+    if (d === undefined) line.byKey.set(key, (d = deque()));
+    d.items.push(item);
+    d.live++;
     this.size++;
     return undefined;
   }
@@ -90,16 +108,37 @@ export class FairQueue<T extends Queued> {
    * keeps its place; its later items wait behind that one.
    */
   take(serve: (item: T) => boolean): T | undefined {
-    for (const [caller, line] of this.lines) {
-      const item = this.oldest(line);
-      if (item === undefined) {
-        this.lines.delete(caller);
-        continue;
+    for (const line of this.lines.values()) {
+      const item = oldest(line.all);
+      if (item !== undefined && serve(item)) {
+        this.settle(line, item, true);
+        return item;
       }
-      if (!serve(item)) continue;
-      line.head++;
-      this.settle(caller, line, item);
-      return item;
+    }
+    return undefined;
+  }
+
+  /**
+   * The next item to serve of a key in `keys`: of the callers in turn order, the first with an
+   * item of such a key for which `serve` says yes (tried with the caller's oldest of each such
+   * key), taken. Only keys of `keys` are looked at (or only the caller's own, if fewer).
+   */
+  takeKeyed(keys: ReadonlyMap<string, unknown>, serve: (item: T) => boolean): T | undefined {
+    for (const line of this.lines.values()) {
+      const mine = line.byKey;
+      if (mine.size <= keys.size) {
+        for (const [key, d] of mine) {
+          if (!keys.has(key)) continue;
+          const item = oldest(d);
+          if (item !== undefined && serve(item)) return this.settle(line, item, true);
+        }
+      } else {
+        for (const key of keys.keys()) {
+          const d = mine.get(key);
+          const item = d && oldest(d);
+          if (item !== undefined && serve(item)) return this.settle(line, item, true);
+        }
+      }
     }
     return undefined;
   }
@@ -109,12 +148,7 @@ export class FairQueue<T extends Queued> {
     if (item.settled !== false) return false;
     const line = this.lines.get(item.caller);
     if (line === undefined) return false;
-    this.settle(item.caller, line, item);
-    // Left where it stands (skipped when reached), unless the line is mostly such leftovers.
-    if (line.items.length - line.head > 2 * line.live + 32) {
-      line.items = line.items.slice(line.head).filter((i) => !i.settled);
-      line.head = 0;
-    }
+    this.settle(line, item, false);
     return true;
   }
 
@@ -122,8 +156,8 @@ export class FairQueue<T extends Queued> {
   drain(): T[] {
     const all: T[] = [];
     for (const line of this.lines.values()) {
-      for (let i = line.head; i < line.items.length; i++) {
-        const item = line.items[i]!;
+      for (let i = line.all.head; i < line.all.items.length; i++) {
+        const item = line.all.items[i]!;
         if (item.settled) continue;
         item.settled = true;
         all.push(item);
@@ -134,29 +168,43 @@ export class FairQueue<T extends Queued> {
     return all;
   }
 
-  private settle(caller: string, line: Line<T>, item: T): void {
+  /** `item` leaves the queue: taken (`served`: its caller goes to the back of the turns) or removed. */
+  private settle(line: Line<T>, item: T, served: boolean): T {
     item.settled = true;
-    line.live--;
     this.size--;
-    if (line.live === 0) {
-      this.lines.delete(caller);
-      return;
+    line.all.live--;
+    const key = item.key ?? '';
+    const d = line.byKey.get(key)!;
+    d.live--;
+    if (line.all.live === 0) {
+      this.lines.delete(item.caller);
+      return item;
     }
-    // Served: to the back of the turns (a removal leaves the turn where it is).
-    if (line.items[line.head - 1] === item) {
-      this.lines.delete(caller);
-      this.lines.set(caller, line);
+    if (d.live === 0) line.byKey.delete(key);
+    else tidy(d);
+    tidy(line.all);
+    if (served) {
+      this.lines.delete(item.caller);
+      this.lines.set(item.caller, line);
     }
-    if (line.head > 1024 && line.head * 2 > line.items.length) {
-      line.items = line.items.slice(line.head);
-      line.head = 0;
-    }
+    return item;
   }
+}
 
-  /** The line's oldest item not settled (those before it are dropped). */
-  private oldest(line: Line<T>): T | undefined {
-    while (line.head < line.items.length && line.items[line.head]!.settled) line.head++;
-    return line.items[line.head];
+/** The deque's oldest item not settled (those before it are dropped). */
+function oldest<T extends Queued>(d: Deque<T>): T | undefined {
+  while (d.head < d.items.length && d.items[d.head]!.settled) d.head++;
+  return d.items[d.head];
+}
+
+/** Reclaims a deque's storage: what was taken from its front, or settled items left in it. */
+function tidy<T extends Queued>(d: Deque<T>): void {
+  if (d.items.length - d.head > 2 * d.live + 32) {
+    d.items = d.items.slice(d.head).filter((i) => !i.settled);
+    d.head = 0;
+  } else if (d.head > 1024 && d.head * 2 > d.items.length) {
+    d.items = d.items.slice(d.head);
+    d.head = 0;
   }
 }
 

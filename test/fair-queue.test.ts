@@ -102,6 +102,24 @@ test('many items through one caller\'s line: its storage is reclaimed, the order
   assert.equal(q.length, 500);
 });
 
+test('takeKeyed: in turn order, the first caller with an item of a key given, its oldest of that key', () => {
+  const k = (caller: string, n: number, key: string) => ({ caller, n, key, settled: undefined as boolean | undefined });
+  const q = new FairQueue<ReturnType<typeof k>>(100, 100);
+  q.push(k('m', 0, 'x'));
+  q.push(k('m', 1, 'y'));
+  q.push(k('m', 2, 'y'));
+  q.push(k('a', 0, 'y'));
+  const idle = new Map([['y', 1]]);
+  // m's turn: its oldest y (behind its x), not a's.
+  assert.equal(q.takeKeyed(idle, () => true)!.n, 1);
+  // Now a's turn.
+  assert.equal(q.takeKeyed(idle, () => true)!.caller, 'a');
+  assert.equal(q.takeKeyed(new Map([['z', 1]]), () => true), undefined);
+  // The rest in order; x was never jumped by anything but a y.
+  assert.deepEqual([q.take(() => true)!.n, q.take(() => true)!.n], [0, 2]);
+  assert.equal(q.length, 0);
+});
+
 test('the deadline heap gives the earliest deadline not settled', () => {
   const h = new DeadlineHeap<{ deadline: number; settled?: boolean }>();
   const xs = [5, 3, 9, 1, 7, 2, 8].map((deadline) => ({ deadline, settled: false }));
@@ -214,6 +232,25 @@ test('the pool: with workers of several versions busy, a freed worker goes on se
   }
   await Promise.all(all);
   assert.ok(starts <= 6, `${starts} workers started for 14 calls of two versions on two workers`);
+  await pool.close();
+});
+
+test('the pool: one caller\'s calls of several versions: a freed worker serves their next call of its version, not only their oldest', async () => {
+  let starts = 0;
+  const pool = new WorkerPool({ maxWorkers: 2, maxPerVersion: 2, idleMs: 600_000, maxQueue: 100, maxQueuePerCaller: 100, queueTimeoutMs: 60_000 });
+  const finish: (() => void)[] = [];
+  const call = (key: string) => pool.with(key, async () => (starts++, fake()), () => new Promise<void>((r) => finish.push(r)), 0, Infinity, 'a');
+  const all = [call('x'), call('y')];
+  await new Promise((r) => setImmediate(r));
+  for (let i = 0; i < 6; i++) all.push(call('x'), call('y'));
+  // The call started last ends first: the worker freed is often not of the caller's oldest call's version.
+  for (let i = 0; i < 14; i++) {
+    for (let t = 0; t < 5; t++) await new Promise((r) => setImmediate(r));
+    finish.pop()?.();
+  }
+  await Promise.all(all);
+  // Two, and one more x once no y waits (an idle y worker is stopped for it: there is room for a second x).
+  assert.ok(starts <= 3, `${starts} workers started for 14 calls of two versions on two workers`);
   await pool.close();
 });
 

@@ -219,9 +219,10 @@ export class WorkerPool {
 
   /**
    * Serves waiting calls while there is a worker for one, in turns across callers. Of the
-   * callers in turn order, the first whose oldest call has an idle worker of its version is
-   * served (warm: a worker freed goes on serving its version, no cold start); if none has, the
-   * first for whom a worker can be started (stopping an idle worker of another version to make
+   * callers in turn order, the first with a call waiting for a version that has an idle worker
+   * is served, its oldest call of that version (warm: a worker freed goes on serving its
+   * version, no cold start); if none has, the oldest call of the first for whom a worker can be
+   * started (stopping an idle worker of another version to make
    * room). The caller whose turn it is may be passed over by warm calls behind it only so many
    * times (`maxWorkers`: about one call's time when every worker is busy); then it is served
    * first, a worker started for it if need be.
@@ -238,8 +239,9 @@ export class WorkerPool {
       if (this.passedOver >= this.options.maxWorkers) {
         waiter = this.queue.take((w) => w === front && ((warm = this.takeIdle(w.key)) !== undefined || this.canStart(w.key, w.extra)));
       }
-      waiter ??= this.queue.take((w) => (warm = this.takeIdle(w.key)) !== undefined);
-      if (waiter !== undefined && waiter !== front && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
+      waiter ??= this.queue.takeKeyed(this.idle, (w) => (warm = this.takeIdle(w.key)) !== undefined);
+      // Passed over by another caller's call (a caller's own later call of a warm version may go first: it is theirs).
+      if (waiter !== undefined && waiter.caller !== front.caller && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
       waiter ??= this.queue.take((w) => this.canStart(w.key, w.extra));
       if (waiter === undefined) break;
       if (warm) waiter.resolve(warm);
