@@ -54,11 +54,10 @@ interface Waiter {
  *
  * Calls wait per caller, and are served in turns across callers (FairQueue: round robin by
  * call), not first come first served: a caller with a thousand calls waiting waits behind their
- * own, and another caller's call is served at the next turn (docs/limits.md, "Fair shares").
- * The caller whose turn it is gets the next worker: an idle one of its version if there is
- * one, else one started for it (stopping an idle worker of another version to make room). The
- * waiting is bounded per caller (`maxQueuePerCaller`: ExecutorBusyError `caller_queue_full`)
- * and in all (`maxQueue`: `queue_full`), and in time (`queueTimeoutMs`: `queue_timeout`).
+ * own, and another caller's call is served at the next turns (docs/limits.md, "Fair shares";
+ * serveQueue says how a worker freed is given). The waiting is bounded per caller
+ * (`maxQueuePerCaller`: ExecutorBusyError `caller_queue_full`), in all (`maxQueue`:
+ * `queue_full`), and in time (`queueTimeoutMs`: `queue_timeout`).
  */
 export class WorkerPool {
   private readonly idle = new Map<string, Entry[]>();
@@ -151,7 +150,7 @@ export class WorkerPool {
     if (this.waitTimer !== undefined) clearTimeout(this.waitTimer);
     this.waitTimer = undefined;
     this.waitTimerAt = Infinity;
-    this.deadlines.clear();
+    if (this.deadlines.length > 0) this.deadlines.clear();
   }
 
   private armWaitTimer(at: number): void {
@@ -222,10 +221,10 @@ export class WorkerPool {
    * callers in turn order, the first with a call waiting for a version that has an idle worker
    * is served, its oldest call of that version (warm: a worker freed goes on serving its
    * version, no cold start); if none has, the oldest call of the first for whom a worker can be
-   * started (stopping an idle worker of another version to make
-   * room). The caller whose turn it is may be passed over by warm calls behind it only so many
-   * times (`maxWorkers`: about one call's time when every worker is busy); then it is served
-   * first, a worker started for it if need be.
+   * started (stopping an idle worker of another version to make room). The caller whose turn it
+   * is may be passed over by other callers' warm calls only so many times (`maxWorkers`: about
+   * one call's time when every worker is busy); then it is served first, a worker started for
+   * it if need be.
    */
   private serveQueue(): void {
     while (this.queue.length > 0) {
