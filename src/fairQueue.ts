@@ -183,7 +183,7 @@ export class FairQueue<T extends Queued> {
     if (d.live === 0) line.byKey.delete(key);
     else tidy(d);
     tidy(line.all);
-    if (served) {
+    if (served && this.lines.size > 1) {
       this.lines.delete(item.caller);
       this.lines.set(item.caller, line);
     }
@@ -261,7 +261,7 @@ export class DeadlineHeap<T extends { deadline: number; settled?: boolean }> {
 
   /** Drops the settled items when they are most of the heap (`live`: how many are not). */
   compact(live: number): void {
-    if (this.items.length <= 2 * live + 1024) return;
+    if (this.items.length <= 2 * live + 256) return;
     const keep = this.items.filter((i) => !i.settled);
     this.items = [];
     for (const i of keep) this.push(i);

@@ -140,6 +140,8 @@ export class WorkerPool {
         reject(new ExecutorBusyError(refused));
         return;
       }
+      // Served waiters stay in the heap until they reach its top: rebuilt when they are most of it.
+      this.deadlines.compact(this.queue.length);
       this.deadlines.push(waiter);
       if (deadline < this.waitTimerAt) this.armWaitTimer(deadline);
     });
@@ -228,19 +230,20 @@ export class WorkerPool {
    */
   private serveQueue(): void {
     while (this.queue.length > 0) {
-      const front = this.queue.first()!;
+      // With one caller waiting, nobody else's turn can be passed over.
+      const front = this.queue.callers > 1 ? this.queue.first()! : undefined;
       if (front !== this.front) {
         this.front = front;
         this.passedOver = 0;
       }
       let warm: Worker | undefined;
       let waiter: Waiter | undefined;
-      if (this.passedOver >= this.options.maxWorkers) {
+      if (front !== undefined && this.passedOver >= this.options.maxWorkers) {
         waiter = this.queue.take((w) => w === front && ((warm = this.takeIdle(w.key)) !== undefined || this.canStart(w.key, w.extra)));
       }
       waiter ??= this.queue.takeKeyed(this.idle, (w) => (warm = this.takeIdle(w.key)) !== undefined);
       // Passed over by another caller's call (a caller's own later call of a warm version may go first: it is theirs).
-      if (waiter !== undefined && waiter.caller !== front.caller && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
+      if (front !== undefined && waiter !== undefined && waiter.caller !== front.caller && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
       waiter ??= this.queue.take((w) => this.canStart(w.key, w.extra));
       if (waiter === undefined) break;
       if (warm) waiter.resolve(warm);
