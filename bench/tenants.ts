@@ -208,9 +208,13 @@ async function measure(label: string, keys: string[], tree?: string): Promise<Si
     }
     return side;
   } finally {
+    stoppedCpu += server.cpu();
     await server.stop();
   }
 }
+
+/** CPU seconds of the servers already stopped (for the noise line). */
+let stoppedCpu = 0;
 
 // ---- report --------------------------------------------------------------------------------
 
@@ -252,7 +256,7 @@ async function main(): Promise<void> {
     await server.stop();
   }
   const idleAtStart = await waitForQuiet(QUICK ? 2000 : 60_000, log);
-  const noise = noiseMeter(() => bench.procs.reduce((a, p) => a + p.cpu(), 0));
+  const noise = noiseMeter(() => stoppedCpu + bench.procs.reduce((a, p) => a + p.cpu(), 0) + process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6);
   const sides: Side[] = [await measure('ours', keys)];
   const withBase = argOf('--rev') !== undefined || argOf('--base') !== undefined;
   if (withBase) sides.push(await measure(`base (${argOf('--rev') ?? path.basename(argOf('--base')!)})`, keys, baseTree()));
