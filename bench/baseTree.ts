@@ -19,11 +19,13 @@ export function baseTree(): string {
   if (given) return path.resolve(given);
   const rev = execFileSync('git', ['rev-parse', '--short', argOf('--rev') ?? 'HEAD'], { cwd: REPO, encoding: 'utf8' }).trim();
   const dir = path.join(WORK_ROOT, `base-${rev}`);
-  if (!fs.existsSync(path.join(dir, 'src'))) {
+  // client/src too: the server imports the wire contract's code from there (a tree exported
+  // before it was, without it, is completed).
+  if (!fs.existsSync(path.join(dir, 'src')) || !fs.existsSync(path.join(dir, 'client', 'src'))) {
     fs.mkdirSync(dir, { recursive: true });
-    const tar = execFileSync('git', ['archive', rev, 'src', 'bench', 'package.json', 'tsconfig.json'], { cwd: REPO, maxBuffer: 1 << 28 });
+    const tar = execFileSync('git', ['archive', rev, 'src', 'bench', 'client/src', 'package.json', 'tsconfig.json'], { cwd: REPO, maxBuffer: 1 << 28 });
     execFileSync('tar', ['-x', '-C', dir], { input: tar });
-    fs.symlinkSync(path.join(REPO, 'node_modules'), path.join(dir, 'node_modules'));
+    if (!fs.existsSync(path.join(dir, 'node_modules'))) fs.symlinkSync(path.join(REPO, 'node_modules'), path.join(dir, 'node_modules'));
   }
   return dir;
 }

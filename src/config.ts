@@ -50,6 +50,10 @@ export interface Config {
   workersPerVersion: number;
   /** ALGOHOST_WORKER_IDLE_MS: an idle worker is stopped after this long. */
   workerIdleMs: number;
+  /** ALGOHOST_QUEUE: calls waiting for a worker on a node at once, all callers together (more: 503). */
+  queue: number;
+  /** ALGOHOST_QUEUE_PER_CALLER: calls of one caller waiting for a worker on a node at once (more: 429 queue_full). */
+  queuePerCaller: number;
   /** ALGOHOST_WORKER_MEMORY_MB: memory an algorithm may use (V8 heap for Node, address space for Python). */
   workerMemoryMb: number;
   /** ALGOHOST_MAX_SOURCE_BYTES: largest source archive (compressed) an upload may send. */
@@ -232,6 +236,8 @@ export const DEFAULTS = {
   maxWorkers: 16,
   workersPerVersion: 4,
   workerIdleMs: 5 * 60_000,
+  queue: 1000,
+  queuePerCaller: 100,
   workerMemoryMb: 512,
   maxSourceBytes: 50 * 1024 * 1024,
   buildTimeoutMs: 10 * 60_000,
@@ -677,6 +683,18 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_WORKER_IDLE_MS', env.ALGOHOST_WORKER_IDLE_MS, DEFAULTS.workerIdleMs, 100, 86_400_000),
     docs: [
       { vars: ["ALGOHOST_WORKER_IDLE_MS"], shown: code(DEFAULTS.workerIdleMs), meaning: "An idle worker is stopped after this long (the next call starts a new one: a cold start)." },
+    ],
+  },
+  queue: {
+    read: (env) => int('ALGOHOST_QUEUE', env.ALGOHOST_QUEUE, DEFAULTS.queue, 1, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_QUEUE"], shown: code(DEFAULTS.queue), meaning: "Calls waiting for a worker on a node (a server, or a worker node of a cluster) at once, all callers together; one more is answered 503 `server_busy`. Calls wait per caller and are served in turns across callers (docs/limits.md, \"Fair shares\")." },
+    ],
+  },
+  queuePerCaller: {
+    read: (env) => int('ALGOHOST_QUEUE_PER_CALLER', env.ALGOHOST_QUEUE_PER_CALLER, DEFAULTS.queuePerCaller, 1, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_QUEUE_PER_CALLER"], shown: code(DEFAULTS.queuePerCaller), meaning: "Calls of one caller (a user, every key of theirs together) waiting for a worker on a node at once; one more of theirs is answered 429 `queue_full` at once, while other callers' calls still queue. Also bounds a caller's calls with `output=void` waiting to run on a server without a cluster (docs/limits.md, \"Fair shares\")." },
     ],
   },
   workerMemoryMb: {

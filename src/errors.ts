@@ -72,6 +72,7 @@ export const ERROR_CODES = {
   rate_limited: 429,
   concurrency_limited: 429,
   compute_quota_exceeded: 429,
+  queue_full: 429,
   delete_incomplete: 500,
   internal_error: 500,
   connector_error: 502,

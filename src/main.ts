@@ -197,7 +197,7 @@ export async function apiNodeParts(nc: NatsConnection, config: Config, logger: p
 /** The cluster's async queue, or one line saying why there is none (JetStream off). */
 async function openAsyncQueue(nc: NatsConnection, config: Config, logger: pino.Logger): Promise<JetStreamQueue> {
   try {
-    return await JetStreamQueue.open(nc, logger, config.asyncAttempts);
+    return await JetStreamQueue.open(nc, logger, config.asyncAttempts, config.queuePerCaller);
   } catch (err) {
     throw new ConfigError(`ALGOHOST_NATS_URL: the NATS server has no JetStream to keep async calls in (start nats-server with -js): ${(err as Error).message}`);
   }

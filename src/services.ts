@@ -24,7 +24,7 @@ import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
-import { CallService } from './algorithms/calls.ts';
+import { CallService, MAX_DETACHED } from './algorithms/calls.ts';
 import { SandboxNetwork } from './runtime/networkPolicy.ts';
 import type { FenceSupport } from './runtime/egressFence.ts';
 import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
@@ -214,7 +214,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
-    pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs },
+    pool: { ...DEFAULT_POOL, maxWorkers: config.maxWorkers, maxPerVersion: config.workersPerVersion, idleMs: config.workerIdleMs, maxQueue: config.queue, maxQueuePerCaller: config.queuePerCaller },
     limits: { ...DEFAULT_LIMITS, heapMb: config.workerMemoryMb },
     unsandboxed,
     bwrapPath: config.bwrapPath,
@@ -236,7 +236,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics);
   const keys = new KeyService(store);
-  const asyncQueue = options.asyncQueue ?? new LocalQueue();
+  const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,

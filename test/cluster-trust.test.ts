@@ -364,7 +364,7 @@ for (const secure of [false, true]) {
           const refused = await permissionError(nc, () => void nc.subscribe(subject));
           assert.match(refused ?? '', /Permissions Violation for Subscription/, `worker-2's user may subscribe to ${subject}`);
         }
-        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', RUN_SUBJECT, `${WORKER_PREFIX}.worker-1.run`, beatSubject('worker-1'), 'algohost.v1.parts.worker.worker-1', 'algohost.v1.parts.worker.worker-2']) {
+        for (const subject of ['$JS.API.INFO', 'algohost.v1.async', 'algohost.v1.async.1', RUN_SUBJECT, `${WORKER_PREFIX}.worker-1.run`, beatSubject('worker-1'), 'algohost.v1.parts.worker.worker-1', 'algohost.v1.parts.worker.worker-2']) {
           const nc = await bus.conn('worker-2');
           const refused = await permissionError(nc, () => nc.publish(subject, Buffer.from('x')));
           assert.match(refused ?? '', /Permissions Violation for Publish/, `worker-2's user may publish to ${subject}`);

@@ -23,7 +23,7 @@ export const API_ERROR_CODES = [
   'range_not_satisfiable', 'invalid_path', 'reserved_path', 'invalid_json', 'invalid_body', 'invalid_acl',
   'invalid_marker', 'invalid_query', 'invalid_username', 'invalid_password', 'invalid_algorithm_name', 'invalid_key_name',
   'invalid_permissions', 'invalid_version', 'invalid_archive', 'network_not_allowed', 'invalid_connector',
-  'call_depth_exceeded', 'acl_not_supported', 'invalid_subscription', 'invalid_trigger', 'invalid_idempotency_key', 'idempotency_key_reused', 'user_exists', 'too_many_attempts', 'rate_limited', 'concurrency_limited', 'compute_quota_exceeded', 'delete_incomplete', 'internal_error',
+  'call_depth_exceeded', 'acl_not_supported', 'invalid_subscription', 'invalid_trigger', 'invalid_idempotency_key', 'idempotency_key_reused', 'user_exists', 'too_many_attempts', 'rate_limited', 'concurrency_limited', 'compute_quota_exceeded', 'queue_full', 'delete_incomplete', 'internal_error',
   'connector_error', 'connector_unreachable', 'connector_timeout', 'shutting_down', 'server_busy', 'metadata_unavailable', 'storage_unavailable',
 ] as const;
 

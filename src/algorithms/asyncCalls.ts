@@ -9,6 +9,7 @@ import { envelope } from './envelope.ts';
 import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type CallService } from './calls.ts';
 import type { AsyncRequest } from '../../client/src/types.ts';
 import { appendEvent, type NewEvent } from '../events/outbox.ts';
+import { FairQueue } from '../fairQueue.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -22,8 +23,11 @@ export const BUSY_GIVE_UP_MS = 15 * 60_000;
 
 /** Where accepted requests wait to be run: this process (LocalQueue) or JetStream (cluster/asyncQueue.ts). */
 export interface AsyncQueue {
-  /** Resolves once request `id` is queued as durably as this queue can: the caller is then told it was accepted. */
-  enqueue(id: string): Promise<void>;
+  /**
+   * Resolves once request `id` is queued as durably as this queue can: the caller is then told it
+   * was accepted. `caller` (the user's id) is whose turn it waits for, where the queue keeps turns.
+   */
+  enqueue(id: string, caller?: string): Promise<void>;
   /** Starts running what is queued, through `run`. */
   start(run: AsyncRun): void;
   /**
@@ -124,7 +128,7 @@ export class AsyncCalls {
       await this.store.db.insertInto('async_requests').values(row).execute();
     }
     try {
-      await this.queue.enqueue(id);
+      await this.queue.enqueue(id, String(principal.userId));
     } catch (err) {
       if (along) {
         await this.store.write(async (trx) => {
@@ -147,7 +151,7 @@ export class AsyncCalls {
    * delivery finds it claimed or done (run). Whether it was queued again.
    */
   async requeueOrphan(id: string): Promise<boolean> {
-    const row = await this.store.db.selectFrom('async_requests').select(['status', 'holder']).where('id', '=', id).executeTakeFirst();
+    const row = await this.store.db.selectFrom('async_requests').select(['status', 'holder', 'user_id']).where('id', '=', id).executeTakeFirst();
     if (!row || row.status !== 'queued' || row.holder === null || (await this.store.isLive(row.holder))) return false;
     const took = await this.store.db
       .updateTable('async_requests')
@@ -158,7 +162,7 @@ export class AsyncCalls {
       .executeTakeFirst();
     if (Number(took.numUpdatedRows) === 0) return false;
     try {
-      await this.queue.enqueue(id);
+      await this.queue.enqueue(id, String(row.user_id));
       return true;
     } catch {
       // No room now: recovery (a restart, a shared store's sweeper) or the next replay takes it.
@@ -227,7 +231,8 @@ export class AsyncCalls {
     } catch (err) {
       const e = toAppError(err);
       // Short of something another attempt may find (a worker, the store): not a start.
-      if (this.queue.durable && e.status === 503 && Date.now() - Number(row.created_at) < BUSY_GIVE_UP_MS) return await this.giveBack(id, n - 1);
+      // A worker node's queue full of this caller's own calls (429 queue_full) is such a moment too.
+      if (this.queue.durable && (e.status === 503 || e.code === 'queue_full') && Date.now() - Number(row.created_at) < BUSY_GIVE_UP_MS) return await this.giveBack(id, n - 1);
       if (e.status >= 500) this.log?.warn({ err, request: id }, 'an async call failed');
       status = e.status;
       body = errorDocument(e.code, e.message);
@@ -283,7 +288,7 @@ export class AsyncCalls {
   /** Requests a process of this store left unfinished when it stopped: queued again (a non-durable queue only). */
   async recover(): Promise<number> {
     if (this.queue.durable) return 0;
-    const open = await this.store.db.selectFrom('async_requests').select(['id', 'holder']).where('status', '<>', 'done').execute();
+    const open = await this.store.db.selectFrom('async_requests').select(['id', 'holder', 'user_id']).where('status', '<>', 'done').execute();
     let queued = 0;
     for (const r of open) {
       // This process's own rows are its calls in flight (at start it has none).
@@ -298,7 +303,7 @@ export class AsyncCalls {
         .executeTakeFirst();
       if (Number(took.numUpdatedRows) === 0) continue;
       try {
-        await this.queue.enqueue(r.id);
+        await this.queue.enqueue(r.id, String(r.user_id));
         queued++;
       } catch {
         // No room now: the next recovery (restart, or the sweeper of a shared store) takes it.
@@ -345,40 +350,80 @@ function newRequestId(): string {
 }
 
 /**
- * The queue of one process: a request runs at once, beside the calls of this server, at most
- * MAX_DETACHED at a time (more are refused with 503 before they are accepted). Not durable:
- * what a stopped process left is found in the store and run again by the next start
- * (AsyncCalls.recover).
+ * The queue of one process: requests wait here per caller and run in turns across callers
+ * (FairQueue), at most `max` at a time, beside the calls of this server (each then waits for a
+ * worker in the pool's turns like any call). One user's thousands of queued calls do not hold
+ * another's behind them: the next free run goes to the caller whose turn it is. Bounded per
+ * caller (`perCaller`: 429 `queue_full`) and in all (`maxWaiting`: 503 `server_busy`), before
+ * the request is accepted. Not durable: what a stopped process left is found in the store and
+ * run again by the next start (AsyncCalls.recover).
  */
 export class LocalQueue implements AsyncQueue {
   readonly durable = false;
   private run: AsyncRun | undefined;
   private running = 0;
+  private readonly waiting: FairQueue<{ caller: string; id: string; settled?: boolean }>;
+  /** Runs under way per caller: a caller runs at most `perCaller` at once (and `max` in all). */
+  private readonly runs = new Map<string, number>();
   private readonly settled = new Set<Promise<unknown>>();
 
   constructor(
     private readonly log?: CallLog,
     private readonly max = MAX_DETACHED,
-  ) {}
+    maxWaiting = 1000,
+    /**
+     * A caller's requests waiting at most, and running at most (then no more than the worker
+     * pool lets one caller wait for a worker: their runs never overflow it).
+     */
+    private readonly perCaller = 100,
+  ) {
+    this.waiting = new FairQueue(maxWaiting, perCaller);
+  }
 
   start(run: AsyncRun): void {
     this.run = run;
+    this.pump();
   }
 
-  /** Nothing waits here (a full queue refuses); running: this process's async calls under way. */
+  /** Waiting: requests accepted and not yet running; running: this process's async calls under way. */
   depth(): Promise<{ pending: number; running: number }> {
-    return Promise.resolve({ pending: 0, running: this.running });
+    return Promise.resolve({ pending: this.waiting.length, running: this.running });
   }
 
-  async enqueue(id: string): Promise<void> {
+  /** Requests waiting to run, and running (tests). */
+  stats(): { waiting: number; running: number } {
+    return { waiting: this.waiting.length, running: this.running };
+  }
+
+  async enqueue(id: string, caller = ''): Promise<void> {
     if (!this.run) throw new AppError('server_busy', 'this server is not running async calls yet; retry shortly');
-    if (this.running >= this.max) throw new AppError('server_busy', `${this.max} calls with output=void are already running; retry shortly`);
-    this.running++;
-    const p = this.attempt(id).finally(() => {
-      this.running--;
-      this.settled.delete(p);
-    });
-    this.settled.add(p);
+    const refused = this.waiting.push({ caller, id });
+    if (refused === 'caller_queue_full') {
+      const e = new AppError('queue_full', `you have ${this.waiting.maxPerCaller} calls with output=void waiting to run on this server, as many as one caller may; wait for some of them to end`, { scope: 'caller' });
+      e.headers = [['retry-after', '1']];
+      throw e;
+    }
+    if (refused) throw new AppError('server_busy', `${this.waiting.maxTotal} calls with output=void are already waiting to run; retry shortly`);
+    this.pump();
+  }
+
+  /** Runs waiting requests, in turns, while fewer than `max` run. */
+  private pump(): void {
+    while (this.run && this.running < this.max) {
+      const next = this.waiting.take((r) => (this.runs.get(r.caller) ?? 0) < this.perCaller);
+      if (next === undefined) return;
+      this.running++;
+      this.runs.set(next.caller, (this.runs.get(next.caller) ?? 0) + 1);
+      const p = this.attempt(next.id).finally(() => {
+        this.running--;
+        const n = this.runs.get(next.caller)! - 1;
+        if (n > 0) this.runs.set(next.caller, n);
+        else this.runs.delete(next.caller);
+        this.settled.delete(p);
+        this.pump();
+      });
+      this.settled.add(p);
+    }
   }
 
   private async attempt(id: string): Promise<void> {
@@ -391,7 +436,9 @@ export class LocalQueue implements AsyncQueue {
   }
 
   async close(): Promise<void> {
-    await Promise.allSettled([...this.settled]);
+    // What waits is left in the store, queued: the next start runs it (recover).
+    this.waiting.drain();
+    while (this.settled.size > 0) await Promise.allSettled([...this.settled]);
   }
 }
 

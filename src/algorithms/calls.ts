@@ -112,6 +112,16 @@ function rated(r: CallResult, rateLimit: [string, string][] | undefined): CallRe
   return r;
 }
 
+/**
+ * 429 `queue_full`: the caller's own calls fill their share of the workers' queue (docs/limits.md,
+ * "Fair shares"); the calls they have waiting go on.
+ */
+function callerQueueFull(): AppError {
+  const e = new AppError('queue_full', 'you have as many calls waiting for a worker as one caller may; wait for some of them to end', { scope: 'caller' });
+  e.headers = [['retry-after', '1']];
+  return e;
+}
+
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
@@ -284,7 +294,7 @@ export class CallService {
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
     try {
-      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1 };
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId) };
       const outcome = await this.executor.run(job, this.internal.handler(context));
       return this.done(principal, req, target, mine, outcome);
     } catch (err) {
@@ -296,6 +306,7 @@ export class CallService {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
         if (performance.now() - started >= timeoutMs) return this.done(principal, req, target, mine, TIMED_OUT);
         this.metrics.call('busy', 0);
+        if (err.reason === 'caller_queue_full') throw callerQueueFull();
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerLostError) {

@@ -1,9 +1,16 @@
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { AsyncQueue, AsyncRun } from '../algorithms/asyncCalls.ts';
 import type { ClusterLog } from './log.ts';
+import { AppError } from '../errors.ts';
 
 export const ASYNC_STREAM = 'ALGOHOST_ASYNC';
+/**
+ * Requests are published on `${ASYNC_SUBJECT}.<caller>` (the caller's user id): the stream keeps
+ * at most `perCaller` messages on each (queued, or running and not yet acknowledged), so one
+ * caller's backlog is bounded cluster-wide. The bare subject is what an API node of an earlier
+ * version publishes on: one line for all of them.
+ */
 export const ASYNC_SUBJECT = 'algohost.v1.async';
 export const ASYNC_CONSUMER = 'algohost-async';
 
@@ -46,18 +53,33 @@ export class JetStreamQueue implements AsyncQueue {
     private readonly js: JetStreamClient,
     private readonly log: ClusterLog,
     private readonly maxAttempts: number,
+    private readonly perCaller: number,
   ) {}
 
-  /** Makes sure the stream and its consumer exist (every node may; the first makes them). */
-  static async open(nc: NatsConnection, log: ClusterLog, maxAttempts: number): Promise<JetStreamQueue> {
+  /**
+   * Makes sure the stream and its consumer exist (every node may; the first makes them). A
+   * stream made before per-caller bounds, or with another `perCaller`, is brought to this
+   * node's (every API node should have the same ALGOHOST_QUEUE_PER_CALLER).
+   */
+  static async open(nc: NatsConnection, log: ClusterLog, maxAttempts: number, perCaller = 100): Promise<JetStreamQueue> {
     const jsm = await jetstreamManager(nc, { timeout: 10_000 });
-    try {
-      await jsm.streams.info(ASYNC_STREAM);
-    } catch {
+    const bounds = {
+      subjects: [ASYNC_SUBJECT, `${ASYNC_SUBJECT}.*`],
+      max_msgs_per_subject: perCaller,
+      discard: DiscardPolicy.New,
+      discard_new_per_subject: true,
+    };
+    const info = await jsm.streams.info(ASYNC_STREAM).catch(() => undefined);
+    if (info !== undefined) {
+      const c = info.config;
+      if (c.max_msgs_per_subject !== perCaller || c.discard !== DiscardPolicy.New || c.discard_new_per_subject !== true || !c.subjects.includes(`${ASYNC_SUBJECT}.*`)) {
+        await jsm.streams.update(ASYNC_STREAM, bounds);
+      }
+    } else {
       try {
         await jsm.streams.add({
           name: ASYNC_STREAM,
-          subjects: [ASYNC_SUBJECT],
+          ...bounds,
           retention: RetentionPolicy.Workqueue,
           storage: StorageType.File,
           duplicate_window: 120_000 * NS,
@@ -87,12 +109,32 @@ export class JetStreamQueue implements AsyncQueue {
         });
       }
     }
-    return new JetStreamQueue(nc, jetstream(nc, { timeout: 10_000 }), log, maxAttempts);
+    return new JetStreamQueue(nc, jetstream(nc, { timeout: 10_000 }), log, maxAttempts, perCaller);
   }
 
-  async enqueue(id: string): Promise<void> {
+  /** Whether requests go on their caller's subject (false once NATS refused this node that). */
+  private perCallerSubjects = true;
+
+  async enqueue(id: string, caller = ''): Promise<void> {
     // Deduplicated by id: a publish retried after a lost acknowledgement is stored once.
-    await this.js.publish(ASYNC_SUBJECT, id, { msgID: id });
+    const subject = this.perCallerSubjects && /^[A-Za-z0-9_-]{1,64}$/.test(caller) ? `${ASYNC_SUBJECT}.${caller}` : ASYNC_SUBJECT;
+    try {
+      await this.js.publish(subject, id, { msgID: id });
+    } catch (err) {
+      if (subject !== ASYNC_SUBJECT && /permissions violation/i.test((err as Error).message)) {
+        // NATS's configuration predates per-caller subjects (docs/cluster.md): one line for all, said once.
+        this.perCallerSubjects = false;
+        this.log.warn({ err }, `this API node may not publish on ${ASYNC_SUBJECT}.<caller> (add it to the API nodes' NATS permissions, docs/cluster.md): async calls queue without a per-caller bound`);
+        return this.enqueue(id, caller);
+      }
+      // The caller's subject holds as many requests as one caller may have queued (docs/limits.md, "Fair shares").
+      if (/maximum messages per subject/i.test((err as Error).message)) {
+        const e = new AppError('queue_full', `you have ${this.perCaller} calls with output=void queued or running, as many as one caller may; wait for some of them to end`, { scope: 'caller' });
+        e.headers = [['retry-after', '1']];
+        throw e;
+      }
+      throw err;
+    }
   }
 
   /** Requests waiting in the stream, and taken but not yet acknowledged (for cluster status). */

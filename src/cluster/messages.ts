@@ -67,8 +67,8 @@ export interface RunRequest {
 }
 
 /** Why a worker could not run a job at all (the Executor errors of contract.ts, by name). */
-export type RunRefusal = 'busy_queue_full' | 'busy_queue_timeout' | 'start_failed' | 'build_missing' | 'draining' | 'internal';
-const REFUSALS = new Set<string>(['busy_queue_full', 'busy_queue_timeout', 'start_failed', 'build_missing', 'draining', 'internal']);
+export type RunRefusal = 'busy_queue_full' | 'busy_caller_queue_full' | 'busy_queue_timeout' | 'start_failed' | 'build_missing' | 'draining' | 'internal';
+const REFUSALS = new Set<string>(['busy_queue_full', 'busy_caller_queue_full', 'busy_queue_timeout', 'start_failed', 'build_missing', 'draining', 'internal']);
 
 export type RunReply = { type: 'outcome'; outcome: Outcome } | { type: 'refused'; reason: RunRefusal; message: string };
 
@@ -212,12 +212,15 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   const ref = { algorithmId, hash };
   const network = t.network === true;
   const target: RunTarget = { build: ref, key: targetKey(ref, network), runner: runner as RunnerKind, entry: str(t, 'entry'), network };
+  // Whose turn the job waits for on the worker (absent from an API node of an older version: one shared line).
+  const caller = job.caller === undefined ? undefined : str(job, 'caller');
+  if (caller !== undefined && caller.length > 256) throw new MessageError('the caller is longer than 256 characters');
   return {
     type: 'run',
     call: str(header, 'call'),
     api,
     sdk: header.sdk === true,
-    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting') },
+    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting'), ...(caller === undefined ? {} : { caller }) },
   };
 }
 

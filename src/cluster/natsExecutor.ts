@@ -203,6 +203,8 @@ export class NatsExecutor implements Executor {
     switch (reply.reason) {
       case 'busy_queue_full':
         throw new ExecutorBusyError('queue_full');
+      case 'busy_caller_queue_full':
+        throw new ExecutorBusyError('caller_queue_full');
       case 'busy_queue_timeout':
         throw new ExecutorBusyError('queue_timeout');
       case 'draining':

@@ -245,7 +245,10 @@ function tryCall(data: Buffer): string | undefined {
 
 function refusalOf(err: unknown): Extract<RunReply, { type: 'refused' }> {
   const message = (err as Error)?.message ?? String(err);
-  if (err instanceof ExecutorBusyError) return { type: 'refused', reason: err.reason === 'queue_full' ? 'busy_queue_full' : 'busy_queue_timeout', message };
+  if (err instanceof ExecutorBusyError) {
+    const reason = err.reason === 'queue_full' ? 'busy_queue_full' : err.reason === 'caller_queue_full' ? 'busy_caller_queue_full' : 'busy_queue_timeout';
+    return { type: 'refused', reason, message };
+  }
   if (err instanceof WorkerStartError) return { type: 'refused', reason: 'start_failed', message };
   if (err instanceof BuildMissingError) return { type: 'refused', reason: 'build_missing', message };
   return { type: 'refused', reason: 'internal', message };

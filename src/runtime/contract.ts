@@ -84,6 +84,11 @@ export interface Job {
   timeoutMs: number;
   /** How many calls up the chain hold workers while they wait for this one. */
   nesting: number;
+  /**
+   * Who pays for the call (opaque: the user's id): calls waiting for a worker wait per caller
+   * and are served in turns across callers (docs/limits.md, "Fair shares"). None: one shared line.
+   */
+  caller?: string | undefined;
 }
 
 export interface Executor {
@@ -97,11 +102,15 @@ export interface Executor {
 
 const BUSY = {
   queue_full: 'too many calls are waiting for a worker',
+  caller_queue_full: 'you have too many calls waiting for a worker',
   queue_timeout: 'no worker became free in time',
   no_workers: 'no worker node is running',
 } as const;
 
-/** No worker could be had: too many calls are waiting, the wait ran out, or there is none. */
+/**
+ * No worker could be had: too many calls are waiting (the caller's own: `caller_queue_full`; all
+ * callers': `queue_full`), the wait ran out, or there is none.
+ */
 export class ExecutorBusyError extends Error {
   constructor(readonly reason: keyof typeof BUSY) {
     super(BUSY[reason]);

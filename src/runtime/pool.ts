@@ -1,4 +1,5 @@
 import { ExecutorBusyError } from './contract.ts';
+import { DeadlineHeap, FairQueue } from '../fairQueue.ts';
 import type { Worker } from './worker.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
 
@@ -9,8 +10,10 @@ export interface PoolOptions {
   maxPerVersion: number;
   /** An idle worker is stopped after this long. */
   idleMs: number;
-  /** Calls waiting for a worker at once; more are refused. */
+  /** Calls waiting for a worker at once, all callers together; more are refused (503). */
   maxQueue: number;
+  /** Calls of one caller waiting for a worker at once; more of theirs are refused (429). Default: maxQueue. */
+  maxQueuePerCaller?: number;
   /** How long a call may wait for a worker. */
   queueTimeoutMs: number;
 }
@@ -20,6 +23,7 @@ export const DEFAULT_POOL: PoolOptions = {
   maxPerVersion: 4,
   idleMs: 5 * 60_000,
   maxQueue: 1000,
+  maxQueuePerCaller: 100,
   queueTimeoutMs: 60_000,
 };
 
@@ -31,6 +35,8 @@ interface Entry {
 }
 
 interface Waiter {
+  /** Whose turn it waits for (FairQueue): its caller, and a nested call apart (see acquire). */
+  caller: string;
   key: string;
   extra: number;
   start: () => Promise<Worker>;
@@ -38,23 +44,32 @@ interface Waiter {
   reject: (err: unknown) => void;
   /** performance.now() by which it must have a worker. */
   deadline: number;
+  settled?: boolean;
 }
 
 /**
  * Warm workers kept per algorithm version (`key`, e.g. the build hash: a new version never
  * reuses an old version's worker). A call takes an idle worker of its version, or starts one
  * while under both limits, or makes room by stopping the least recently used idle worker of
- * another version, or waits in a bounded queue. Idle workers are stopped after `idleMs`.
+ * another version, or waits. Idle workers are stopped after `idleMs`.
+ *
+ * Calls wait per caller, and are served in turns across callers (FairQueue: round robin by
+ * call), not first come first served: a caller with a thousand calls waiting waits behind their
+ * own, and another caller's call is served at the next turns (docs/limits.md, "Fair shares";
+ * serveQueue says how a worker freed is given). The waiting is bounded per caller
+ * (`maxQueuePerCaller`: ExecutorBusyError `caller_queue_full`), in all (`maxQueue`:
+ * `queue_full`), and in time (`queueTimeoutMs`: `queue_timeout`).
  */
 export class WorkerPool {
   private readonly idle = new Map<string, Entry[]>();
   private readonly counts = new Map<string, number>();
   private total = 0;
-  private readonly queue: Waiter[] = [];
+  private readonly queue: FairQueue<Waiter>;
   /**
-   * One timer for the waiters' deadlines, armed for the earliest (a waiting call costs no
-   * timer of its own: under load most calls wait).
+   * The waiters by deadline, and one timer for them, armed for the earliest (a waiting call
+   * costs no timer of its own: under load most calls wait).
    */
+  private readonly deadlines = new DeadlineHeap<Waiter>();
   private waitTimer: NodeJS.Timeout | undefined;
   private waitTimerAt = Infinity;
   private readonly sweeper: NodeJS.Timeout;
@@ -64,6 +79,7 @@ export class WorkerPool {
     private readonly options: PoolOptions = DEFAULT_POOL,
     private readonly metrics: Metrics = NO_METRICS,
   ) {
+    this.queue = new FairQueue(options.maxQueue, options.maxQueuePerCaller ?? options.maxQueue);
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(options.idleMs / 2, 30_000)));
     this.sweeper.unref();
   }
@@ -73,6 +89,11 @@ export class WorkerPool {
     let idle = 0;
     for (const list of this.idle.values()) idle += list.length;
     return { total: this.total, idle, waiting: this.queue.length };
+  }
+
+  /** Calls of `caller` waiting for a worker now (tests, and the tenants bench). */
+  waitingFor(caller: string): number {
+    return this.queue.waiting(caller);
   }
 
   /**
@@ -95,11 +116,12 @@ export class WorkerPool {
    * Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it
    * back. `extra` raises both limits for this call: a nested call may go over by as many
    * workers as its callers hold, or an algorithm calling itself would wait for itself forever.
+   * `caller` (opaque: the user who pays) is whose turn the call waits for, if it must wait.
    */
-  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity): Promise<T> {
+  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity, caller = ''): Promise<T> {
     // An idle worker is taken at once: `fn` starts before anything else gets a turn.
     const asked = performance.now();
-    const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs));
+    const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs, caller));
     this.metrics.workerWait((performance.now() - asked) / 1000);
     try {
       return await fn(worker);
@@ -109,15 +131,24 @@ export class WorkerPool {
   }
 
   /** `waitMs`: the longest this call may wait in the queue (its own deadline), if shorter. */
-  private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number): Promise<Worker> {
+  private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number, caller: string): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
     const warm = this.takeIdle(key);
     if (warm) return Promise.resolve(warm);
     if (this.canStart(key, extra)) return this.launch(key, start);
-    if (this.queue.length >= this.options.maxQueue) return Promise.reject(new ExecutorBusyError('queue_full'));
     return new Promise((resolve, reject) => {
       const deadline = performance.now() + Math.min(this.options.queueTimeoutMs, waitMs);
-      this.queue.push({ key, extra, start, resolve, reject, deadline });
+      // A nested call waits in a line of its own (of its caller's, at its depth): behind its
+      // caller's other calls it could wait for a worker its own parent holds.
+      const waiter: Waiter = { caller: extra === 0 ? caller : `${caller}\u0000${extra}`, key, extra, start, resolve, reject, deadline };
+      const refused = this.queue.push(waiter);
+      if (refused !== undefined) {
+        reject(new ExecutorBusyError(refused));
+        return;
+      }
+      // Served waiters stay in the heap until they reach its top: rebuilt when they are most of it.
+      this.deadlines.compact(this.queue.length);
+      this.deadlines.push(waiter);
       if (deadline < this.waitTimerAt) this.armWaitTimer(deadline);
     });
   }
@@ -127,6 +158,7 @@ export class WorkerPool {
     if (this.waitTimer !== undefined) clearTimeout(this.waitTimer);
     this.waitTimer = undefined;
     this.waitTimerAt = Infinity;
+    if (this.deadlines.length > 0) this.deadlines.clear();
   }
 
   private armWaitTimer(at: number): void {
@@ -140,18 +172,14 @@ export class WorkerPool {
     this.waitTimer = undefined;
     this.waitTimerAt = Infinity;
     const now = performance.now();
-    let next = Infinity;
-    for (let i = 0; i < this.queue.length; ) {
-      const w = this.queue[i]!;
-      if (w.deadline <= now) {
-        this.queue.splice(i, 1);
-        w.reject(new ExecutorBusyError('queue_timeout'));
-      } else {
-        if (w.deadline < next) next = w.deadline;
-        i++;
-      }
+    for (let w = this.deadlines.peek(); w !== undefined && w.deadline <= now; w = this.deadlines.peek()) {
+      this.deadlines.pop();
+      if (this.queue.remove(w)) w.reject(new ExecutorBusyError('queue_timeout'));
     }
-    if (next < Infinity) this.armWaitTimer(next);
+    this.deadlines.compact(this.queue.length);
+    const next = this.deadlines.peek();
+    if (next !== undefined) this.armWaitTimer(next.deadline);
+    else this.stopWaitTimer();
   }
 
   /** Under both limits, or at the global one with an idle worker of another version to stop. */
@@ -188,38 +216,54 @@ export class WorkerPool {
   private release(key: string, worker: Worker): void {
     if (worker.dead || this.closed) {
       this.retire(key, worker);
-      this.serveQueue();
-      return;
+    } else {
+      const list = this.idle.get(key) ?? [];
+      list.push({ key, worker, idleSince: Date.now() });
+      this.idle.set(key, list);
     }
-    for (let i = 0; i < this.queue.length; i++) {
-      const waiter = this.queue[i]!;
-      if (waiter.key !== key) continue;
-      this.queue.splice(i, 1);
-      if (this.queue.length === 0) this.stopWaitTimer();
-      waiter.resolve(worker);
-      return;
-    }
-    const list = this.idle.get(key) ?? [];
-    list.push({ key, worker, idleSince: Date.now() });
-    this.idle.set(key, list);
     this.serveQueue();
   }
 
-  /** Starts workers for waiting calls while there is room (making room from idle workers). */
+  /**
+   * Serves waiting calls while there is a worker for one, in turns across callers. Of the
+   * callers in turn order, the first with a call waiting for a version that has an idle worker
+   * is served, its oldest call of that version (warm: a worker freed goes on serving its
+   * version, no cold start); if none has, the oldest call of the first for whom a worker can be
+   * started (stopping an idle worker of another version to make room). The caller whose turn it
+   * is may be passed over by other callers' warm calls only so many times (`maxWorkers`: about
+   * one call's time when every worker is busy); then it is served first, a worker started for
+   * it if need be.
+   */
   private serveQueue(): void {
-    for (let i = 0; i < this.queue.length; ) {
-      const waiter = this.queue[i]!;
-      const warm = this.takeIdle(waiter.key);
-      if (warm || this.canStart(waiter.key, waiter.extra)) {
-        this.queue.splice(i, 1);
-        if (warm) waiter.resolve(warm);
-        else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
-      } else {
-        i++;
+    while (this.queue.length > 0) {
+      // With one caller waiting, nobody else's turn can be passed over.
+      const front = this.queue.callers > 1 ? this.queue.first()! : undefined;
+      if (front !== this.front) {
+        this.front = front;
+        this.passedOver = 0;
       }
+      let warm: Worker | undefined;
+      let waiter: Waiter | undefined;
+      if (front !== undefined && this.passedOver >= this.options.maxWorkers) {
+        waiter = this.queue.take((w) => w === front && ((warm = this.takeIdle(w.key)) !== undefined || this.canStart(w.key, w.extra)));
+      }
+      waiter ??= this.queue.takeKeyed(this.idle, (w) => (warm = this.takeIdle(w.key)) !== undefined);
+      // Passed over by another caller's call (a caller's own later call of a warm version may go first: it is theirs).
+      if (front !== undefined && waiter !== undefined && waiter.caller !== front.caller && (this.counts.get(front.key) ?? 0) < this.options.maxPerVersion + front.extra) this.passedOver++;
+      waiter ??= this.queue.take((w) => this.canStart(w.key, w.extra));
+      if (waiter === undefined) break;
+      if (warm) waiter.resolve(warm);
+      else this.launch(waiter.key, waiter.start).then(waiter.resolve, waiter.reject);
     }
-    if (this.queue.length === 0) this.stopWaitTimer();
+    if (this.queue.length === 0) {
+      this.stopWaitTimer();
+      this.front = undefined;
+    }
   }
+
+  /** The oldest call of the caller whose turn it is, when serveQueue last looked; how often warm calls behind it went first since. */
+  private front: Waiter | undefined;
+  private passedOver = 0;
 
   /** The most recently used live idle worker of `key`; ones that died while idle are dropped. */
   private takeIdle(key: string): Worker | undefined {
@@ -257,7 +301,7 @@ export class WorkerPool {
     this.closed = true;
     clearInterval(this.sweeper);
     this.stopWaitTimer();
-    for (const w of this.queue.splice(0)) w.reject(new Error('the worker pool is closed'));
+    for (const w of this.queue.drain()) w.reject(new Error('the worker pool is closed'));
     const stops: Promise<void>[] = [];
     for (const [key, list] of this.idle) {
       for (const e of list) {

@@ -80,6 +80,7 @@ export class AlgorithmRuntime implements Executor {
       (worker) => worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host),
       job.nesting,
       job.timeoutMs,
+      job.caller,
     );
   }
 
