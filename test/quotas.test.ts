@@ -13,6 +13,20 @@ import { ComputeMeter, monthBounds, utcMonth } from '../src/limits/compute.ts';
 import { writeUserLimits } from '../src/limits/userLimits.ts';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { PassThrough } from 'node:stream';
+import { main } from '../src/cli/algo/main.ts';
+
+/** `algo ARGS` in-process, as `key` against `url`: its exit code and what it printed. */
+async function algo(url: string, key: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+  stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
+  const code = await main(args, { HOME: '/nonexistent', ALGOHOST_API: url, ALGOHOST_API_KEY: key }, { stdin: new PassThrough(), stdout, stderr });
+  return { code, stdout: out, stderr: err };
+}
 
 const ALGO = `
 export async function apply(input) {
@@ -253,6 +267,27 @@ describe('hosted bytes stored', () => {
     assert.equal((await put(carol, 'fits.txt', 'f')).status, 200);
     assert.equal((await put(carol, 'fits.txt', 'ff')).status, 413, 'still over: growing is refused');
     await writeUserLimits(s.services.store, carolId, {}, true);
+  });
+
+  test('algo usage prints the usage and the limits with what is left; a key that may only call sees its limits', async () => {
+    const used = await stored();
+    const shown = await algo(s.url, carolKey, ['usage']);
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.match(shown.stdout, /Usage of carol, \d{4}-\d{2}-\d{2} to \d{4}-\d{2}-\d{2}:/);
+    assert.match(shown.stdout, /as a caller +0 +0 s/);
+    // The quota (1000 bytes), what is stored (under it: in bytes) and what is left.
+    assert.match(shown.stdout, new RegExp(`\\nhosted bytes +1\\.00 kB +${used} B +${QUOTA - used} B\\n`));
+    assert.match(shown.stdout, /compute this month +no limit +0 s/);
+    const asJson = await algo(s.url, carolKey, ['usage', '--json']);
+    const parsed = JSON.parse(asJson.stdout);
+    assert.deepEqual(parsed.limits.storage, { bytes: QUOTA, used_bytes: used, remaining_bytes: QUOTA - used });
+    assert.equal(parsed.usage.user, 'carol');
+    const caller = await json(await carol('/v1/users/carol/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'caller', permissions: { allow_algo_management: false, limits: { calls_per_min: 10 } } }) }));
+    const limited = await algo(s.url, caller.api_key, ['usage', '--user', 'carol']);
+    assert.equal(limited.code, 0, limited.stderr);
+    assert.match(limited.stdout, /Usage: not shown/);
+    assert.match(limited.stdout, /This key's own limits/);
+    assert.match(limited.stdout, /calls per minute +10 \(burst 1\)/);
   });
 
   test('a key held to fewer bytes than its user refuses uploads with it past them; the user\'s other keys go on', async () => {
