@@ -13,6 +13,7 @@ import { ComputeMeter, monthBounds, utcMonth } from '../src/limits/compute.ts';
 import { writeUserLimits } from '../src/limits/userLimits.ts';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { CLUSTER } from './helpers/backends.ts';
 import { PassThrough } from 'node:stream';
 import { main } from '../src/cli/algo/main.ts';
 
@@ -175,6 +176,26 @@ describe('compute seconds per month', () => {
     assert.equal(higher.status, 403);
     assert.match((await json(higher)).error.message, /limits.compute_seconds_per_month/);
     await writeUserLimits(s.services.store, user.id, {}, true);
+  });
+
+  test('a trigger\'s run is held to the quota too: refused, the run fails with the 429', { timeout: 120_000, skip: CLUSTER && 'the run may be claimed by the other API node, whose clock the test does not move' }, async () => {
+    now = Date.UTC(2027, 2, 10);
+    assert.equal((await callAlgo(alice, 'alice/Echo', 'sleep 1100')).status, 200);
+    assert.equal((await alice('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'inbox' }) })).status, 200);
+    const made = await alice('/v1/users/alice/triggers', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/Echo', input: '{{name}}' }) });
+    const trigger = await json(made);
+    assert.equal(made.status, 201, JSON.stringify(trigger));
+    assert.equal((await alice('/v1/data/.my/inbox/a.txt', { method: 'PUT', body: 'a' })).status, 200);
+    const end = Date.now() + 60_000;
+    let run: { status: string; http_status: number | null; error: string | null } | undefined;
+    while (Date.now() < end) {
+      run = ((await json(await alice(`/v1/users/alice/triggers/${trigger.id}/runs`))).results as (typeof run)[])[0];
+      if (run && (run.status === 'succeeded' || run.status === 'failed')) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(run?.status, 'failed', JSON.stringify(run));
+    assert.equal(run?.http_status, 429);
+    assert.match(run?.error ?? '', /compute seconds you may use this month/);
   });
 });
 
