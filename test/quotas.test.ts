@@ -16,6 +16,8 @@ import { callAlgo, release } from './helpers/algorithms.ts';
 import { CLUSTER } from './helpers/backends.ts';
 import { PassThrough } from 'node:stream';
 import { main } from '../src/cli/algo/main.ts';
+import Database from 'better-sqlite3';
+import { MIGRATIONS } from '../src/store/migrations.ts';
 
 /** `algo ARGS` in-process, as `key` against `url`: its exit code and what it printed. */
 async function algo(url: string, key: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -197,6 +199,32 @@ describe('compute seconds per month', () => {
     assert.equal(run?.http_status, 429);
     assert.match(run?.error ?? '', /compute seconds you may use this month/);
   });
+});
+
+test('the quotas\' migration back-fills compute per user and month from the usage rows and the bytes stored from the files (SQLite)', () => {
+  const db = new Database(':memory:');
+  db.pragma('foreign_keys = ON');
+  const step = MIGRATIONS.findIndex((m) => m.sqlite.includes('CREATE TABLE compute_months'));
+  assert.ok(step > 0);
+  for (const m of MIGRATIONS.slice(0, step)) db.exec(m.sqlite);
+  db.prepare("INSERT INTO users (id, username, username_lc, created_at) VALUES (1, 'a', 'a', 0), (2, 'b', 'b', 0)").run();
+  const file = db.prepare("INSERT INTO nodes (owner_id, dir, name, kind, blob_id, size, created_at, modified_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0)");
+  file.run(1, '', 'docs', 'dir', null, 0);
+  file.run(1, 'docs', 'x', 'file', 'b1', 300);
+  file.run(1, 'docs', 'y', 'file', 'b2', 200);
+  file.run(2, '', 'docs', 'dir', null, 0);
+  const use = db.prepare("INSERT INTO usage (day, caller_id, owner_id, owner, name, version, outcome, calls, duration_ms, bytes_in, bytes_out) VALUES (?, ?, 1, 'a', 'A', '1.0.0', ?, 1, ?, 0, 0)");
+  use.run('2026-10-31', 1, 'ok', 1000);
+  use.run('2026-11-01', 1, 'ok', 250);
+  use.run('2026-11-02', 1, 'error', 50);
+  use.run('2026-11-02', 99, 'ok', 7); // a caller deleted since
+  db.exec(MIGRATIONS[step]!.sqlite);
+  assert.deepEqual(db.prepare('SELECT user_id, month, key_id, ms FROM compute_months ORDER BY user_id, month').all(), [
+    { user_id: 1, month: '2026-10', key_id: '', ms: 1000 },
+    { user_id: 1, month: '2026-11', key_id: '', ms: 300 },
+  ]);
+  assert.deepEqual(db.prepare('SELECT user_id, bytes FROM user_storage ORDER BY user_id').all(), [{ user_id: 1, bytes: 500 }]);
+  db.close();
 });
 
 describe('hosted bytes stored', () => {
