@@ -13,6 +13,23 @@ import { ComputeMeter, monthBounds, utcMonth } from '../src/limits/compute.ts';
 import { writeUserLimits } from '../src/limits/userLimits.ts';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { CLUSTER } from './helpers/backends.ts';
+import { PassThrough } from 'node:stream';
+import { main } from '../src/cli/algo/main.ts';
+import Database from 'better-sqlite3';
+import { MIGRATIONS } from '../src/store/migrations.ts';
+
+/** `algo ARGS` in-process, as `key` against `url`: its exit code and what it printed. */
+async function algo(url: string, key: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+  stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
+  const code = await main(args, { HOME: '/nonexistent', ALGOHOST_API: url, ALGOHOST_API_KEY: key }, { stdin: new PassThrough(), stdout, stderr });
+  return { code, stdout: out, stderr: err };
+}
 
 const ALGO = `
 export async function apply(input) {
@@ -162,6 +179,52 @@ describe('compute seconds per month', () => {
     assert.match((await json(higher)).error.message, /limits.compute_seconds_per_month/);
     await writeUserLimits(s.services.store, user.id, {}, true);
   });
+
+  test('a trigger\'s run is held to the quota too: refused, the run fails with the 429', { timeout: 120_000, skip: CLUSTER && 'the run may be claimed by the other API node, whose clock the test does not move' }, async () => {
+    now = Date.UTC(2027, 2, 10);
+    assert.equal((await callAlgo(alice, 'alice/Echo', 'sleep 1100')).status, 200);
+    assert.equal((await alice('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'inbox' }) })).status, 200);
+    const made = await alice('/v1/users/alice/triggers', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ types: ['data.file.created'], path: 'data://.my/inbox/**', algorithm: 'alice/Echo', input: '{{name}}' }) });
+    const trigger = await json(made);
+    assert.equal(made.status, 201, JSON.stringify(trigger));
+    assert.equal((await alice('/v1/data/.my/inbox/a.txt', { method: 'PUT', body: 'a' })).status, 200);
+    const end = Date.now() + 60_000;
+    let run: { status: string; http_status: number | null; error: string | null } | undefined;
+    while (Date.now() < end) {
+      run = ((await json(await alice(`/v1/users/alice/triggers/${trigger.id}/runs`))).results as (typeof run)[])[0];
+      if (run && (run.status === 'succeeded' || run.status === 'failed')) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(run?.status, 'failed', JSON.stringify(run));
+    assert.equal(run?.http_status, 429);
+    assert.match(run?.error ?? '', /compute seconds you may use this month/);
+  });
+});
+
+test('the quotas\' migration back-fills compute per user and month from the usage rows and the bytes stored from the files (SQLite)', () => {
+  const db = new Database(':memory:');
+  db.pragma('foreign_keys = ON');
+  const step = MIGRATIONS.findIndex((m) => m.sqlite.includes('CREATE TABLE compute_months'));
+  assert.ok(step > 0);
+  for (const m of MIGRATIONS.slice(0, step)) db.exec(m.sqlite);
+  db.prepare("INSERT INTO users (id, username, username_lc, created_at) VALUES (1, 'a', 'a', 0), (2, 'b', 'b', 0)").run();
+  const file = db.prepare("INSERT INTO nodes (owner_id, dir, name, kind, blob_id, size, created_at, modified_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0)");
+  file.run(1, '', 'docs', 'dir', null, 0);
+  file.run(1, 'docs', 'x', 'file', 'b1', 300);
+  file.run(1, 'docs', 'y', 'file', 'b2', 200);
+  file.run(2, '', 'docs', 'dir', null, 0);
+  const use = db.prepare("INSERT INTO usage (day, caller_id, owner_id, owner, name, version, outcome, calls, duration_ms, bytes_in, bytes_out) VALUES (?, ?, 1, 'a', 'A', '1.0.0', ?, 1, ?, 0, 0)");
+  use.run('2026-10-31', 1, 'ok', 1000);
+  use.run('2026-11-01', 1, 'ok', 250);
+  use.run('2026-11-02', 1, 'error', 50);
+  use.run('2026-11-02', 99, 'ok', 7); // a caller deleted since
+  db.exec(MIGRATIONS[step]!.sqlite);
+  assert.deepEqual(db.prepare('SELECT user_id, month, key_id, ms FROM compute_months ORDER BY user_id, month').all(), [
+    { user_id: 1, month: '2026-10', key_id: '', ms: 1000 },
+    { user_id: 1, month: '2026-11', key_id: '', ms: 300 },
+  ]);
+  assert.deepEqual(db.prepare('SELECT user_id, bytes FROM user_storage ORDER BY user_id').all(), [{ user_id: 1, bytes: 500 }]);
+  db.close();
 });
 
 describe('hosted bytes stored', () => {
@@ -253,6 +316,27 @@ describe('hosted bytes stored', () => {
     assert.equal((await put(carol, 'fits.txt', 'f')).status, 200);
     assert.equal((await put(carol, 'fits.txt', 'ff')).status, 413, 'still over: growing is refused');
     await writeUserLimits(s.services.store, carolId, {}, true);
+  });
+
+  test('algo usage prints the usage and the limits with what is left; a key that may only call sees its limits', async () => {
+    const used = await stored();
+    const shown = await algo(s.url, carolKey, ['usage']);
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.match(shown.stdout, /Usage of carol, \d{4}-\d{2}-\d{2} to \d{4}-\d{2}-\d{2}:/);
+    assert.match(shown.stdout, /as a caller +0 +0 s/);
+    // The quota (1000 bytes), what is stored (under it: in bytes) and what is left.
+    assert.match(shown.stdout, new RegExp(`\\nhosted bytes +1\\.00 kB +${used} B +${QUOTA - used} B\\n`));
+    assert.match(shown.stdout, /compute this month +no limit +0 s/);
+    const asJson = await algo(s.url, carolKey, ['usage', '--json']);
+    const parsed = JSON.parse(asJson.stdout);
+    assert.deepEqual(parsed.limits.storage, { bytes: QUOTA, used_bytes: used, remaining_bytes: QUOTA - used });
+    assert.equal(parsed.usage.user, 'carol');
+    const caller = await json(await carol('/v1/users/carol/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'caller', permissions: { allow_algo_management: false, limits: { calls_per_min: 10 } } }) }));
+    const limited = await algo(s.url, caller.api_key, ['usage', '--user', 'carol']);
+    assert.equal(limited.code, 0, limited.stderr);
+    assert.match(limited.stdout, /Usage: not shown/);
+    assert.match(limited.stdout, /This key's own limits/);
+    assert.match(limited.stdout, /calls per minute +10 \(burst 1\)/);
   });
 
   test('a key held to fewer bytes than its user refuses uploads with it past them; the user\'s other keys go on', async () => {

@@ -8,7 +8,7 @@ import { DataFile } from './file.ts';
 import { eventStream, type EventStreamOptions } from './events.ts';
 import { Connectors, Keys, Subscriptions, Triggers, listAlgorithms, searchAlgorithms } from './management.ts';
 import { DEFAULT_BASE_URL, Http, type Platform, type RequestOptions, type Transport } from './transport.ts';
-import type { Algorithm, CloudEvent, Health, UsageReport, WhoAmI } from './types.ts';
+import type { Algorithm, CloudEvent, Health, UsageReport, UserLimits, WhoAmI } from './types.ts';
 
 export { DEFAULT_BASE_URL };
 /** This package's version, sent in the User-Agent. */
@@ -101,6 +101,15 @@ export class BaseClient<P extends Platform> {
    */
   usage(username: string, range: { from?: string; to?: string } = {}, options: RequestOptions = {}): Promise<UsageReport> {
     return this.http.json({ ...options, method: 'GET', path: `/v1/users/${encodeURIComponent(username)}/usage`, query: { from: range.from, to: range.to } });
+  }
+
+  /**
+   * A user's limits and quotas in force and what is left of them (your own only; any of your
+   * keys may ask): calls per minute, concurrency, compute seconds this month, hosted bytes
+   * stored, and the asking key's own (docs/limits.md).
+   */
+  limits(username: string, options: RequestOptions = {}): Promise<UserLimits> {
+    return this.http.json({ ...options, method: 'GET', path: `/v1/users/${encodeURIComponent(username)}/limits` });
   }
 
   /** `GET /health`: whether the server is up, and whether it sandboxes algorithms. */

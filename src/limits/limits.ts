@@ -412,6 +412,12 @@ export class Limits {
     return user > 0 ? { bytes: user, scope: 'user' } : undefined;
   }
 
+  /** Whether any compute quota may hold this caller (no allocation: asked on every call). */
+  private computeHolds(caller: LimitedCaller): boolean {
+    const own = caller.limits?.compute_seconds_per_month;
+    return (own != null ? own > 0 : this.quotaDefaults.computeSecondsPerMonth > 0) || (caller.permissions?.limits?.compute_seconds_per_month ?? 0) > 0;
+  }
+
   /** The compute quotas a call of this caller is held to: the user's and the key's own (0: none). */
   private computeQuotas(caller: LimitedCaller): { user: number; key: number } {
     const user = caller.limits ? (caller.limits.compute_seconds_per_month ?? this.quotaDefaults.computeSecondsPerMonth) : this.quotaDefaults.computeSecondsPerMonth;
@@ -424,9 +430,7 @@ export class Limits {
    * False on a warm path.
    */
   needsLoad(caller: LimitedCaller): boolean {
-    if (this.meter === undefined) return false;
-    const q = this.computeQuotas(caller);
-    return (q.user > 0 || q.key > 0) && this.meter.needsLoad(caller.userId);
+    return this.meter !== undefined && this.computeHolds(caller) && this.meter.needsLoad(caller.userId);
   }
 
   ready(caller: LimitedCaller): Promise<void> {
@@ -447,9 +451,8 @@ export class Limits {
 
   /** Throws compute_quota_exceeded when the caller's user or key has used their month's compute. */
   checkCompute(caller: LimitedCaller): void {
-    if (this.meter === undefined) return;
+    if (this.meter === undefined || !this.computeHolds(caller)) return;
     const q = this.computeQuotas(caller);
-    if (q.user === 0 && q.key === 0) return;
     const used = this.meter!.used(caller.userId, caller.keyId);
     // Not read yet (a caller that did not wait for ready()): admitted, and the read started.
     if (used === undefined) {
