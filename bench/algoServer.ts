@@ -9,6 +9,9 @@
  * it the pool is the configuration's default (4 workers per version). Prints
  * "algo is ready at http://127.0.0.1:PORT" on stderr.
  *
+ * BENCH_METRICS=1 in the environment: with Prometheus metrics counted (as with ALGOHOST_METRICS_ADDR
+ * or ALGOHOST_METRICS_TOKEN; docs/metrics.md), for comparing a warm call with them on and off.
+ *
  * `--profile-to FILE`: SIGUSR2 starts V8's CPU profiler (through node:inspector: the profiler
  * `--cpu-prof` uses, sampling every 0.5 ms), the next SIGUSR2 stops it and writes the
  * profile to FILE (to FILE.tmp first, then renamed), so that a profile covers only the
@@ -21,6 +24,7 @@ import { buildApp, LOG_OPTIONS } from '../src/app.ts';
 import { loadConfig } from '../src/config.ts';
 import { DEFAULT_POOL } from '../src/runtime/pool.ts';
 import { createServices, type ServiceOptions } from '../src/services.ts';
+import { PromMetrics } from '../src/metrics.ts';
 
 const home = process.argv[2];
 if (!home) throw new Error('usage: algoServer.ts HOME [--per-version N] [--profile-to FILE]');
@@ -29,11 +33,13 @@ const perVersion = i > 0 ? Number(process.argv[i + 1]) : undefined;
 
 const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent' });
 const options: ServiceOptions = perVersion ? { runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: perVersion } } } : {};
+if (process.env.BENCH_METRICS === '1') options.metrics = new PromMetrics();
 const services = await createServices(config, options);
 await services.hosted.recover();
 const app = buildApp(services, { logger: pino({ level: 'silent', ...LOG_OPTIONS }) });
 const url = await app.listen({ port: 0, host: '127.0.0.1' });
 process.stderr.write(`algo${perVersion ? ` (maxPerVersion ${perVersion})` : ''} is ready at ${url}\n`);
+if (options.metrics) process.stderr.write('metrics: on (BENCH_METRICS=1)\n');
 process.stderr.write(`sandbox: ${services.sandbox.available ? 'bubblewrap' : `NONE (${services.sandbox.reason})`}\n`);
 
 const p = process.argv.indexOf('--profile-to');

@@ -28,6 +28,7 @@ import { downloadOf, passwordRoutes, refuseCrossSite, sessionRoutes } from './ht
 import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/sessions.ts';
 import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
+import { metricsRoutes } from './http/metrics.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -157,6 +158,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     done(new AppError('shutting_down', 'the server is shutting down; retry shortly'));
   });
 
+  // Requests counted for Prometheus, and GET /metrics behind its token (docs/metrics.md).
+  metricsRoutes(app, services.metrics, services.config.metricsToken);
+
   app.get('/health', async (_req, reply) => {
     const { status, body } = await healthReport(services, options.role ? { role: options.role } : {});
     reply.code(status);
@@ -255,6 +259,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     requestId: nextRequestId,
     log: app.log,
     trustProxy: services.config.trustProxy,
+    metrics: services.metrics,
   });
   app.decorate('directCalls', direct);
   const lingering = new Lingering();

@@ -136,6 +136,13 @@ export interface Config {
    * removes what a dead one left in flight (pending file contents, builds it was running).
    */
   sweepIntervalMs: number;
+  /**
+   * ALGOHOST_METRICS_ADDR: where this node serves Prometheus metrics on a listener of its own
+   * (docs/metrics.md); undefined: none.
+   */
+  metricsAddr: { host: string; port: number } | undefined;
+  /** ALGOHOST_METRICS_TOKEN: the Bearer token that opens GET /metrics on the public port; undefined: not served there. */
+  metricsToken: string | undefined;
 }
 
 /** One entry of ALGOHOST_ALGORITHM_EGRESS_ALLOW: an address, a CIDR range or a host name, on some ports or all. */
@@ -335,6 +342,21 @@ function clusterSecret(raw: string | undefined): string | undefined {
 }
 
 /** A node's name: one token of a NATS subject, as the permissions of its NATS user name it. */
+/** `HOST:PORT` (an IPv6 host in brackets), port 0 for any free one. */
+function metricsAddr(raw: string | undefined): { host: string; port: number } | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\s[\]]+)):(\d{1,5})$/.exec(raw);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new ConfigError(`ALGOHOST_METRICS_ADDR must be HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464), got ${JSON.stringify(raw)}`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+function metricsToken(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw.length < 32 || !/^[\x21-\x7e]+$/.test(raw)) throw new ConfigError(`ALGOHOST_METRICS_TOKEN must be at least 32 printable characters without spaces (openssl rand -hex 32 gives 64), got ${raw.length}`);
+  return raw;
+}
+
 function nodeName(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(raw)) throw new ConfigError(`ALGOHOST_NODE_NAME must be 1 to 64 letters, digits, '-' or '_' (it is part of NATS subjects), got ${JSON.stringify(raw)}`);
@@ -799,6 +821,18 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_ASYNC_ATTEMPTS', env.ALGOHOST_ASYNC_ATTEMPTS, DEFAULTS.asyncAttempts, 1, 100),
     docs: [
       { vars: ["ALGOHOST_ASYNC_ATTEMPTS"], shown: code(DEFAULTS.asyncAttempts), meaning: "How many times an async call is started at most when the node running it is lost (a cluster's worker node, or a server killed mid-call); after that its answer is a `WorkerLostError` envelope." },
+    ],
+  },
+  metricsAddr: {
+    read: (env) => metricsAddr(env.ALGOHOST_METRICS_ADDR),
+    docs: [
+      { vars: ["ALGOHOST_METRICS_ADDR"], shown: "unset: no listener", meaning: "`HOST:PORT` where this node (all-in-one, API or worker) serves Prometheus metrics at `GET /metrics`, on a listener of its own without authentication: keep it on loopback or a network only the monitoring reaches (e.g. `127.0.0.1:9464`). Port `0` picks a free one (the ready line says which). docs/metrics.md lists the metrics." },
+    ],
+  },
+  metricsToken: {
+    read: (env) => metricsToken(env.ALGOHOST_METRICS_TOKEN),
+    docs: [
+      { vars: ["ALGOHOST_METRICS_TOKEN"], shown: "unset: no /metrics on the public port", meaning: "At least 32 characters (`openssl rand -hex 32`): `GET /metrics` on the public port then answers to `Authorization: Bearer TOKEN` (Prometheus's `authorization` / `bearer_token_file`), and 401 without it (`auth_required`; `invalid_authorization` for another token or an API key). Unset, the public port has no `/metrics` (404). Either or both of the two settings may be given (a worker node, with no public port, needs `ALGOHOST_METRICS_ADDR`); with neither, the node counts nothing." },
     ],
   },
   dropboxApiUrl: {

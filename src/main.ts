@@ -17,6 +17,7 @@ import { JetStreamQueue } from './cluster/asyncQueue.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { healthReport, networkWarning } from './health.ts';
+import { listenMetrics } from './http/metrics.ts';
 
 const DEMO_USER = 'demo';
 
@@ -59,11 +60,23 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     await app.close();
     return giveUp(listenError(err as NodeJS.ErrnoException, config));
   }
+  // The metrics listener (ALGOHOST_METRICS_ADDR), after the public port: a busy port stops the start the same way.
+  let metricsServer: Awaited<ReturnType<typeof listenMetrics>> | undefined;
+  if (config.metricsAddr) {
+    try {
+      metricsServer = await listenMetrics(services.metrics, config.metricsAddr, logger);
+    } catch (err) {
+      await app.close();
+      return giveUp(metricsListenError(err as NodeJS.ErrnoException, config.metricsAddr));
+    }
+  }
   const base = config.publicUrl ?? address;
   // Built now rather than for the first visitor (a second or so of CPU, once).
   consoleAssets().catch((err: unknown) => logger.error({ err }, 'the web console could not be built; its pages answer 500 until it can'));
   const keyFile = path.join(config.home, 'demo-key');
   const lines = [`algohost is ready at ${address}`, `home: ${config.home}`, `web console: ${base}/ (sign in with a password: algohost user password NAME sets one)`];
+  if (metricsServer) lines.push(`metrics: ${metricsServer.url}`);
+  if (config.metricsToken) lines.push(`metrics: ${base}/metrics (Authorization: Bearer, the token of ALGOHOST_METRICS_TOKEN)`);
   if (demoKey) {
     lines.push(`Created user "${DEMO_USER}"; its API key (shown once here, kept in ${keyFile}): ${demoKey}`);
   }
@@ -93,6 +106,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
     reaper.unref();
     await app.close();
     clearInterval(reaper);
+    metricsServer?.close();
     await sweeper?.stop();
     await services.close();
     await nc?.drain();
@@ -224,22 +238,25 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
   const nc = await connectNats(cluster.url, config.natsAuth, `algohost worker ${name} on ${os.hostname()}`, 'worker', name);
   const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
   let health: http.Server | undefined;
+  let metricsServer: Awaited<ReturnType<typeof listenMetrics>> | undefined;
   const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, services.network.allowsNetwork, name);
   try {
     const problem = checkSandbox(services, config, logger, out);
     if (problem) throw problem;
     checkNetwork(services, logger, out);
     if (healthPort !== undefined) health = await listenHealth(services, healthPort, config.host, logger);
+    if (config.metricsAddr) metricsServer = await listenMetrics(services.metrics, config.metricsAddr, logger).catch((err: NodeJS.ErrnoException) => Promise.reject(metricsListenError(err, config.metricsAddr!)));
     await node.start();
   } catch (err) {
     health?.close();
+    metricsServer?.close();
     await services.close();
     await nc.close();
     lock.release();
     throw err;
   }
   const sweeper = startSweeper(services, logger, 'worker');
-  const where = health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '';
+  const where = (health ? `, /health at http://${config.host}:${(health.address() as AddressInfo).port}` : '') + (metricsServer ? `, metrics at ${metricsServer.url}` : '');
   out.write(`algohost worker is ready: NATS server ${nc.getServer()}, home ${config.home}${where}\n`);
 
   let stopping = false;
@@ -255,6 +272,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
     await node.drain();
     await sweeper?.stop();
     health?.close();
+    metricsServer?.close();
     await nc.drain();
     await services.close();
     stopped(lock, logger);
@@ -302,6 +320,22 @@ function startSweeper(services: Services, logger: pino.Logger, role: 'server' | 
       await running;
     },
   };
+}
+
+/** ALGOHOST_METRICS_ADDR that cannot be listened on, in one line. */
+function metricsListenError(err: NodeJS.ErrnoException, addr: { host: string; port: number }): Error {
+  const where = `ALGOHOST_METRICS_ADDR ${addr.host}:${addr.port}`;
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return new ConfigError(`${where}: the port is already in use by another program; stop it or choose another`);
+    case 'EACCES':
+      return new ConfigError(`${where}: the port needs privileges this process does not have; choose one above 1023`);
+    case 'EADDRNOTAVAIL':
+    case 'ENOTFOUND':
+      return new ConfigError(`${where}: ${addr.host} is not an address of this machine`);
+    default:
+      return err;
+  }
 }
 
 /** What a person does about a port the server cannot listen on, in one line. */

@@ -15,7 +15,7 @@ import { AlgorithmRegistry } from './algorithms/registry.ts';
 import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/sandbox.ts';
 import { probeGvisor } from './runtime/gvisor.ts';
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
-import { DEFAULT_POOL } from './runtime/pool.ts';
+import { DEFAULT_POOL, type WorkerPool } from './runtime/pool.ts';
 import type { Executor } from './runtime/contract.ts';
 import { AsyncCalls, LocalQueue, type AsyncQueue } from './algorithms/asyncCalls.ts';
 import { Builder } from './algorithms/builder.ts';
@@ -36,6 +36,7 @@ import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
 import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
+import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -85,6 +86,8 @@ export interface Services {
   pressure: Pressure;
   /** The call limits in force (docs/limits.md). */
   limits: Limits;
+  /** What this node counts for Prometheus (docs/metrics.md); NO_METRICS unless the config serves them. */
+  metrics: Metrics;
   close(): Promise<void>;
 }
 
@@ -119,6 +122,8 @@ export interface ServiceOptions {
   pressure?: Pressure;
   /** The clock of the call limits (tests move it); Date.now otherwise. */
   now?: () => number;
+  /** Metrics on or off whatever the config says (benchmarks compare the two). */
+  metrics?: Metrics;
 }
 
 /**
@@ -127,6 +132,8 @@ export interface ServiceOptions {
  */
 export async function createServices(config: Config, options: ServiceOptions = {}): Promise<Services> {
   const store = await openMetadataStore(config);
+  // Counted only where they can be read (a listener, or the public port with a token).
+  const metrics = options.metrics ?? (config.metricsAddr || config.metricsToken ? new PromMetrics() : NO_METRICS);
   let blobs: BlobStore;
   let secret: ServerSecret;
   try {
@@ -142,7 +149,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     store,
     blobs,
     markers,
-    { maxUploadBytes: config.maxUploadBytes, ...options.hosted },
+    { maxUploadBytes: config.maxUploadBytes, metrics, ...options.hosted },
     // `users` is made below (it purges through `hosted`); this runs only once requests come.
     (name) => users.findByName(name),
   );
@@ -200,7 +207,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
     fence: (endpoints) => network.buildFence(endpoints),
   });
-  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes });
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics);
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
@@ -210,17 +217,22 @@ export async function createServices(config: Config, options: ServiceOptions = {
     bwrapPath: config.bwrapPath,
     gvisor,
     fence: () => network.algorithmFence(),
+    metrics,
     ...options.runtime,
   });
   const usage = new UsageRecorder(store, options.usage);
   const limits = new Limits({ callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency }, new CallLimiter(options.now));
-  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits);
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics);
   const keys = new KeyService(store);
-  const asyncCalls = new AsyncCalls(store, calls, keys, options.asyncQueue ?? new LocalQueue(), {
+  const asyncQueue = options.asyncQueue ?? new LocalQueue();
+  const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,
   });
   const pressure = options.pressure ?? new Pressure();
+  // A worker node (on a bus, without the cluster's queue) runs no async calls: no queue to show.
+  const worker = options.bus !== undefined && options.asyncQueue === undefined;
+  watch(metrics, { pool: runtime.pool, store, asyncQueue: worker ? undefined : asyncQueue, local: options.executor === undefined, bus: options.bus });
   return {
     config,
     store,
@@ -257,10 +269,11 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, ...options.webhooks }),
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, ...options.webhooks }),
     triggers: new Triggers(store, calls, keys, data, { pressure, ...options.triggers }),
     pressure,
     limits,
+    metrics,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();
@@ -272,4 +285,62 @@ export async function createServices(config: Config, options: ServiceOptions = {
       await store.close();
     },
   };
+}
+
+/**
+ * The gauges read from state the parts keep, when Prometheus scrapes (docs/metrics.md): this
+ * node's pool where it runs algorithms, the cluster's async queue where it has one, the
+ * database pool where it is PostgreSQL.
+ */
+function watch(metrics: Metrics, parts: { pool: WorkerPool; store: MetadataStore; asyncQueue: AsyncQueue | undefined; local: boolean; bus: Bus | undefined }): void {
+  if (!metrics.enabled) return;
+  const { pool, store, asyncQueue, bus } = parts;
+  if (bus) {
+    metrics.gauge('algohost_nats_rtt_seconds', 'Round trip to the NATS server (a PING answered), measured when scraped; absent when it takes over 2 s', [], async () => {
+      const began = performance.now();
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 2 s')), 2_000)));
+      try {
+        await Promise.race([bus.ping(), late]);
+      } finally {
+        clearTimeout(timer);
+      }
+      return (performance.now() - began) / 1000;
+    });
+  }
+  if (parts.local) {
+    metrics.gauge('algohost_workers', "This node's workers, by state: idle (warm, waiting for a call) or busy", ['state'], () => {
+      const s = pool.stats();
+      return [
+        { labels: { state: 'idle' }, value: s.idle },
+        { labels: { state: 'busy' }, value: s.total - s.idle },
+      ];
+    });
+    metrics.gauge('algohost_worker_free_slots', 'Calls this node could start now without waiting (idle workers of other versions count: they are stopped to make room)', [], () => pool.load().free);
+    metrics.gauge('algohost_pool_queue_depth', "Calls waiting for a worker of this node's pool", [], () => pool.stats().waiting);
+  }
+  if (asyncQueue?.depth) {
+    const depth = asyncQueue.depth.bind(asyncQueue);
+    const help = asyncQueue.durable
+      ? "Async calls (output=void) in the cluster's JetStream queue, by state: pending (not yet taken) or running (taken, not yet acknowledged); the whole cluster's, the same on every API node"
+      : 'Async calls (output=void) of this node, by state: pending (none wait here: a full queue refuses) or running';
+    metrics.gauge('algohost_async_queue_calls', help, ['state'], async () => {
+      const d = await depth();
+      return [
+        { labels: { state: 'pending' }, value: d.pending },
+        { labels: { state: 'running' }, value: d.running },
+      ];
+    });
+  }
+  const dbPool = store.poolStats?.bind(store);
+  if (dbPool) {
+    metrics.gauge('algohost_db_connections', "This node's PostgreSQL pool, by state: in_use or idle", ['state'], () => {
+      const p = dbPool();
+      return [
+        { labels: { state: 'in_use' }, value: p.total - p.idle },
+        { labels: { state: 'idle' }, value: p.idle },
+      ];
+    });
+    metrics.gauge('algohost_db_waiting', "Queries waiting for a connection of this node's PostgreSQL pool", [], () => dbPool().waiting);
+  }
 }

@@ -31,6 +31,8 @@ export interface AsyncQueue {
    * unfinished are found in the store and queued again (AsyncCalls.recover).
    */
   readonly durable: boolean;
+  /** Calls waiting and running (docs/metrics.md): the whole queue's where it is shared (JetStream). */
+  depth?(): Promise<{ pending: number; running: number }>;
   close(): Promise<void>;
 }
 
@@ -361,6 +363,11 @@ export class LocalQueue implements AsyncQueue {
 
   start(run: AsyncRun): void {
     this.run = run;
+  }
+
+  /** Nothing waits here (a full queue refuses); running: this process's async calls under way. */
+  depth(): Promise<{ pending: number; running: number }> {
+    return Promise.resolve({ pending: 0, running: this.running });
   }
 
   async enqueue(id: string): Promise<void> {

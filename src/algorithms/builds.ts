@@ -16,6 +16,7 @@ import { KeyedLock } from './keyedLock.ts';
 import type { AlgorithmArtifacts } from './artifacts.ts';
 import type { Language } from './manifest.ts';
 import { appendEvent, appendEvents, type NewEvent } from '../events/outbox.ts';
+import { NO_METRICS, type Metrics } from '../metrics.ts';
 
 export interface Build {
   id: number;
@@ -176,6 +177,8 @@ export class BuildService {
     private readonly artifacts: AlgorithmArtifacts,
     private readonly builder: Builder,
     private readonly extractLimits: Partial<ExtractLimits>,
+    /** Builds counted by result, with their time (docs/metrics.md). */
+    private readonly metrics: Metrics = NO_METRICS,
   ) {
     this.db = store.db;
     this.store = store;
@@ -320,6 +323,7 @@ export class BuildService {
     }
     await logWrites;
     const finished = Date.now();
+    this.metrics.build(result.ok, (finished - now) / 1000);
     // The build's record and its event, together (events/outbox.ts).
     await this.store.write(async (trx) => {
       await trx

@@ -7,6 +7,7 @@ import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
+import { NO_METRICS, type Metrics } from '../metrics.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -121,6 +122,8 @@ export class CallService {
     private readonly usage?: UsageRecorder,
     /** The call limits (docs/limits.md); none without. */
     private readonly limits?: Limits,
+    /** Calls counted by outcome for Prometheus (docs/metrics.md). */
+    private readonly metrics: Metrics = NO_METRICS,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -218,6 +221,7 @@ export class CallService {
   /** A call's result, counted in usage (a method, not a closure: no allocation per call). */
   private done(principal: Principal, req: CallRequest, target: CallTarget, mine: boolean, outcome: Outcome): CallResult {
     this.usage?.record(principal.userId, target, outcome, req.input.length);
+    this.metrics.call(outcome.kind === 'result' ? 'success' : outcome.kind, outcome.durationMs / 1000);
     return result(outcome, target, mine, req);
   }
 
@@ -247,6 +251,7 @@ export class CallService {
       if (err instanceof ExecutorBusyError) {
         // Waiting for a worker used up the call's own time: that is its timeout, not a busy server.
         if (performance.now() - started >= timeoutMs) return this.done(principal, req, target, mine, TIMED_OUT);
+        this.metrics.call('busy', 0);
         throw new AppError('server_busy', `${err.message}; retry shortly`);
       }
       if (err instanceof WorkerLostError) {

@@ -4,6 +4,7 @@ import { CompiledQuery, sql, type Insertable } from 'kysely';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { DeliveriesTable } from '../store/schema.ts';
 import { Pacer, type Pressure } from '../concurrency.ts';
+import type { Metrics } from '../metrics.ts';
 import type { CredentialBox } from '../data/accounts/credentials.ts';
 import { checkPublicEndpoint, publicOnlyLookup } from '../data/accounts/egress.ts';
 import { httpRequest } from '../data/connectors/httpClient.ts';
@@ -94,6 +95,8 @@ export interface WebhookOptions {
   now?: () => number;
   /** This process's load from requests: while it is saturated, the dispatcher paces itself (Pacer). */
   pressure?: Pressure;
+  /** Delivery attempts counted for Prometheus (docs/metrics.md). */
+  metrics?: Metrics;
 }
 
 interface Log {
@@ -646,6 +649,7 @@ export class Webhooks {
       error = err instanceof AppError ? err.message : signal.aborted ? `no answer within ${timeoutMs / 1000} s` : `could not be reached: ${(err as Error)?.message ?? String(err)}`;
     }
     const latency = this.now() - started;
+    this.options.metrics?.delivery(error === null);
     try {
       await this.record(d, started, status, latency, error);
     } catch (err) {

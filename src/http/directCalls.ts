@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.ts';
 import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { bufferedBody } from './body.ts';
+import type { Metrics } from '../metrics.ts';
 import { errorAnswer } from './answers.ts';
 import { callAnswer, callOptions, checkedInput, JSON_UTF8, MAX_INPUT_BYTES, parseAlgoRef, readInput, type CallOptions } from './callRoutes.ts';
 
@@ -39,7 +40,12 @@ export interface DirectCallsOptions {
   log: FastifyBaseLogger;
   /** ALGOHOST_TRUST_PROXY: the client's address in request lines, as fastify's req.ip has it. */
   trustProxy: false | string[];
+  /** Requests counted as fastify's onResponse hook counts them (app.ts), under the route fastify would have matched. */
+  metrics: Metrics;
 }
+
+/** The route pattern fastify would have matched (callRoutes.ts), for the metrics. */
+const CALL_ROUTE = '/v1/algo/*';
 
 /**
  * Warm calls without fastify's per-request machinery (DESIGN.md's call-latency target; see
@@ -90,6 +96,7 @@ export class DirectCalls {
     }
     if (options.output === 'void' || Number(req.headers['content-length']) > MAX_INPUT_BYTES || this.o.closing()) return this.o.fallback(req, res);
 
+    const began = performance.now();
     const log = new RequestLog(this.o.log, this.o.requestId(), req, res, this.trusted);
     try {
       // A body that came with the headers has been parsed by the time this microtask runs: it
@@ -100,17 +107,17 @@ export class DirectCalls {
       // spread takes a slow path for this object; timed along the call path, 2026-11-22).
       const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
       const a = callAnswer(await this.o.calls.call(principal, request, log, at), options);
-      this.send(res, a.status, a.type, a.body, undefined);
+      this.send(res, a.status, a.type, a.body, undefined, began);
     } catch (err) {
       // The answer sendError (errorHandler.ts) gives through fastify.
       const a = errorAnswer(err, log.id);
       if (a.logged !== undefined) log.error({ err: a.logged }, 'request failed');
-      this.send(res, a.status, JSON_UTF8, a.body, a.headers.flat());
+      this.send(res, a.status, JSON_UTF8, a.body, a.headers.flat(), began);
     }
   }
 
   /** Headers in fastify's order: the route's, Content-Type, then the app's onSend hook's. */
-  private send(res: ServerResponse, status: number, type: string, body: string | Buffer, head: string[] | undefined): void {
+  private send(res: ServerResponse, status: number, type: string, body: string | Buffer, head: string[] | undefined, began: number): void {
     this.answered++;
     const headers = head ?? [];
     headers.push('content-type', type);
@@ -118,6 +125,7 @@ export class DirectCalls {
     headers.push('x-content-type-options', 'nosniff', 'content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
     res.writeHead(status, headers);
     res.end(body);
+    this.o.metrics.http(CALL_ROUTE, 'POST', status, (performance.now() - began) / 1000);
   }
 }
 

@@ -1,5 +1,6 @@
 import { ExecutorBusyError } from './contract.ts';
 import type { Worker } from './worker.ts';
+import { NO_METRICS, type Metrics } from '../metrics.ts';
 
 export interface PoolOptions {
   /** Workers alive at once, all versions together. */
@@ -59,7 +60,10 @@ export class WorkerPool {
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
 
-  constructor(private readonly options: PoolOptions = DEFAULT_POOL) {
+  constructor(
+    private readonly options: PoolOptions = DEFAULT_POOL,
+    private readonly metrics: Metrics = NO_METRICS,
+  ) {
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(options.idleMs / 2, 30_000)));
     this.sweeper.unref();
   }
@@ -94,7 +98,9 @@ export class WorkerPool {
    */
   async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity): Promise<T> {
     // An idle worker is taken at once: `fn` starts before anything else gets a turn.
+    const asked = performance.now();
     const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs));
+    this.metrics.workerWait((performance.now() - asked) / 1000);
     try {
       return await fn(worker);
     } finally {

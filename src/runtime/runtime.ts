@@ -3,6 +3,7 @@ import { Worker } from './worker.ts';
 import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
+import { NO_METRICS, type Metrics } from '../metrics.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -33,6 +34,8 @@ export interface RuntimeOptions {
    * without one, a worker with the network has the host's (ALGOHOST_ALGORITHM_NETWORK=host).
    */
   fence?: (() => FencePolicy | undefined) | undefined;
+  /** Cold starts, waits for a worker (docs/metrics.md). */
+  metrics?: Metrics | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -57,7 +60,7 @@ export class AlgorithmRuntime implements Executor {
     private readonly builds: BuildFiles,
     readonly options: RuntimeOptions = DEFAULT_RUNTIME,
   ) {
-    this.pool = new WorkerPool(options.pool);
+    this.pool = new WorkerPool(options.pool, options.metrics);
   }
 
   run(job: Job, host?: HostHandler): Promise<Outcome> {
@@ -82,8 +85,10 @@ export class AlgorithmRuntime implements Executor {
 
   /** A worker for the job's build, given until `deadline` (the call's) to be ready. */
   private async start({ target }: Job, deadline: number): Promise<Worker> {
+    const metrics = this.options.metrics ?? NO_METRICS;
+    const began = performance.now();
     try {
-      return await Worker.start(
+      const worker = await Worker.start(
         {
           runner: target.runner,
           algoDir: this.dir(target.build),
@@ -97,7 +102,10 @@ export class AlgorithmRuntime implements Executor {
         },
         { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
       );
+      metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
+      return worker;
     } catch (err) {
+      metrics.coldStart(target.runner, 0, false);
       throw new WorkerStartError((err as Error).message);
     }
   }

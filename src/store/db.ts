@@ -72,6 +72,8 @@ export interface MetadataStore {
   ping(): Promise<void>;
   /** Where the store is, for logs and /health (no password). */
   readonly location: string;
+  /** PostgreSQL: its connection pool's figures (docs/metrics.md); SQLite has no pool. */
+  poolStats?(): { total: number; idle: number; waiting: number };
   close(): Promise<void>;
 }
 

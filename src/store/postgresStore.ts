@@ -152,6 +152,7 @@ export async function openPostgresStore(options: PostgresOptions): Promise<Metad
     db,
     instance,
     location: redactUrl(url),
+    poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     write: async (fn, options) => {
       const result = await db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(${sql.lit(LOCK_NAMESPACE)}, ${sql.lit(WRITE_LOCK)})`.execute(trx);

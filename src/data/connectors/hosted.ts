@@ -9,6 +9,7 @@ import { contentTypeFor } from '../contentType.ts';
 import { appendEvent, appendEvents, writtenBy } from '../../events/outbox.ts';
 import type { MarkerCodec, Position } from '../marker.ts';
 import { checkPathLimits, checkSegment } from '../paths.ts';
+import { NO_METRICS, type Metrics } from '../../metrics.ts';
 
 export interface HostedOptions {
   maxUploadBytes: number;
@@ -16,6 +17,8 @@ export interface HostedOptions {
   pageSize?: number;
   /** Files removed per transaction by a recursive delete. */
   deleteBatch?: number;
+  /** Bytes in and out counted for Prometheus (docs/metrics.md). */
+  metrics?: Metrics;
 }
 
 interface Owner {
@@ -137,7 +140,12 @@ export class HostedConnector implements Connector {
       const range = options.pickRange?.(info);
       try {
         const length = range ? range.end - range.start + 1 : info.size;
-        return { info, range, body: await this.blobs.open(row.blob_id!, range, length) };
+        const body = await this.blobs.open(row.blob_id!, range, length);
+        // A stream is counted once read to its end (a download cut short counts nothing).
+        const metrics = this.options.metrics ?? NO_METRICS;
+        if (Buffer.isBuffer(body)) metrics.dataBytes('out', length);
+        else if (metrics.enabled) body.once('end', () => metrics.dataBytes('out', length));
+        return { info, range, body };
       } catch (err) {
         if (!(err instanceof BlobMissingError) || attempt >= 3) throw err;
       }
@@ -260,6 +268,7 @@ export class HostedConnector implements Connector {
     let oldBlob: string | null = null;
     try {
       const { size } = await this.blobs.put(blobId, body, { maxBytes: this.options.maxUploadBytes, signal: options.signal });
+      this.options.metrics?.dataBytes('in', size);
       const now = Date.now();
       oldBlob = await this.store.write(async (trx) => {
         // Another server took this one for dead and claimed the blob to remove it (its
