@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
+import { VIOLATIONS_FILE } from '../../src/http/openapi/serve.ts';
 import { backendEnv, CLUSTER, shareBackends } from './backends.ts';
 import { startTestCluster, type TestCluster } from './cluster.ts';
 
@@ -30,12 +31,24 @@ export function tempHome(prefix = 'algohost-test-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
+/** What ALGOHOST_TEST_OPENAPI_CHECK found in the answers of a server of `home` (src/http/openapi/check.ts), one line each. */
+export function openapiViolations(home: string): string[] {
+  let text: string;
+  try {
+    text = fs.readFileSync(path.join(home, VIOLATIONS_FILE), 'utf8');
+  } catch {
+    return [];
+  }
+  return text.split('\n').filter((l) => l !== '');
+}
+
 /** A real server on 127.0.0.1 port 0 with a fresh home in a temp directory. */
 export async function startServer(
   options: ServiceOptions & { env?: Record<string, string>; home?: string } = {},
 ): Promise<TestServer> {
   const home = options.home ?? tempHome();
-  const env = { ...(await backendEnv(home)), ...options.env };
+  // Every answer is checked against the OpenAPI document (docs/openapi.md); close() fails on one off it.
+  const env = { ALGOHOST_TEST_OPENAPI_CHECK: '1', ...(await backendEnv(home)), ...options.env };
   const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, env);
   let cluster: TestCluster | undefined;
   if (CLUSTER) {
@@ -79,7 +92,9 @@ export async function startServer(
       await app!.close();
       await services.close();
       await cluster?.close();
+      const violations = openapiViolations(home);
       fs.rmSync(home, { recursive: true, force: true });
+      if (violations.length > 0) throw new Error(`answers off the OpenAPI document (docs/openapi.md):\n${violations.join('\n')}`);
     },
   };
 }
