@@ -106,6 +106,13 @@ describe('OpenAPI document', () => {
     assert.match(check.check('GET', '/v1/nowhere', 200, 'application/json', body({}))!.problem, /no documented operation/);
     // The console, git: not the API.
     assert.equal(check.check('GET', '/console/x.js', 200, 'text/javascript', Buffer.from('x')), undefined);
-    assert.equal(check.violations.length, 5);
+    // Where the document must allow any JSON (a raw result, a JSON file), the check still holds the usual answer to its schema.
+    assert.match(check.check('POST', '/v1/algo/a/b', 200, 'application/json', body({ x: 1 }))!.problem, /does not match/);
+    assert.equal(check.check('POST', '/v1/algo/a/b?output=raw', 200, 'application/json', body({ x: 1 })), undefined);
+    assert.equal(check.check('POST', '/v1/algo/a/b', 200, 'application/json', body({ result: 1, metadata: { content_type: 'json', duration: 0.1 } })), undefined);
+    const dir = (v: string) => (name: string) => (name === 'x-data-type' ? v : undefined);
+    assert.match(check.check('GET', '/v1/data/.my/c', 200, 'application/json', body([1]), dir('directory'))!.problem, /does not match/);
+    assert.equal(check.check('GET', '/v1/data/.my/c/f.json', 200, 'application/json', body([1]), dir('file')), undefined);
+    assert.equal(check.violations.length, 7);
   });
 });

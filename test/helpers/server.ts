@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
-import { VIOLATIONS_FILE } from '../../src/http/openapi/serve.ts';
+import { openapiViolations } from './openapi.ts';
 import { backendEnv, CLUSTER, shareBackends } from './backends.ts';
 import { startTestCluster, type TestCluster } from './cluster.ts';
 
@@ -29,17 +29,6 @@ export interface TestServer {
 
 export function tempHome(prefix = 'algohost-test-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-}
-
-/** What ALGOHOST_TEST_OPENAPI_CHECK found in the answers of a server of `home` (src/http/openapi/check.ts), one line each. */
-export function openapiViolations(home: string): string[] {
-  let text: string;
-  try {
-    text = fs.readFileSync(path.join(home, VIOLATIONS_FILE), 'utf8');
-  } catch {
-    return [];
-  }
-  return text.split('\n').filter((l) => l !== '');
 }
 
 /** A real server on 127.0.0.1 port 0 with a fresh home in a temp directory. */

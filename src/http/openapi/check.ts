@@ -106,7 +106,7 @@ export class AnswerCheck {
     const chunks: Buffer[] = [];
     let size = 0;
     let kept = true;
-    let headType: string | undefined;
+    let headHeaders: OutgoingHttpHeaders | readonly unknown[] | undefined;
     const keep = (chunk: unknown, encoding?: unknown) => {
       if (!kept || chunk === undefined || chunk === null || typeof chunk === 'function') return;
       const b = Buffer.isBuffer(chunk) ? chunk : typeof chunk === 'string' ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8') : Buffer.from(chunk as Uint8Array);
@@ -126,24 +126,24 @@ export class AnswerCheck {
       return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, ...rest);
     } as ServerResponse['end'];
     res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
-      const headers = args.find((a) => typeof a === 'object' && a !== null) as OutgoingHttpHeaders | undefined;
-      headType = headerValue(headers, 'content-type');
+      headHeaders = args.find((a) => typeof a === 'object' && a !== null) as OutgoingHttpHeaders | undefined;
       return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
     } as ServerResponse['writeHead'];
     res.once('close', () => {
       // An answer cut off (the client went away, or the stream was endless) has no whole body to check.
       const whole = kept && res.writableFinished;
-      const type = headType ?? (res.getHeader('content-type') as string | undefined);
-      const encoded = res.getHeader('content-encoding') !== undefined;
-      this.check(req.method ?? 'GET', req.url ?? '/', res.statusCode, type, whole && !encoded ? Buffer.concat(chunks) : undefined);
+      // Headers given to writeHead (fastify sends them so) are not all readable with getHeader.
+      const header = (name: string) => headerValue(headHeaders, name) ?? (res.getHeader(name) === undefined ? undefined : String(res.getHeader(name)));
+      const encoded = header('content-encoding') !== undefined;
+      this.check(req.method ?? 'GET', req.url ?? '/', res.statusCode, header('content-type'), whole && !encoded ? Buffer.concat(chunks) : undefined, header);
     });
   }
 
   /** Checks one answer; public for the check's own test. */
-  check(method: string, url: string, status: number, contentType: string | undefined, body: Buffer | undefined): Violation | undefined {
+  check(method: string, url: string, status: number, contentType: string | undefined, body: Buffer | undefined, header: (name: string) => string | undefined = () => undefined): Violation | undefined {
     let problem: { route: string | undefined; text: string } | undefined;
     try {
-      problem = this.problem(method, url, status, contentType, body);
+      problem = this.problem(method, url, status, contentType, body, header);
     } catch (err) {
       // A document the validator cannot compile is a fault of the document: reported, never thrown into the server.
       problem = { route: undefined, text: `the check itself failed: ${(err as Error).message}` };
@@ -156,7 +156,7 @@ export class AnswerCheck {
     return v;
   }
 
-  private problem(method: string, url: string, status: number, contentType: string | undefined, body: Buffer | undefined): { route: string | undefined; text: string } | undefined {
+  private problem(method: string, url: string, status: number, contentType: string | undefined, body: Buffer | undefined, header: (name: string) => string | undefined): { route: string | undefined; text: string } | undefined {
     let path = url.split('?')[0]!;
     while (path.length > 1 && path.endsWith('/')) path = path.slice(0, -1);
     const m = this.matchers.find((x) => x.regex.test(path));
@@ -180,7 +180,13 @@ export class AnswerCheck {
     if (key === undefined) return { route: m.route, text: `Content-Type "${type}" is not among the documented types of this ${status} (${Object.keys(content).join(', ')})` };
     if (key !== 'application/json' || body === undefined) return undefined;
     const pointer = `openapi.json#/paths/${escape(doc.paths[0]!)}/${doc.method.toLowerCase()}/responses/${status}/content/${escape(key)}/schema`;
-    return this.validate(m.route, pointer, body);
+    const documented = this.validate(m.route, pointer, body);
+    if (documented || !doc.strict || status !== 200) return documented;
+    const { query, header: h } = doc.strict.unless;
+    const q = url.indexOf('?');
+    if (query && q >= 0 && new URLSearchParams(url.slice(q + 1)).get(query[0]) === query[1]) return undefined;
+    if (h && header(h[0])?.toLowerCase() === h[1]) return undefined;
+    return this.validate(m.route, `strict:${doc.operationId}`, body, doc.strict.schema);
   }
 
   private errorBody(route: string | undefined, status: number, contentType: string | undefined, body: Buffer | undefined, ref: string): { route: string | undefined; text: string } | undefined {
@@ -191,7 +197,7 @@ export class AnswerCheck {
     return this.validate(route, `openapi.json#/components/responses/${name}/content/application~1json/schema`, body);
   }
 
-  private validate(route: string | undefined, pointer: string, body: Buffer): { route: string | undefined; text: string } | undefined {
+  private validate(route: string | undefined, pointer: string, body: Buffer, schema: object = { $ref: pointer }): { route: string | undefined; text: string } | undefined {
     let value: unknown;
     try {
       value = JSON.parse(body.toString('utf8'));
@@ -199,7 +205,7 @@ export class AnswerCheck {
       return { route, text: 'a JSON answer that is not JSON' };
     }
     let v = this.validators.get(pointer);
-    if (!v) this.validators.set(pointer, (v = this.ajv.compile({ $ref: pointer })));
+    if (!v) this.validators.set(pointer, (v = this.ajv.compile(schema)));
     if (v(value)) return undefined;
     const e = v.errors?.[0];
     return { route, text: `the body does not match its schema: ${e?.instancePath || '(root)'} ${e?.message ?? ''} (${e?.schemaPath ?? ''}); body: ${body.toString('utf8').slice(0, 300)}` };

@@ -47,6 +47,12 @@ export interface RouteDoc {
   deprecated?: boolean;
   /** Served only when the server is set so (`metrics`: ALGOHOST_METRICS_TOKEN). */
   only?: 'metrics';
+  /**
+   * What the answer check (check.ts) holds a 200 JSON body to where OpenAPI cannot say it: the
+   * document must allow any JSON there (a raw result, a JSON file), but unless the request's
+   * query or the answer's header says so, the body is this.
+   */
+  strict?: { unless: { query?: [string, string]; header?: [string, string] }; schema: Schema };
 }
 
 const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
@@ -108,7 +114,7 @@ const CALL_ANSWERS: Record<number, Answer> = {
   200: {
     description: 'The envelope (spec 2.2), with the result or the algorithm\'s error; with `output=void`, the async request\'s id; with `output=raw`, the result as it is (a void result is an empty text).',
     content: {
-      'application/json': { anyOf: [ref('CallEnvelope'), ref('AsyncCallAccepted')], description: 'The envelope, the accepted async call, or with output=raw a JSON result (any JSON value).' },
+      'application/json': { anyOf: [ref('CallEnvelope'), ref('AsyncCallAccepted'), { description: 'output=raw: a JSON result, any JSON value.' }], description: 'The envelope, the accepted async call, or with output=raw a JSON result (any JSON value).' },
       'text/plain': { type: 'string', description: 'output=raw: a text (or void) result.' },
       'application/octet-stream': { ...BINARY, description: 'output=raw: a binary result.' },
     },
@@ -116,6 +122,7 @@ const CALL_ANSWERS: Record<number, Answer> = {
   },
 };
 const CALL_ERRORS = [...KEYED, 409, 413, 415, 422, 429];
+const CALL_STRICT: RouteDoc['strict'] = { unless: { query: ['output', 'raw'] }, schema: { anyOf: [{ $ref: 'openapi.json#/components/schemas/CallEnvelope' }, { $ref: 'openapi.json#/components/schemas/AsyncCallAccepted' }] } };
 const RAW_FAILURE: Answer = { description: 'With `output=raw`, the algorithm failed: the message as text. Otherwise an error envelope.', content: { 'text/plain': TEXT, 'application/json': ref('ErrorEnvelope') } };
 
 const calls: RouteDoc[] = [
@@ -123,7 +130,7 @@ const calls: RouteDoc[] = [
     method: 'POST', route: '/v1/algo/*', paths: CALL_PATHS, operationId: 'callAlgorithm', tag: 'Calls', auth: 'key',
     summary: 'Call an algorithm',
     description: 'Runs the algorithm on the input and answers its result (spec 4.1). An algorithm\'s failure is a 200 whose envelope carries `error`; requests the server refuses are error envelopes with their status. A reference written as `algo://owner/name` in the path is taken too.',
-    parameters: CALL_QUERY, body: INPUT, answers: { ...CALL_ANSWERS, 400: RAW_FAILURE }, errors: CALL_ERRORS,
+    parameters: CALL_QUERY, body: INPUT, answers: { ...CALL_ANSWERS, 400: RAW_FAILURE }, errors: CALL_ERRORS, strict: CALL_STRICT,
   },
   {
     method: 'POST', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmFromBrowser', tag: 'Calls', auth: 'key',
@@ -131,7 +138,7 @@ const calls: RouteDoc[] = [
     description: 'As /v1/algo, with CORS for the page\'s origin, for keys with `allow_web_algo` (and their `referer_host`).',
     parameters: CALL_QUERY, body: INPUT,
     answers: { ...CALL_ANSWERS, 400: RAW_FAILURE },
-    errors: CALL_ERRORS,
+    errors: CALL_ERRORS, strict: CALL_STRICT,
   },
   {
     method: 'OPTIONS', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmPreflight', tag: 'Calls', auth: 'none',
@@ -173,11 +180,16 @@ function dataOps(route: string, path: string, idBase: string, note: string, depr
         header('If-None-Match', 'An ETag: 304 when the file is still that version.'),
       ],
       answers: {
-        200: { description: 'The file\'s bytes (its own Content-Type), or the directory\'s listing (JSON).', content: { 'application/json': ref('ListingPage'), '*/*': { ...BINARY, description: 'The file.' } }, headers: FILE_HEADERS },
+        200: {
+          description: 'The file\'s bytes (its own Content-Type), or the directory\'s listing (JSON); X-Data-Type says which.',
+          content: { 'application/json': { anyOf: [ref('ListingPage'), { description: 'A file whose type is JSON (X-Data-Type: file).' }] }, '*/*': { ...BINARY, description: 'The file.' } },
+          headers: FILE_HEADERS,
+        },
         206: { description: 'The range asked for.', content: { '*/*': BINARY }, headers: { ...FILE_HEADERS, 'Content-Range': { description: '`bytes START-END/SIZE`' } } },
         304: { description: 'Not modified (If-None-Match).' },
       },
       errors: [...errs, 416],
+      strict: { unless: { header: ['x-data-type', 'file'] }, schema: { $ref: 'openapi.json#/components/schemas/ListingPage' } },
     },
     {
       ...common, method: 'HEAD', operationId: `head${idBase}`,

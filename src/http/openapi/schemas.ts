@@ -181,7 +181,7 @@ export const SCHEMAS: Record<string, Schema> = {
     environment_specification_id: str,
     display_name: str,
     description: str,
-    created_at: time,
+    created_at: { type: 'string', description: 'As the original API writes it: an ISO 8601 time without a zone (UTC).' },
     language: ref('LanguageInfo'),
     machine_type: { const: 'CPU' },
   }),
