@@ -130,6 +130,8 @@ export class AnswerCheck {
       return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
     } as ServerResponse['writeHead'];
     res.once('close', () => {
+      // The client went away before any answer (mid-upload, say): there is none to check.
+      if (!res.headersSent) return;
       // An answer cut off (the client went away, or the stream was endless) has no whole body to check.
       const whole = kept && res.writableFinished;
       // Headers given to writeHead (fastify sends them so) are not all readable with getHeader.
