@@ -16,3 +16,12 @@ export function openapiViolations(home: string): string[] {
   }
   return text.split('\n').filter((l) => l !== '');
 }
+
+/**
+ * The setting the helpers start servers with: the check on under `node --test` (every test file
+ * runs with NODE_TEST_CONTEXT set), off for the benchmarks, which start servers with the same
+ * helpers and must measure the server as it runs in production. A caller's own env wins.
+ */
+export const OPENAPI_CHECK_ENV: Record<string, string> = {
+  ALGOHOST_TEST_OPENAPI_CHECK: process.env.NODE_TEST_CONTEXT !== undefined || process.execArgv.includes('--test') ? 'true' : 'false',
+};

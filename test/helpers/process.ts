@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { backendEnv } from './backends.ts';
-import { openapiViolations } from './openapi.ts';
+import { OPENAPI_CHECK_ENV, openapiViolations } from './openapi.ts';
 
 export const NODE = process.execPath;
 export const BIN = path.resolve(import.meta.dirname, '..', '..', 'bin', 'algohost.mjs');
@@ -83,7 +83,7 @@ export async function startServerProcess(options: {
   const args = [BIN, 'serve', '--port', '0', '--host', '127.0.0.1', '--home', options.home, ...(options.args ?? [])];
   if (!options.demo) args.push('--no-demo');
   // Every answer is checked against the OpenAPI document (docs/openapi.md); kill() fails on one off it.
-  const child = spawn(NODE, args, { env: childEnv({ ALGOHOST_TEST_OPENAPI_CHECK: '1', ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(NODE, args, { env: childEnv({ ...OPENAPI_CHECK_ENV, ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   const changed = new Set<() => void>();

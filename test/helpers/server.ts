@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
-import { openapiViolations } from './openapi.ts';
+import { OPENAPI_CHECK_ENV, openapiViolations } from './openapi.ts';
 import { backendEnv, CLUSTER, shareBackends } from './backends.ts';
 import { startTestCluster, type TestCluster } from './cluster.ts';
 
@@ -37,7 +37,7 @@ export async function startServer(
 ): Promise<TestServer> {
   const home = options.home ?? tempHome();
   // Every answer is checked against the OpenAPI document (docs/openapi.md); close() fails on one off it.
-  const env = { ALGOHOST_TEST_OPENAPI_CHECK: '1', ...(await backendEnv(home)), ...options.env };
+  const env = { ...OPENAPI_CHECK_ENV, ...(await backendEnv(home)), ...options.env };
   const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, env);
   let cluster: TestCluster | undefined;
   if (CLUSTER) {

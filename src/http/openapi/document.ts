@@ -89,7 +89,7 @@ const SECURITY: Record<RouteDoc['auth'], unknown[]> = {
 
 function operation(r: RouteDoc, path: string, index: number): Operation {
   const op: Operation = {
-    operationId: index === 0 ? r.operationId : `${r.operationId}${index + 1}`,
+    operationId: r.operationIds?.[index] ?? (index === 0 ? r.operationId : `${r.operationId}${index + 1}`),
     tags: [r.tag],
     summary: r.summary,
     ...(r.description ? { description: r.description } : {}),

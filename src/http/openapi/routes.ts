@@ -33,6 +33,8 @@ export interface RouteDoc {
   /** The OpenAPI paths of this route (templates with `{name}`). */
   paths: string[];
   operationId: string;
+  /** With several paths: an id for each (else the first path has `operationId`, the others a number after it). */
+  operationIds?: string[];
   tag: string;
   summary: string;
   description?: string;
@@ -127,13 +129,13 @@ const RAW_FAILURE: Answer = { description: 'With `output=raw`, the algorithm fai
 
 const calls: RouteDoc[] = [
   {
-    method: 'POST', route: '/v1/algo/*', paths: CALL_PATHS, operationId: 'callAlgorithm', tag: 'Calls', auth: 'key',
+    method: 'POST', route: '/v1/algo/*', paths: CALL_PATHS, operationId: 'callAlgorithm', operationIds: ['callAlgorithm', 'callAlgorithmVersion'], tag: 'Calls', auth: 'key',
     summary: 'Call an algorithm',
     description: 'Runs the algorithm on the input and answers its result (spec 4.1). An algorithm\'s failure is a 200 whose envelope carries `error`; requests the server refuses are error envelopes with their status. A reference written as `algo://owner/name` in the path is taken too.',
     parameters: CALL_QUERY, body: INPUT, answers: { ...CALL_ANSWERS, 400: RAW_FAILURE }, errors: CALL_ERRORS, strict: CALL_STRICT,
   },
   {
-    method: 'POST', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmFromBrowser', tag: 'Calls', auth: 'key',
+    method: 'POST', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmFromBrowser', operationIds: ['callAlgorithmFromBrowser', 'callAlgorithmVersionFromBrowser'], tag: 'Calls', auth: 'key',
     summary: 'Call an algorithm from a web page',
     description: 'As /v1/algo, with CORS for the page\'s origin, for keys with `allow_web_algo` (and their `referer_host`).',
     parameters: CALL_QUERY, body: INPUT,
@@ -141,7 +143,7 @@ const calls: RouteDoc[] = [
     errors: CALL_ERRORS, strict: CALL_STRICT,
   },
   {
-    method: 'OPTIONS', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmPreflight', tag: 'Calls', auth: 'none',
+    method: 'OPTIONS', route: '/v1/web/algo/*', paths: WEB_CALL_PATHS, operationId: 'callAlgorithmPreflight', operationIds: ['callAlgorithmPreflight', 'callAlgorithmVersionPreflight'], tag: 'Calls', auth: 'none',
     summary: 'CORS preflight of a browser call',
     answers: { 204: { description: 'The methods and headers a page may use.', headers: { 'Access-Control-Allow-Methods': { description: '`POST`' }, 'Access-Control-Allow-Headers': { description: 'Authorization, Content-Type, Idempotency-Key' } } } },
     errors: OPEN,
@@ -352,7 +354,7 @@ const server: RouteDoc[] = [
   },
   {
     method: 'GET', route: '/metrics', paths: ['/metrics'], operationId: 'metrics', tag: 'Server', auth: 'bearer', only: 'metrics', summary: 'Prometheus metrics (with ALGOHOST_METRICS_TOKEN set)',
-    answers: { 200: { description: 'Prometheus text format.', content: { 'text/plain': TEXT } } }, errors: [401, 500, 503],
+    answers: { 200: { description: 'Prometheus text format.', content: { 'text/plain': TEXT } } }, errors: [400, 401, 500, 503],
   },
 ];
 
@@ -365,7 +367,7 @@ const retired: RouteDoc[] = (['/api', '/data'] as const).flatMap((prefix) =>
     method, route: `${prefix}/*`, paths: [`${prefix}/{rest}`], operationId: `retired${prefix === '/api' ? 'Api' : 'Data'}${method[0]}${method.slice(1).toLowerCase()}`,
     tag: 'Retired', auth: 'none', deprecated: true, summary: `Unversioned ${prefix}/ routes (retired)`,
     description: `Always 410 \`deprecated_route\`, naming the /v1 route of the same operation.`,
-    answers: {}, errors: [410],
+    answers: {}, errors: [400, 410, 503],
   })),
 );
 
