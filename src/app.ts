@@ -29,6 +29,7 @@ import { CSRF_HEADER, DOWNLOAD_PARAM, SESSION_COOKIE, readCookie } from './auth/
 import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 import { metricsRoutes } from './http/metrics.ts';
+import { checkAnswers, collectRoutes, openapiRoutes } from './http/openapi/serve.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -124,6 +125,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
       ),
   });
 
+  // Every route, as registered: the OpenAPI document is held to this set (docs/openapi.md).
+  collectRoutes(app);
+
   // While draining, requests arriving on kept-alive connections are turned away cleanly.
   let closing = false;
   app.addHook('preClose', async () => {
@@ -166,6 +170,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     reply.code(status);
     return body;
   });
+
+  // The API's OpenAPI 3.1 description (no key needed; docs/openapi.md).
+  openapiRoutes(app, services.config);
 
   // Routes retired by the contract (spec 9.1): say where the same operation lives now.
   const deprecated = (prefix: string, to: string) =>
@@ -270,6 +277,8 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
     if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);
     else direct.handle(req, res);
   });
+  // A testing aid: every answer checked against the OpenAPI document (ALGOHOST_TEST_OPENAPI_CHECK).
+  checkAnswers(app, services.config, (req) => req.headers[INTERNAL_HEADER] !== undefined);
   capHeaderPhase(app.server, services.config.trustProxy);
   // Requests from inside algorithms run through these same routes, as their call's identity.
   // Straight into the server's request handler rather than app.inject, which refuses once a

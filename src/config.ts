@@ -151,6 +151,12 @@ export interface Config {
   metricsAddr: { host: string; port: number } | undefined;
   /** ALGOHOST_METRICS_TOKEN: the Bearer token that opens GET /metrics on the public port; undefined: not served there. */
   metricsToken: string | undefined;
+  /**
+   * ALGOHOST_TEST_OPENAPI_CHECK: a testing aid. Every answer is checked against the OpenAPI
+   * document (docs/openapi.md); what does not match is logged at error level and written to
+   * `<home>/openapi-violations.jsonl`, which the test helpers read when a server stops.
+   */
+  testOpenapiCheck: boolean;
 }
 
 /** One entry of ALGOHOST_ALGORITHM_EGRESS_ALLOW: an address, a CIDR range or a host name, on some ports or all. */
@@ -881,6 +887,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => httpUrl('ALGOHOST_DROPBOX_CONTENT_URL', env.ALGOHOST_DROPBOX_CONTENT_URL, DEFAULTS.dropboxContentUrl),
     docs: [
       { vars: ["ALGOHOST_DROPBOX_CONTENT_URL"], shown: code(DEFAULTS.dropboxContentUrl), meaning: "Where Dropbox's content (upload, download) endpoints are. Only changed to point at a stand-in (tests)." },
+    ],
+  },
+  testOpenapiCheck: {
+    read: (env) => bool('ALGOHOST_TEST_OPENAPI_CHECK', env.ALGOHOST_TEST_OPENAPI_CHECK, false),
+    docs: [
+      { vars: ["ALGOHOST_TEST_OPENAPI_CHECK"], shown: "`false`", meaning: "A testing aid, not for production: every answer the server gives is checked against its OpenAPI document (route, method, status, and a JSON body against its schema); an answer that does not match is logged at error level and appended to `HOME/openapi-violations.jsonl`. The test helpers turn it on for every server they start and fail a test whose server answered off the document (docs/openapi.md)." },
     ],
   },
 };

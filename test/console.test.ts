@@ -104,6 +104,27 @@ describe('the web console in Chromium', { skip }, () => {
     await shot(page, 'algorithm');
   });
 
+  test('the API reference: the server\'s own OpenAPI document, operations by tag with parameters, bodies and answers, nothing from elsewhere', async () => {
+    const page = await signedIn('alice', 'alice password');
+    const elsewhere: string[] = [];
+    page.on('request', (r) => {
+      if (new URL(r.url()).origin !== new URL(s.url).origin) elsewhere.push(r.url());
+    });
+    await page.getByRole('link', { name: 'API', exact: true }).click();
+    await page.getByRole('heading', { level: 1, name: 'API reference' }).waitFor(WAIT);
+    for (const tag of ['Calls', 'Data', 'Keys', 'Webhooks']) await page.getByRole('heading', { level: 2, name: tag }).waitFor(WAIT);
+    const call = page.locator('details.api-op').filter({ hasText: /^POST\s+\/v1\/algo\/\{owner\}\/\{algoname\}\/\{version\}/ });
+    await call.locator('summary').click();
+    await call.getByRole('row', { name: /timeout/ }).waitFor(WAIT);
+    assert.match((await call.textContent())!, /application\/octet-stream/);
+    assert.match((await call.textContent())!, /429 error envelope/);
+    await shot(page, 'api-reference');
+    await page.getByLabel('Find an operation').fill('/keys');
+    await page.getByRole('heading', { level: 2, name: 'Calls' }).waitFor({ ...WAIT, state: 'detached' });
+    await page.getByRole('heading', { level: 2, name: 'Keys' }).waitFor(WAIT);
+    assert.deepEqual(elsewhere, []);
+  });
+
   test('a search answered before the catalogue is not covered by the catalogue coming late', async () => {
     const page = await signedIn('bob', 'bob password');
     // Hold the catalogue the marketplace asks for as it opens (no q) until the search has answered.

@@ -11,6 +11,7 @@ import { ErrorBox, useAction } from './ui.tsx';
 import { SignIn } from './pages/SignIn.tsx';
 import { Marketplace } from './pages/Marketplace.tsx';
 import { AlgorithmPage } from './pages/Algorithm.tsx';
+import { ApiReference } from './pages/ApiReference.tsx';
 import { MyAlgorithms, ManageAlgorithm } from './pages/MyAlgorithms.tsx';
 import { DataBrowser } from './pages/Data.tsx';
 import { Keys } from './pages/Keys.tsx';
@@ -26,6 +27,7 @@ const NAV: [string, string][] = [
   ['keys', 'API keys'],
   ['usage', 'Usage'],
   ['account', 'Account'],
+  ['api', 'API'],
 ];
 
 function Page({ route, me }: { route: string[]; me: SessionInfo }) {
@@ -47,6 +49,8 @@ function Page({ route, me }: { route: string[]; me: SessionInfo }) {
       return <Usage me={me.username} />;
     case 'account':
       return <Account me={me.username} />;
+    case 'api':
+      return <ApiReference />;
     default:
       return (
         <p role="alert">

@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { backendEnv } from './backends.ts';
+import { OPENAPI_CHECK_ENV, openapiViolations } from './openapi.ts';
 
 export const NODE = process.execPath;
 export const BIN = path.resolve(import.meta.dirname, '..', '..', 'bin', 'algohost.mjs');
@@ -81,7 +82,8 @@ export async function startServerProcess(options: {
 }): Promise<ServerProcess> {
   const args = [BIN, 'serve', '--port', '0', '--host', '127.0.0.1', '--home', options.home, ...(options.args ?? [])];
   if (!options.demo) args.push('--no-demo');
-  const child = spawn(NODE, args, { env: childEnv({ ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
+  // Every answer is checked against the OpenAPI document (docs/openapi.md); kill() fails on one off it.
+  const child = spawn(NODE, args, { env: childEnv({ ...OPENAPI_CHECK_ENV, ...(await backendEnv(options.home)), ...options.env }), stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   const changed = new Set<() => void>();
@@ -129,7 +131,10 @@ export async function startServerProcess(options: {
 
   const kill = async (signal: NodeJS.Signals = 'SIGKILL', timeoutMs = WAIT_MS) => {
     if (isRunning(child)) child.kill(signal);
-    return within(exited, timeoutMs, `server pid ${child.pid} did not exit after ${signal}`);
+    const exit = await within(exited, timeoutMs, `server pid ${child.pid} did not exit after ${signal}`);
+    const violations = openapiViolations(options.home);
+    if (violations.length > 0) throw new Error(`answers off the OpenAPI document (docs/openapi.md):\n${violations.join('\n')}`);
+    return exit;
   };
 
   try {

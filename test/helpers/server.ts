@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createServices, type ServiceOptions, type Services } from '../../src/services.ts';
+import { OPENAPI_CHECK_ENV, openapiViolations } from './openapi.ts';
 import { backendEnv, CLUSTER, shareBackends } from './backends.ts';
 import { startTestCluster, type TestCluster } from './cluster.ts';
 
@@ -35,7 +36,8 @@ export async function startServer(
   options: ServiceOptions & { env?: Record<string, string>; home?: string } = {},
 ): Promise<TestServer> {
   const home = options.home ?? tempHome();
-  const env = { ...(await backendEnv(home)), ...options.env };
+  // Every answer is checked against the OpenAPI document (docs/openapi.md); close() fails on one off it.
+  const env = { ...OPENAPI_CHECK_ENV, ...(await backendEnv(home)), ...options.env };
   const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, env);
   let cluster: TestCluster | undefined;
   if (CLUSTER) {
@@ -79,7 +81,9 @@ export async function startServer(
       await app!.close();
       await services.close();
       await cluster?.close();
+      const violations = openapiViolations(home);
       fs.rmSync(home, { recursive: true, force: true });
+      if (violations.length > 0) throw new Error(`answers off the OpenAPI document (docs/openapi.md):\n${violations.join('\n')}`);
     },
   };
 }
