@@ -130,11 +130,6 @@ export class CallLimiter {
     private readonly shared?: { store: SharedLimitStore; instance: string; log?: (err: unknown) => void },
   ) {}
 
-  /** Whether the limits are the database's (then admit() may wait for it). */
-  get isShared(): boolean {
-    return this.shared !== undefined;
-  }
-
   private scope(id: string, limits: CallLimits, now: number): Scope {
     let s = this.scopes.get(id);
     if (s === undefined) {
@@ -157,17 +152,15 @@ export class CallLimiter {
     if (quiet(limits) && (key === undefined || quiet(key.limits))) return NOTHING;
     const now = this.now();
     this.sweep(now);
-    const scopes: { s: Scope; limits: CallLimits; who: string }[] = [{ s: this.scope(`u${userId}`, limits, now), limits, who: 'you' }];
-    if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`k${key.id}`, key.limits, now), limits: key.limits, who: 'this key' });
+    const scopes: { s: Scope; limits: CallLimits; who: string; id: string }[] = [{ s: this.scope(`u${userId}`, limits, now), limits, who: 'you', id: `u${userId}` }];
+    if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`k${key.id}`, key.limits, now), limits: key.limits, who: 'this key', id: `k${key.id}` });
     if (this.shared !== undefined) {
-      const ids = [`u${userId}`, ...(scopes.length > 1 ? [`k${key!.id}`] : [])];
-      const withIds = scopes.map((x, i) => ({ ...x, id: ids[i]! }));
       // The tokens this process holds may do, with no call under way to count: nothing to wait for.
-      if (!(concurrent && withIds.some((x) => x.limits.concurrency > 0)) && withIds.every((x) => x.limits.callsPerMin === 0 || leased(x.s, now))) {
-        for (const x of withIds) if (x.limits.callsPerMin > 0) x.s.lease!.tokens--;
+      if (!(concurrent && scopes.some((x) => x.limits.concurrency > 0)) && scopes.every((x) => x.limits.callsPerMin === 0 || leased(x.s, now))) {
+        for (const x of scopes) if (x.limits.callsPerMin > 0) x.s.lease!.tokens--;
         return NOTHING;
       }
-      return this.admitShared(withIds, concurrent, now);
+      return this.admitShared(scopes, concurrent, now);
     }
     // Every limit is looked at before anything is taken: a refusal takes nothing.
     for (const { s, limits: l, who } of scopes) {
