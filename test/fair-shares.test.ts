@@ -17,6 +17,13 @@ const PER_CALLER = 8;
 /** Nodes whose pools the calls wait in: the server, or the test cluster's two worker nodes. */
 const NODES = CLUSTER ? 2 : 1;
 const FLOOD = 30;
+/**
+ * How long each of the flood's async calls runs. In the cluster the caller's JetStream subject
+ * bounds the flood to PER_CALLER calls across both nodes, so each node drains half as many:
+ * longer calls keep as much of the flood waiting (and bob's calls go through JetStream and an
+ * API node's consumer first, which takes a moment more under load).
+ */
+const ASYNC_MS = CLUSTER ? 1000 : 400;
 
 const ALGO = `
 export async function apply(input) {
@@ -109,7 +116,7 @@ describe('fair shares among callers', () => {
     const refused: { status: number; code: string }[] = [];
     await Promise.all(
       Array.from({ length: FLOOD }, async () => {
-        const r = await callAlgo(mallory, 'owner/Sleep', 'sleep 400', 'text/plain', '?output=void');
+        const r = await callAlgo(mallory, 'owner/Sleep', `sleep ${ASYNC_MS}`, 'text/plain', '?output=void');
         const body = await json(r);
         if (r.status === 200) accepted.push(body.request_id as string);
         else refused.push({ status: r.status, code: body.error?.code });
