@@ -50,6 +50,8 @@ export interface Config {
   workersPerVersion: number;
   /** ALGOHOST_WORKER_IDLE_MS: an idle worker is stopped after this long. */
   workerIdleMs: number;
+  /** ALGOHOST_PRESTART: pre-started workers kept ready per language, for cold starts (0: none). */
+  prestart: number;
   /** ALGOHOST_QUEUE: calls waiting for a worker on a node at once, all callers together (more: 503). */
   queue: number;
   /** ALGOHOST_QUEUE_PER_CALLER: calls of one caller waiting for a worker on a node at once (more: 429 queue_full). */
@@ -242,6 +244,7 @@ export const DEFAULTS = {
   maxWorkers: 16,
   workersPerVersion: 4,
   workerIdleMs: 5 * 60_000,
+  prestart: 2,
   queue: 1000,
   queuePerCaller: 100,
   workerMemoryMb: 512,
@@ -689,6 +692,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_WORKER_IDLE_MS', env.ALGOHOST_WORKER_IDLE_MS, DEFAULTS.workerIdleMs, 100, 86_400_000),
     docs: [
       { vars: ["ALGOHOST_WORKER_IDLE_MS"], shown: code(DEFAULTS.workerIdleMs), meaning: "An idle worker is stopped after this long (the next call starts a new one: a cold start)." },
+    ],
+  },
+  prestart: {
+    read: (env) => int('ALGOHOST_PRESTART', env.ALGOHOST_PRESTART, DEFAULTS.prestart, 0, 64),
+    docs: [
+      { vars: ["ALGOHOST_PRESTART"], shown: code(DEFAULTS.prestart), meaning: "Pre-started workers kept ready per language (Node, Python) once a call of that language has needed a worker: sandboxed runners without a build, each given the one build it will ever run at a cold start, which then costs the build's load rather than a sandbox's and an interpreter's start (docs/limits.md, \"Cold starts\"). Algorithms with the network and builds of more than 5,000 files start a worker of their own as before. Under bubblewrap only; `0`: none." },
     ],
   },
   queue: {

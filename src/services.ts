@@ -221,6 +221,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     gvisor,
     fence: () => network.algorithmFence(),
     metrics,
+    spares: { perRunner: config.prestart, dir: path.join(config.home, 'run', 'spares') },
     ...options.runtime,
   });
   // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.

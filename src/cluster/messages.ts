@@ -249,7 +249,7 @@ export function decodeRunReply({ header, body }: Message): RunReply {
   const o = obj(header, 'outcome');
   const kind = str(o, 'kind');
   if (!OUTCOME_KINDS.has(kind)) throw new MessageError(`outcome ${JSON.stringify(kind)} is unknown`);
-  const output = { stdout: str(o, 'stdout'), stdoutTruncated: o.stdoutTruncated === true, durationMs: num(o, 'durationMs') };
+  const output = { stdout: str(o, 'stdout'), stdoutTruncated: o.stdoutTruncated === true, durationMs: num(o, 'durationMs'), ...(o.coldStart === true ? { coldStart: true } : {}) };
   switch (kind) {
     case 'result': {
       const contentType = str(o, 'contentType');

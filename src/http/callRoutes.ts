@@ -207,6 +207,8 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
     const a = callAnswer(r, options);
     // What is left of the caller's rate, on answers admitted too (docs/limits.md).
     if (r.rateLimit !== undefined) for (const [name, value] of r.rateLimit) reply.header(name, value);
+    // Whether a worker was started for this call (docs/limits.md, "Cold starts").
+    reply.header('x-cold-start', r.outcome.coldStart === true ? 'true' : 'false');
     return reply.code(a.status).type(a.type).send(a.body);
   };
 

@@ -108,7 +108,10 @@ export class DirectCalls {
       const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
       const r = await this.o.calls.call(principal, request, log, at);
       const a = callAnswer(r, options);
-      this.send(res, a.status, a.type, a.body, r.rateLimit?.flat(), began);
+      const head = r.rateLimit?.flat() ?? [];
+      // As callRoutes.ts: whether a worker was started for this call.
+      head.push('x-cold-start', r.outcome.coldStart === true ? 'true' : 'false');
+      this.send(res, a.status, a.type, a.body, head, began);
     } catch (err) {
       // The answer sendError (errorHandler.ts) gives through fastify.
       const a = errorAnswer(err, log.id);

@@ -23,6 +23,8 @@ interface Output {
   stdoutTruncated: boolean;
   /** Algorithm execution time (not waiting), ms. */
   durationMs: number;
+  /** Set when a worker was started for this call (a cold start): the answer says so (`X-Cold-Start`). */
+  coldStart?: boolean;
 }
 
 /**

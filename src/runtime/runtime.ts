@@ -4,6 +4,7 @@ import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
+import { Spares, type SpareLog, type SpareOptions } from './spares.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -36,6 +37,13 @@ export interface RuntimeOptions {
   fence?: (() => FencePolicy | undefined) | undefined;
   /** Cold starts, waits for a worker (docs/metrics.md). */
   metrics?: Metrics | undefined;
+  /**
+   * Pre-started workers (spares.ts), under bubblewrap only (gVisor's gofer may keep what it saw
+   * of a spare's empty /algo); none when unset or `perRunner` is 0.
+   */
+  spares?: SpareOptions | undefined;
+  /** Where a spare that failed to start is reported. */
+  log?: SpareLog | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -55,12 +63,20 @@ export const DEFAULT_RUNTIME: RuntimeOptions = {
  */
 export class AlgorithmRuntime implements Executor {
   readonly pool: WorkerPool;
+  /** Pre-started workers, when on (RuntimeOptions.spares). */
+  readonly spares: Spares | undefined;
 
   constructor(
     private readonly builds: BuildFiles,
     readonly options: RuntimeOptions = DEFAULT_RUNTIME,
   ) {
     this.pool = new WorkerPool(options.pool, options.metrics);
+    const spares = options.spares;
+    if (spares !== undefined && spares.perRunner > 0 && !options.unsandboxed && options.gvisor === undefined) {
+      const limits = options.limits;
+      const started = { startTimeoutMs: options.startTimeoutMs, maxStdoutBytes: options.maxStdoutBytes };
+      this.spares = new Spares((runner, algoDir) => Worker.spare({ runner, algoDir, entry: '', network: false, limits, bwrap: options.bwrapPath, spare: true }, started), spares, options.log);
+    }
   }
 
   run(job: Job, host?: HostHandler): Promise<Outcome> {
@@ -72,22 +88,40 @@ export class AlgorithmRuntime implements Executor {
     });
   }
 
-  private runPresent(job: Job, host: HostHandler | undefined): Promise<Outcome> {
+  private async runPresent(job: Job, host: HostHandler | undefined): Promise<Outcome> {
     const deadline = performance.now() + job.timeoutMs;
-    return this.pool.with(
+    // Whether this call had a worker started for it (a cold start), rather than a warm one.
+    let cold = false;
+    const outcome = await this.pool.with(
       job.target.key,
-      () => this.start(job, deadline),
+      () => {
+        cold = true;
+        return this.start(job, deadline);
+      },
       (worker) => worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host),
       job.nesting,
       job.timeoutMs,
       job.caller,
     );
+    if (cold) outcome.coldStart = true;
+    return outcome;
   }
 
-  /** A worker for the job's build, given until `deadline` (the call's) to be ready. */
+  /**
+   * A worker for the job's build, given until `deadline` (the call's) to be ready: a spare given
+   * the build, where one is ready and the build can go into one; else one started for it.
+   */
   private async start({ target }: Job, deadline: number): Promise<Worker> {
     const metrics = this.options.metrics ?? NO_METRICS;
     const began = performance.now();
+    const left = () => Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now()));
+    if (this.spares !== undefined && !target.network) {
+      const spare = await this.spares.take(target.runner, this.dir(target.build), target.entry, left());
+      if (spare !== undefined) {
+        metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
+        return spare;
+      }
+    }
     try {
       const worker = await Worker.start(
         {
@@ -101,7 +135,7 @@ export class AlgorithmRuntime implements Executor {
           bwrap: this.options.bwrapPath,
           gvisor: this.options.gvisor,
         },
-        { startTimeoutMs: Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now())), maxStdoutBytes: this.options.maxStdoutBytes },
+        { startTimeoutMs: left(), maxStdoutBytes: this.options.maxStdoutBytes },
       );
       metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
       return worker;
@@ -115,7 +149,7 @@ export class AlgorithmRuntime implements Executor {
     return this.builds.dir(build.algorithmId, 'build', build.hash);
   }
 
-  close(): Promise<void> {
-    return this.pool.close();
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.spares?.close()]);
   }
 }

@@ -77,6 +77,12 @@ export interface SandboxSpec {
   unsandboxed?: boolean;
   /** Only load the entry file and check it exports apply (builds), without running load(). */
   check?: boolean;
+  /**
+   * A pre-started worker (spares.ts): `algoDir` is empty when it starts (the build's files are
+   * put there later, and appear at /algo, read-only as ever), and `entry` unused: the runner
+   * waits for a `load` frame naming it.
+   */
+  spare?: boolean;
   /** The seccomp filter (seccomp.ts); on unless false. */
   seccomp?: boolean;
   /** The bubblewrap binary (ALGOHOST_BWRAP); /usr/bin/bwrap when unset. */
@@ -360,14 +366,15 @@ function runnerArgv(spec: SandboxSpec): Launch['argv'] {
   const l = spec.limits;
   const mode = spec.check ? ['--check'] : [];
   return ({ algo, runner }) => {
-    const entry = path.posix.join(algo, spec.entry);
+    // A spare is told where its build will go instead of its entry file.
+    const target = spec.spare ? ['--spare', algo] : [path.posix.join(algo, spec.entry)];
     switch (spec.runner) {
       case 'node':
-        return [NODE, `--max-old-space-size=${l.heapMb}`, path.posix.join(runner, 'node', 'runner.mjs'), ...mode, entry];
+        return [NODE, `--max-old-space-size=${l.heapMb}`, path.posix.join(runner, 'node', 'runner.mjs'), ...mode, ...target];
       case 'python':
         // -I: no user site, no PYTHON* variables, the script's directory not on sys.path.
         // -B: never write bytecode caches (read-only in the sandbox; next to the runner without).
-        return [PYTHON, '-I', '-B', '-X', 'utf8', path.posix.join(runner, 'python', 'runner.py'), ...mode, entry];
+        return [PYTHON, '-I', '-B', '-X', 'utf8', path.posix.join(runner, 'python', 'runner.py'), ...mode, ...target];
     }
   };
 }

@@ -149,16 +149,44 @@ export class Worker {
 
   /** Starts a worker and waits until its algorithm is loaded (or failed to load). */
   static async start(spec: SandboxSpec, options: WorkerOptions = {}): Promise<Worker> {
-    const child = spawnSandbox(spec);
-    const worker = new Worker(child, options.maxStdoutBytes ?? 1024 * 1024);
-    const ready = await worker.next(options.startTimeoutMs ?? 30_000);
-    if (ready === 'timeout' || ready === 'exited' || ready.header.type !== 'ready') {
-      const why = ready === 'timeout' ? 'did not start in time' : `exited while starting: ${sandboxFailure(child) ?? worker.stderrTail.trim().slice(-2000)}`;
-      worker.kill();
-      throw new Error(`worker ${why}`);
-    }
+    const worker = new Worker(spawnSandbox(spec), options.maxStdoutBytes ?? 1024 * 1024);
+    const ready = await worker.expect('ready', options.startTimeoutMs ?? 30_000);
     worker.loadError = ready.header.load_error === undefined ? undefined : errorInfo(ready.header.load_error);
     return worker;
+  }
+
+  /**
+   * Starts a pre-started worker (`spec.spare`: spares.ts), ready once its runner is up in
+   * its sandbox, before it has any build; `load` gives it the one build it will ever run.
+   */
+  static async spare(spec: SandboxSpec, options: WorkerOptions = {}): Promise<Worker> {
+    const worker = new Worker(spawnSandbox(spec), options.maxStdoutBytes ?? 1024 * 1024);
+    await worker.expect('spare', options.startTimeoutMs ?? 30_000);
+    return worker;
+  }
+
+  /**
+   * Has a spare load its build, whose files are now in its /algo (spares.ts), from `entry`, and
+   * waits until the algorithm is loaded (or failed to load, which is the algorithm's:
+   * `loadError`, as for a worker started for it). Throws when the worker did not answer in time
+   * or died: it is then dead, and the caller starts one for the build instead.
+   */
+  async load(entry: string, timeoutMs: number): Promise<void> {
+    if (this.dead) throw new Error('the pre-started worker has exited');
+    this.channel.write(encodeFrame({ type: 'load', entry }));
+    const ready = await this.expect('ready', timeoutMs);
+    this.loadError = ready.header.load_error === undefined ? undefined : errorInfo(ready.header.load_error);
+  }
+
+  /** The next frame, which must be of `type`; otherwise the worker is killed and this throws why. */
+  private async expect(type: 'ready' | 'spare', timeoutMs: number): Promise<Frame> {
+    const frame = await this.next(timeoutMs);
+    if (frame === 'timeout' || frame === 'exited' || frame.header.type !== type) {
+      const why = frame === 'timeout' ? 'did not start in time' : `exited while starting: ${sandboxFailure(this.child) ?? this.stderrTail.trim().slice(-2000)}`;
+      this.kill();
+      throw new Error(`worker ${why}`);
+    }
+    return frame;
   }
 
   /** The next frame, or why none came. */

@@ -120,7 +120,10 @@ const CALL_ANSWERS: Record<number, Answer> = {
       'text/plain': { type: 'string', description: 'output=raw: a text (or void) result.' },
       'application/octet-stream': { ...BINARY, description: 'output=raw: a binary result.' },
     },
-    headers: REPLAYED,
+    headers: {
+      ...REPLAYED,
+      'X-Cold-Start': { description: '`true` when a worker was started for this call (a cold start), `false` when a warm one answered (sync calls).', schema: { type: 'string', enum: ['true', 'false'] } },
+    },
   },
 };
 const CALL_ERRORS = [...KEYED, 409, 413, 415, 422, 429];

@@ -374,8 +374,27 @@ function parseHeader(text) {
   }
 }
 
+/**
+ * A pre-started runner (`--spare <root>`, docs/runtime-protocol.md, "Pre-started workers"): its
+ * build is not known when it starts. The server puts the build's files in <root> (its /algo,
+ * read-only in here as for any worker), then sends one `load` frame naming the entry file; the
+ * runner loads it as a runner started for the build would. A second `load` is ignored: a runner
+ * that has loaded one build never loads another.
+ */
+let spareRoot;
+let loaded = false;
+
+async function loadBuild(entry) {
+  await load(`${spareRoot}/${entry}`);
+  send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });
+}
+
 function dispatch(header, body) {
   if (header.type === 'call') takeCall(header, body);
+  else if (header.type === 'load' && spareRoot !== undefined && !loaded && typeof header.entry === 'string') {
+    loaded = true;
+    void loadBuild(header.entry);
+  }
   else if (header.type === 'response' && pending.has(header.rid)) {
     const resolve = pending.get(header.rid);
     pending.delete(header.rid);
@@ -398,5 +417,10 @@ if (process.argv[2] === '--check') {
   }
 }
 
-await load(process.argv[2]);
-send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });
+if (process.argv[2] === '--spare') {
+  spareRoot = process.argv[3];
+  send({ type: 'spare', pid: process.pid });
+} else {
+  await load(process.argv[2]);
+  send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });
+}

@@ -454,8 +454,30 @@ def _sdk_importable():
     sys.path.append(os.path.dirname(_RUNNER_FILE))
 
 
-def serve(entry):
+def serve_spare(root):
+    """`--spare <root>`: a runner started before its build is known (docs/runtime-protocol.md,
+    "Pre-started workers"). It says so; the server puts the build's files in `root` (its /algo,
+    read-only in here) and sends one `load` frame naming the entry file, which it then loads and
+    serves as a runner started for the build would."""
     channel = Channel(CHANNEL_FD)
+    # What every call needs and a runner started for its build imports at its first call: here
+    # while nobody waits (the load frame's header is JSON too).
+    _json()
+    channel.send(b'{"type":"spare","pid":%d}' % os.getpid())
+    while True:
+        frame = channel.read_frame()
+        if frame is None:
+            return
+        header = frame[0]
+        if header.get('type') == 'load' and isinstance(header.get('entry'), str):
+            break
+    del frame
+    serve(root + '/' + header['entry'], channel)
+
+
+def serve(entry, channel=None):
+    if channel is None:
+        channel = Channel(CHANNEL_FD)
     _sdk_importable()
     algo = load_algorithm(entry)
     if algo.load_error is None:
@@ -499,8 +521,14 @@ def check(entry):
 def main(argv):
     if len(argv) == 2 and argv[0] == '--check':
         return check(argv[1])
+    if len(argv) == 2 and argv[0] == '--spare':
+        try:
+            serve_spare(argv[1])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return 0
     if len(argv) != 1:
-        sys.stderr.write('usage: runner.py [--check] <entry file>\n')
+        sys.stderr.write('usage: runner.py [--check | --spare <root>] <entry file>\n')
         return 2
     try:
         serve(argv[0])
