@@ -17,14 +17,18 @@ after(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-/** Each version answers its own name and the worker's pid, after sleeping `ms` from the input. */
-function version(name: string): SandboxSpec {
+/**
+ * Each version answers its own name and the worker's pid, after sleeping `ms` from the input;
+ * `loadMs`: its module waits that long when it is loaded (a slow start).
+ */
+function version(name: string, loadMs = 0): SandboxSpec {
   const dir = path.join(root, name);
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(
     path.join(dir, 'index.mjs'),
     `export async function apply(ms) { await new Promise((r) => setTimeout(r, ms)); return { v: ${JSON.stringify(name)}, pid: process.pid + ':' + process.ppid + ':' + STARTED }; }
-     const STARTED = Math.random();`,
+     const STARTED = Math.random();
+     ${loadMs > 0 ? `await new Promise((r) => setTimeout(r, ${loadMs}));` : ''}`,
   );
   return { runner: 'node', algoDir: dir, entry: 'index.mjs', network: false, limits: DEFAULT_LIMITS };
 }
@@ -73,15 +77,30 @@ describe('worker pool', { skip }, () => {
     assert.equal(p.stats().total, 2);
   });
 
-  test('at the global limit, the least recently used idle worker of another version makes room', async () => {
+  test('at the global limit, the idle worker whose restarts cost least makes room: a slow start is kept over a fast one used as seldom', async () => {
     const p = pool({ maxWorkers: 2, maxPerVersion: 2 });
-    const [x, y, z] = [version('x'), version('y'), version('z')];
-    const x1 = await run(p, 'x', x);
-    await run(p, 'y', y);
-    await run(p, 'z', z); // evicts x, the least recently used
+    // `slow` takes 1.5 s more to start than the others (its module waits at load).
+    const slow = version('slow', 1500);
+    const [fast, other] = [version('fast'), version('other')];
+    const s1 = await run(p, 'slow', slow);
+    const f1 = await run(p, 'fast', fast);
+    await run(p, 'other', other); // evicts fast (least recently used would have been slow)
     assert.equal(p.stats().total, 2);
-    const x2 = await run(p, 'x', x); // x starts again (evicting y)
-    assert.notEqual(x2.pid, x1.pid);
+    assert.equal((await run(p, 'slow', slow)).pid, s1.pid, 'the slow start stayed warm');
+    const f2 = await run(p, 'fast', fast);
+    assert.notEqual(f2.pid, f1.pid, 'the fast start was stopped and started again');
+  });
+
+  test('among versions as cheap to start, the one called least makes room, however recently', async () => {
+    const p = pool({ maxWorkers: 2, maxPerVersion: 2 });
+    // Both wait as long at load: their start times are alike, whatever the machine's noise adds.
+    const [busy, rare, next] = [version('busy', 300), version('rare', 300), version('next', 300)];
+    const b1 = await run(p, 'busy', busy);
+    for (let i = 0; i < 6; i++) await run(p, 'busy', busy);
+    const r1 = await run(p, 'rare', rare); // the most recently used, called once
+    await run(p, 'next', next);
+    assert.equal((await run(p, 'busy', busy)).pid, b1.pid, 'the busy version stayed warm');
+    assert.notEqual((await run(p, 'rare', rare)).pid, r1.pid, 'the rarely called one was stopped');
   });
 
   test('a waiting call gets the worker freed by another version', async () => {

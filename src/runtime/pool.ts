@@ -34,6 +34,20 @@ interface Entry {
   idleSince: number;
 }
 
+/**
+ * What stopping a version's worker would cost (evictCheapest): how long its workers took to
+ * start, and how often it is called (a count that decays by half every HEAT_HALF_LIFE_MS).
+ */
+interface Cost {
+  /** Its workers' start time, ms (a moving average). */
+  startMs: number;
+  /** Calls, decayed to `at`. */
+  heat: number;
+  at: number;
+}
+
+const HEAT_HALF_LIFE_MS = 60_000;
+
 interface Waiter {
   /** Whose turn it waits for (FairQueue): its caller, and a nested call apart (see acquire). */
   caller: string;
@@ -50,8 +64,9 @@ interface Waiter {
 /**
  * Warm workers kept per algorithm version (`key`, e.g. the build hash: a new version never
  * reuses an old version's worker). A call takes an idle worker of its version, or starts one
- * while under both limits, or makes room by stopping the least recently used idle worker of
- * another version, or waits. Idle workers are stopped after `idleMs`.
+ * while under both limits, or makes room by stopping the idle worker of another version whose
+ * loss costs least (evictCheapest: start time × calls), or waits. Idle workers are stopped after
+ * `idleMs`.
  *
  * Calls wait per caller, and are served in turns across callers (FairQueue: round robin by
  * call), not first come first served: a caller with a thousand calls waiting waits behind their
@@ -62,6 +77,7 @@ interface Waiter {
  */
 export class WorkerPool {
   private readonly idle = new Map<string, Entry[]>();
+  private readonly costs = new Map<string, Cost>();
   private readonly counts = new Map<string, number>();
   private total = 0;
   private readonly queue: FairQueue<Waiter>;
@@ -121,6 +137,7 @@ export class WorkerPool {
   async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity, caller = ''): Promise<T> {
     // An idle worker is taken at once: `fn` starts before anything else gets a turn.
     const asked = performance.now();
+    this.called(key, asked);
     const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs, caller));
     this.metrics.workerWait((performance.now() - asked) / 1000);
     try {
@@ -186,26 +203,56 @@ export class WorkerPool {
   private canStart(key: string, extra: number): boolean {
     if ((this.counts.get(key) ?? 0) >= this.options.maxPerVersion + extra) return false;
     if (this.total < this.options.maxWorkers + extra) return true;
-    return this.evictLru(key);
+    return this.evictCheapest(key);
   }
 
-  private evictLru(except: string): boolean {
-    let oldest: Entry | undefined;
+  /** A call of `key` at `now` (performance.now()): its heat goes up by one. */
+  private called(key: string, now: number): void {
+    const c = this.costs.get(key);
+    if (c === undefined) this.costs.set(key, { startMs: 0, heat: 1, at: now });
+    else {
+      c.heat = decayed(c, now) + 1;
+      c.at = now;
+    }
+  }
+
+  /**
+   * Stops the idle worker whose loss costs least (docs/limits.md, "Cold starts"): of each other
+   * version's least recently used idle worker, the one of the version whose restarts would cost
+   * least time per minute, its start time × how often it is called, shared among its workers (a
+   * version with several keeps the others). Among equals, the least recently used. A long tail
+   * of cheap, rarely called versions goes before a model that takes seconds to load and is
+   * called all day, however recently each was called.
+   */
+  private evictCheapest(except: string): boolean {
+    const now = performance.now();
+    let best: Entry | undefined;
+    let bestCost = Infinity;
     for (const [k, list] of this.idle) {
       if (k === except || list.length === 0) continue;
-      if (!oldest || list[0]!.idleSince < oldest.idleSince) oldest = list[0];
+      const c = this.costs.get(k);
+      const cost = c === undefined ? 0 : (c.startMs * decayed(c, now)) / (this.counts.get(k) ?? 1);
+      if (cost < bestCost || (cost === bestCost && list[0]!.idleSince < best!.idleSince)) {
+        best = list[0];
+        bestCost = cost;
+      }
     }
-    if (!oldest) return false;
-    this.idle.get(oldest.key)!.shift();
-    this.retire(oldest.key, oldest.worker);
+    if (!best) return false;
+    this.idle.get(best.key)!.shift();
+    this.retire(best.key, best.worker);
     return true;
   }
 
   private async launch(key: string, start: () => Promise<Worker>): Promise<Worker> {
     this.total++;
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+    const began = performance.now();
     try {
-      return await start();
+      const worker = await start();
+      const c = this.costs.get(key);
+      const ms = performance.now() - began;
+      if (c !== undefined) c.startMs = c.startMs === 0 ? ms : 0.7 * c.startMs + 0.3 * ms;
+      return worker;
     } catch (err) {
       this.forget(key);
       this.serveQueue();
@@ -293,6 +340,9 @@ export class WorkerPool {
       while (list.length > 0 && list[0]!.idleSince <= cutoff) this.retire(key, list.shift()!.worker);
       if (list.length === 0) this.idle.delete(key);
     }
+    // What is known of versions with no worker left is forgotten once they have gone cold.
+    const now = performance.now();
+    for (const [key, c] of this.costs) if (!this.counts.has(key) && decayed(c, now) < 0.01) this.costs.delete(key);
     this.serveQueue();
   }
 
@@ -312,4 +362,9 @@ export class WorkerPool {
     this.idle.clear();
     await Promise.all(stops);
   }
+}
+
+/** A version's call count as of `now`, halved every HEAT_HALF_LIFE_MS since it was last counted. */
+function decayed(c: Cost, now: number): number {
+  return c.heat * 2 ** (-(now - c.at) / HEAT_HALF_LIFE_MS);
 }
