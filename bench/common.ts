@@ -23,6 +23,16 @@ export const pct = (r: number, digits = 0) => `${fmt(r * 100, digits)} %`;
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const verdict = (ok: boolean) => (ok ? 'PASS' : '**FAIL**');
 /** One line of the report's "Every repetition" block. */
+/** Draws one of `items` at random, each as often as its `weight`. */
+export function picker<T extends { weight: number }>(items: T[]): () => T {
+  const total = items.reduce((a, x) => a + x.weight, 0);
+  return () => {
+    let r = Math.random() * total;
+    for (const a of items) if ((r -= a.weight) < 0) return a;
+    return items[items.length - 1]!;
+  };
+}
+
 export const perRep = (label: string, xs: number[], digits = 0) => `${label}: ${xs.map((x) => fmt(x, digits)).join(', ')}`;
 
 // ---- the run -------------------------------------------------------------------------------

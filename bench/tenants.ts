@@ -37,7 +37,7 @@ import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
 import { argOf, baseTree } from './baseTree.ts';
-import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, QUICK, runLines, sleep, waitForQuiet, writeDocBlock, DOC } from './common.ts';
+import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, picker, QUICK, runLines, sleep, waitForQuiet, writeDocBlock, DOC } from './common.ts';
 import { median, percentile } from './load.ts';
 import { REPO, spawnServer, type ServerProc } from './procs.ts';
 
@@ -74,14 +74,6 @@ interface Algo {
 const MIX: Algo[] = [5, 20, 35, 50].map((sleepMs) => ({ name: `Sleep${sleepMs}`, sleepMs, weight: 1 }));
 const SOURCE = (ms: number) => `export async function apply(input) { await new Promise((r) => setTimeout(r, ${ms})); return input; }\n`;
 
-function picker(mix: Algo[]): () => Algo {
-  const total = mix.reduce((a, x) => a + x.weight, 0);
-  return () => {
-    let r = Math.random() * total;
-    for (const a of mix) if ((r -= a.weight) < 0) return a;
-    return mix[mix.length - 1]!;
-  };
-}
 const pick = picker(MIX);
 
 // ---- setup ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
  * tree's src/ or another's (`--tree DIR`, bench/baseTree.ts: the code before a change, for a
  * reference measured in the same run).
  *
- *   node --import tsx bench/tenantsServer.ts HOME --workers N --per-version N --queue N --per-caller N [--tree DIR]
+ *   node --import tsx bench/tenantsServer.ts HOME --workers N --per-version N --queue N --per-caller N [--prestart N] [--tree DIR]
  *
  * Prints "tenants is ready at http://127.0.0.1:PORT" on stderr.
  */
@@ -41,7 +41,8 @@ const pool = {
   // A tree before fair shares ignores it (one queue, first come first served).
   maxQueuePerCaller: Number(arg('--per-caller')),
 };
-const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent' });
+// Pre-started workers per language (bench/catalog.ts turns them off for its baseline; a tree before them ignores it).
+const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent', ALGOHOST_PRESTART: arg('--prestart', '2') });
 const services = await createServices(config, { runtime: { pool } });
 await services.hosted.recover();
 const app = buildApp(services, { logger: pino({ level: 'silent', ...LOG_OPTIONS }) });
