@@ -33,7 +33,7 @@ export async function serve(config: Config, out: NodeJS.WritableStream = process
   const nc = cluster ? await connectNats(cluster.url, config.natsAuth, `algohost api ${os.hostname()}`, 'api', node) : undefined;
   // Before anything touches the home: recovery below empties uploads in progress and fails
   // running builds, which would break a server already running on it.
-  const { lock, services } = await openNode(config, nc, async () => (nc ? apiNodeParts(nc, config, logger, node) : {}));
+  const { lock, services } = await openNode(config, nc, async () => ({ log: logger, ...(nc ? await apiNodeParts(nc, config, logger, node) : {}) }));
   const giveUp = async (err: Error): Promise<never> => {
     await services.close();
     await nc?.close();
@@ -236,7 +236,7 @@ export async function worker(config: Config, out: NodeJS.WritableStream = proces
   const cluster = requireCluster(config, 'algohost worker');
   const name = nodeNameOf(config);
   const nc = await connectNats(cluster.url, config.natsAuth, `algohost worker ${name} on ${os.hostname()}`, 'worker', name);
-  const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc) }));
+  const { lock, services } = await openNode(config, nc, async () => ({ bus: natsBus(nc), log: logger }));
   let health: http.Server | undefined;
   let metricsServer: Awaited<ReturnType<typeof listenMetrics>> | undefined;
   const node = new WorkerNode(nc, services.runtime, logger, () => services.runtime.pool.load(), cluster.key, services.network.allowsNetwork, name);

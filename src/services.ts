@@ -36,6 +36,7 @@ import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
 import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ComputeMeter } from './limits/compute.ts';
+import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
@@ -126,6 +127,13 @@ export interface ServiceOptions {
   now?: () => number;
   /** Metrics on or off whatever the config says (benchmarks compare the two). */
   metrics?: Metrics;
+  /** Where the services warn of what they recover from on their own (the server's logger; none for the admin commands). */
+  log?: ServiceLog;
+}
+
+/** The warnings the services log (pino's signature). */
+export interface ServiceLog {
+  warn(obj: object, msg: string): void;
 }
 
 /**
@@ -222,18 +230,25 @@ export async function createServices(config: Config, options: ServiceOptions = {
     fence: () => network.algorithmFence(),
     metrics,
     spares: { perRunner: config.prestart, dir: path.join(config.home, 'run', 'spares') },
+    log: options.log,
     ...options.runtime,
   });
   // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.
   const meter = new ComputeMeter(store.db, options.now);
   const usage = new UsageRecorder(store, { meter, ...options.usage });
+  // On PostgreSQL (one or more API nodes) the buckets and counts are the database's, so the
+  // limits, and owners' caps on their algorithms, hold across nodes (docs/limits.md "Across API
+  // nodes"); on SQLite, this process's.
+  const shared =
+    store.dialect === 'postgres'
+      ? { store: new SharedLimitStore(store), instance: store.instance, log: (err: unknown) => options.log?.warn({ err }, 'a call limit\'s slot could not be given back in the database; the sweep gives it back if this node stops') }
+      : undefined;
   const limits = new Limits(
     { callsPerMin: config.limitCallsPerMin, burst: config.limitCallsPerMin === 0 ? 0 : config.limitBurst || defaultBurst(config.limitCallsPerMin), concurrency: config.limitConcurrency },
-    // On PostgreSQL (one or more API nodes) the buckets and counts are the database's, so the
-    // limits hold across nodes (docs/limits.md "Across nodes"); on SQLite, this process's.
-    new CallLimiter(options.now, store.dialect === 'postgres' ? { store: new SharedLimitStore(store), instance: store.instance } : undefined),
+    new CallLimiter(options.now, shared),
     { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
     meter,
+    new AlgorithmSlots(shared),
   );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics);
   const keys = new KeyService(store);

@@ -299,4 +299,32 @@ describe('limits across API nodes', () => {
       await writeUserLimits(s.services.store, user.id, {}, true);
     }
   });
+
+  test('an owner\'s cap on an algorithm, over both nodes: two under way, the rest refused, any caller\'s; an async run waits for a slot', async () => {
+    await release(carol, 'carol', 'Capped', { 'src/index.js': 'exports.apply = async (ms) => { await new Promise((r) => setTimeout(r, Number(ms))); return ms; };\n' }, { settings: { language: 'javascript', max_concurrency: 2 } });
+    const dave = api(s.url, await s.user('dave'));
+    const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => callAlgo(i % 2 === 0 ? carol : dave, 'carol/Capped', '1500', 'application/json')));
+    const codes = answers.map((r) => r.status);
+    assert.equal(codes.filter((c) => c === 200).length, 2, codes.join(' '));
+    assert.equal(codes.filter((c) => c === 429).length, 4, codes.join(' '));
+    const refused = await json(answers.find((r) => r.status === 429)!);
+    assert.equal(refused.error.code, 'concurrency_limited');
+    assert.equal(refused.error.scope, 'algorithm');
+    // At the cap, an async call is accepted and runs once a slot is free (on whichever node took it).
+    const slow = Promise.all([callAlgo(carol, 'carol/Capped', '1000', 'application/json'), callAlgo(dave, 'carol/Capped', '1000', 'application/json')]);
+    await new Promise((r) => setTimeout(r, 200));
+    const accepted = await json(await callAlgo(dave, 'carol/Capped', '1', 'application/json', '?output=void'));
+    assert.equal(accepted.async, true, JSON.stringify(accepted));
+    assert.deepEqual((await slow).map((r) => r.status), [200, 200]);
+    const end = Date.now() + 30_000;
+    let done: { status?: string; http_status?: number } = {};
+    while (Date.now() < end && done.status !== 'done') {
+      done = await json(await dave(`/v1/requests/${accepted.request_id}`));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(done.http_status, 200, JSON.stringify(done));
+    // All given back: two more run at once.
+    const again = await Promise.all([callAlgo(carol, 'carol/Capped', '1', 'application/json'), callAlgo(dave, 'carol/Capped', '1', 'application/json')]);
+    assert.deepEqual(again.map((r) => r.status), [200, 200]);
+  });
 });

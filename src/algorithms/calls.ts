@@ -175,7 +175,7 @@ export class CallService {
       const max = target.algorithm.settings.max_concurrency;
       if (max !== undefined && this.limits !== undefined) {
         const slots = this.limits.algorithms;
-        const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
+        const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : await slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
         try {
           return rated(await this.run(principal, req, target, log), rateLimit);
         } finally {
@@ -220,7 +220,7 @@ export class CallService {
     if ('outcome' in target) return target;
     if (this.detached >= MAX_DETACHED) throw new AppError('server_busy', `${MAX_DETACHED} calls with output=void are already running; retry shortly`);
     const max = target.algorithm.settings.max_concurrency;
-    const slot = max !== undefined && this.limits !== undefined ? this.limits.algorithms.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`) : undefined;
+    const slot = max !== undefined && this.limits !== undefined ? await this.limits.algorithms.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`) : undefined;
     this.detached++;
     this.run(principal, req, target, log)
       .catch((err: unknown) => log?.warn({ err }, 'a call with output=void failed'))

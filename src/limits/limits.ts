@@ -355,9 +355,6 @@ export interface ComputeState {
 
 /** The operator's defaults and this process's limiter: what CallService admits calls by. */
 export class Limits {
-  /** Owners' caps on their algorithms' calls under way (`settings.max_concurrency`). */
-  readonly algorithms = new AlgorithmSlots();
-
   constructor(
     readonly defaults: CallLimits,
     readonly limiter = new CallLimiter(),
@@ -365,6 +362,8 @@ export class Limits {
     readonly quotaDefaults: Quotas = NO_QUOTAS,
     /** Compute used per month (fed by the usage recorder); no compute quota is enforced without. */
     readonly meter?: ComputeMeter,
+    /** Owners' caps on their algorithms' calls under way (`settings.max_concurrency`). */
+    readonly algorithms = new AlgorithmSlots(),
   ) {}
 
   /** The limits' clock. */
