@@ -73,13 +73,17 @@ function post(path: string, headers: Record<string, string>, body: Buffer, chunk
   });
 }
 
-/** What may differ between two answers to the same request: the date, ids, durations, lengths that carry them. */
+/**
+ * What may differ between two answers to the same request: the date, ids, durations, lengths
+ * that carry them, and whether a worker was started for it (the first of the two may be cold).
+ */
 function normalised(a: Answer): { status: number; headers: [string, string][]; body: unknown } {
   const headers: [string, string][] = [];
   for (let i = 0; i < a.headers.length; i += 2) {
     const name = a.headers[i]!.toLowerCase();
     if (name === 'date') continue;
-    headers.push([name, name === 'content-length' ? '(length)' : a.headers[i + 1]!]);
+    const value = a.headers[i + 1]!;
+    headers.push([name, name === 'content-length' ? '(length)' : name === 'x-cold-start' && /^(true|false)$/.test(value) ? '(true or false)' : value]);
   }
   let body: unknown = a.body.toString('latin1');
   if (a.headers.some((h, i) => i % 2 === 0 && h.toLowerCase() === 'content-type') && /json/.test(String(a.headers[a.headers.findIndex((h) => h.toLowerCase() === 'content-type') + 1]))) {
