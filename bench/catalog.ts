@@ -36,9 +36,9 @@ import type { RunnerKind } from '../src/runtime/contract.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
 import { argOf } from './baseTree.ts';
-import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, picker, QUICK, runLines, sleep, waitForQuiet, writeDocBlock, DOC } from './common.ts';
+import { createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
 import { median, percentile } from './load.ts';
-import { REPO, spawnServer, type ServerProc } from './procs.ts';
+import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('catalog');
 const { log } = bench;
@@ -54,7 +54,6 @@ const ALONE = QUICK ? 3 : num('--alone', 10);
 const ROUNDS = QUICK ? 3 : num('--rounds', 10);
 const ZIPF_S = 1.1;
 const SECTION = '## Cold starts';
-const { begin: BEGIN, end: END } = docMarkers('catalog');
 const HOME = path.join(bench.work, 'home');
 
 // ---- the catalogue --------------------------------------------------------------------------
@@ -267,23 +266,17 @@ async function main(): Promise<void> {
     const warm = side.mix.filter((c) => !c.cold).map((c) => c.ms);
     lines.push(`| ${label} | ${side.mix.length} | ${fmt((cold.length / side.mix.length) * 100, 1)} % | ${ms(p(all, 50))} | ${ms(p(all, 99))} | ${ms(p(cold, 50))} | ${ms(p(cold, 99))} | ${ms(p(warm, 50))} | ${side.mix.filter((c) => !c.ok).length} |`);
   }
-  const block = [
-    BEGIN,
-    '### Cold starts under a catalogue (`npm run bench:catalog`)',
-    '',
-    ...lines,
-    '',
-    `- **Setup:** ${CATALOG.length} algorithms (half Node, half Python, sleeping 5–50 ms), Zipf popularity s = ${ZIPF_S}; one server (bench/tenantsServer.ts), ${WORKERS} warm workers at most (4 per version); ALGOHOST_PRESTART=2 against 0, alternated, ${REPS} of each.`,
-    `- **Code:** ${codeVersion()}.`,
-    `- **Machine:** ${machineBase()}.`,
-    ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise: noise() }),
-    commandLine('catalog', process.argv.slice(2).length ? ` with \`${process.argv.slice(2).join(' ')}\`` : ''),
-    '',
-    END,
-  ].join('\n');
-  process.stdout.write('\n' + lines.join('\n') + '\n');
-  writeDocBlock(block, { begin: BEGIN, end: END, initial: '# Performance\n', section: SECTION });
-  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+  writeReport({
+    name: 'catalog',
+    section: SECTION,
+    heading: '### Cold starts under a catalogue (`npm run bench:catalog`)',
+    lines: [...lines, ''],
+    setup: [
+      `- **Setup:** ${CATALOG.length} algorithms (half Node, half Python, sleeping 5–50 ms), Zipf popularity s = ${ZIPF_S}; one server (bench/tenantsServer.ts), ${WORKERS} warm workers at most (4 per version); ALGOHOST_PRESTART=2 against 0, alternated, ${REPS} of each.`,
+    ],
+    run: { seconds, load0, idleAtStart, noise: noise() },
+    log,
+  });
 }
 
 await bench.run(main);

@@ -239,3 +239,39 @@ export function writeDocBlock(block: string, where: DocBlock, file = DOC): void 
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, doc);
 }
+
+/**
+ * A benchmark's report: `lines` to stdout, and to docs/performance.md between its markers under
+ * `section`, after `heading` and followed by `setup` lines, the code, the machine, the run's
+ * date and noise and its command line (with the arguments it was given).
+ */
+export function writeReport(o: {
+  name: string;
+  section: string;
+  heading: string;
+  lines: string[];
+  setup: string[];
+  code?: string;
+  run: { seconds: number; load0: number; idleAtStart: number; noise: string };
+  log: (line: string) => void;
+}): void {
+  const { begin, end } = docMarkers(o.name);
+  const args = process.argv.slice(2);
+  const block = [
+    begin,
+    o.heading,
+    '',
+    ...o.lines,
+    ...o.setup,
+    `- **Code:** ${o.code ?? codeVersion()}.`,
+    `- **Machine:** ${machineBase()}.`,
+    ...runLines({ ...o.run, load1: os.loadavg()[0]! }),
+    commandLine(o.name, args.length ? ` with \`${args.join(' ')}\`` : ''),
+    '',
+    end,
+  ].join('\n');
+  process.stdout.write('\n' + o.lines.join('\n') + '\n');
+  writeDocBlock(block, { begin, end, initial: '# Performance\n', section: o.section });
+  o.log(`wrote ${path.relative(REPO, DOC)} (${fmt(o.run.seconds, 0)} s)`);
+}
+

@@ -37,9 +37,9 @@ import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
 import { argOf, baseTree } from './baseTree.ts';
-import { codeVersion, commandLine, createBench, docMarkers, fmt, machineBase, noiseMeter, picker, QUICK, runLines, sleep, waitForQuiet, writeDocBlock, DOC } from './common.ts';
+import { codeVersion, createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
 import { median, percentile } from './load.ts';
-import { REPO, spawnServer, type ServerProc } from './procs.ts';
+import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('tenants');
 const { log } = bench;
@@ -58,7 +58,6 @@ const QUEUE = num('--queue', 1000);
 /** A call not answered in this long is counted as timed out. */
 const CALL_TIMEOUT_MS = 60_000;
 const SECTION = '## Tenants';
-const { begin: BEGIN, end: END } = docMarkers('tenants');
 const HOME = path.join(bench.work, 'home');
 
 // ---- the algorithms ------------------------------------------------------------------------
@@ -277,25 +276,21 @@ async function main(): Promise<void> {
       '',
     );
   }
-  const block = [
-    BEGIN,
-    `### Tenants (\`npm run bench:tenants\`)`,
-    '',
-    ...lines,
-    `- **Setup:** one server (bench/tenantsServer.ts), ${WORKERS} workers (${WORKERS} per version), queue ${QUEUE} in all and ${PER_CALLER} per caller; ${CALLERS} users with a key each; ` +
-      `algorithms ${MIX.map((a) => `${a.name} (${a.sleepMs} ms, weight ${a.weight})`).join(', ')}, Node, each call picking one by weight.`,
-    `- **Load:** 49 well-behaved callers, each sending open-loop (Poisson) at ${fmt(LOAD * 100, 0)} % of the measured capacity ÷ 49; in the flood phases the 50th caller sends at ${FLOOD} × capacity ÷ ${CALLERS}. ` +
-      `Quiet and flood phases of ${SECONDS} s alternate, ${REPS} of each (order rotated), 2 s apart; percentiles pooled over a side's phases; latency from the request to the end of the answer (fetch, keep-alive).`,
-    `- **Code:** ${codeVersion()}${withBase ? `; the reference tree from ${argOf('--rev') ?? argOf('--base')}` : ''}.`,
-    `- **Machine:** ${machineBase()}.`,
-    ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise: noise() }),
-    commandLine('tenants', process.argv.slice(2).length ? ` with \`${process.argv.slice(2).join(' ')}\`` : ''),
-    '',
-    END,
-  ].join('\n');
-  process.stdout.write('\n' + lines.join('\n') + '\n');
-  writeDocBlock(block, { begin: BEGIN, end: END, initial: '# Performance\n', section: SECTION });
-  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+  writeReport({
+    name: 'tenants',
+    section: SECTION,
+    heading: '### Tenants (`npm run bench:tenants`)',
+    lines,
+    setup: [
+      `- **Setup:** one server (bench/tenantsServer.ts), ${WORKERS} workers (${WORKERS} per version), queue ${QUEUE} in all and ${PER_CALLER} per caller; ${CALLERS} users with a key each; ` +
+        `algorithms ${MIX.map((a) => `${a.name} (${a.sleepMs} ms, weight ${a.weight})`).join(', ')}, Node, each call picking one by weight.`,
+      `- **Load:** 49 well-behaved callers, each sending open-loop (Poisson) at ${fmt(LOAD * 100, 0)} % of the measured capacity ÷ 49; in the flood phases the 50th caller sends at ${FLOOD} × capacity ÷ ${CALLERS}. ` +
+        `Quiet and flood phases of ${SECONDS} s alternate, ${REPS} of each (order rotated), 2 s apart; percentiles pooled over a side's phases; latency from the request to the end of the answer (fetch, keep-alive).`,
+    ],
+    code: `${codeVersion()}${withBase ? `; the reference tree from ${argOf('--rev') ?? argOf('--base')}` : ''}`,
+    run: { seconds, load0, idleAtStart, noise: noise() },
+    log,
+  });
 }
 
 await bench.run(main);

@@ -101,7 +101,8 @@ const EXIT_WAIT_MS = 500;
 /** Waits between attempts to remove a group whose processes are still being reaped. */
 const REMOVE_DELAYS_MS = [0, 2, 5, 10, 20, 50, 100, 200, 300, 500, 1000, 1000, 1000, 1000];
 
-function pidAlive(pid: number): boolean {
+/** Whether a process of this pid exists (EPERM: it does, someone else's). */
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { pidAlive } from './cgroup.ts';
 import type { RunnerKind } from './contract.ts';
 import type { Worker } from './worker.ts';
 
@@ -81,7 +82,7 @@ export class Spares {
       await fs.promises.mkdir(this.options.dir, { recursive: true, mode: 0o755 });
       for (const name of await fs.promises.readdir(this.options.dir)) {
         const pid = Number(name.split('-')[1]);
-        if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && !alive(pid)) {
+        if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && !pidAlive(pid)) {
           await fs.promises.rm(path.join(this.options.dir, name), { recursive: true, force: true });
         }
       }
@@ -255,28 +256,3 @@ export async function linkTree(tree: Tree, from: string, to: string): Promise<vo
   ]);
 }
 
-/** Whether a process of this pid exists (the server of a spare's directory). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** linkTree for a small build, without a trip to the thread pool per entry (each costs far more than the work). */
-function linkTreeNow(tree: Tree, from: string, to: string): void {
-  const modeOf = (rel: string) => fs.statSync(path.join(from, rel)).mode & 0o7777;
-  for (const d of tree.dirs) fs.mkdirSync(path.join(to, d), { mode: modeOf(d) });
-  for (const f of tree.files) {
-    try {
-      fs.linkSync(path.join(from, f), path.join(to, f));
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
-      fs.copyFileSync(path.join(from, f), path.join(to, f));
-      fs.chmodSync(path.join(to, f), modeOf(f));
-    }
-  }
-  for (const l of tree.links) fs.symlinkSync(fs.readlinkSync(path.join(from, l)), path.join(to, l));
-}
