@@ -12,7 +12,7 @@ const USAGE = `usage:
   algohost trial cluster [--dir DIR] [--port N] [--workers N] [--json]
   algohost cluster status [--json]
   algohost user create NAME [--password-stdin] [--home DIR] [--init]
-  algohost user password NAME [--home DIR]
+  algohost user password NAME [--password-stdin] [--home DIR]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
   algohost user limits NAME [--calls-per-min N] [--burst N] [--concurrency N]
@@ -28,8 +28,8 @@ The admin commands (user, key) work on the home named by --home or ALGOHOST_HOME
 with --init. They may run beside a server on the same home.
 
 A user signs in to the web console with a password: --password-stdin reads it from standard
-input (its first line), and user password sets a new one the same way, or asks for it twice
-without echo in a terminal. A user without a password uses API keys only.
+input (its first line), and user password sets a new one the same way (with or without
+--password-stdin), or asks for it twice without echo in a terminal. A user without a password uses API keys only.
 
 user limits shows a user's call limits and quotas (and what they used of the quotas), or
 sets their own: N a number (0: no limit), or default for the operator's (ALGOHOST_LIMIT_*);
@@ -129,7 +129,7 @@ async function main(argv: string[]): Promise<number> {
     throw new UsageError('--init is for the admin commands; serve creates its home when it is new');
   }
   if (values.role !== undefined && command !== 'serve') throw new UsageError('--role is for serve');
-  if (values['password-stdin'] && !(command === 'user' && sub === 'create')) throw new UsageError('--password-stdin is for user create (user password reads standard input anyway)');
+  if (values['password-stdin'] && !(command === 'user' && (sub === 'create' || sub === 'password'))) throw new UsageError('--password-stdin is for user create and user password');
   switch (command) {
     case 'serve': {
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
