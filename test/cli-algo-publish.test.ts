@@ -283,8 +283,8 @@ test('run: an input the algorithm does not take gets the flag that sends what it
   // -d guesses: 17 parses as JSON, which this algorithm refuses.
   const guessed = await algo(['run', 'alice/TextOnly', '-d', '17']);
   assert.equal(guessed.code, 1);
-  assert.match(guessed.stderr, /apply\(\) functions do not match input data: the input is a JSON number; this algorithm accepts text/);
-  assert.match(guessed.stderr, /hint: -d sent the input as JSON \(it parses as JSON\), and the algorithm takes text: send it with -t TEXT or -T FILE\n/);
+  // The error, then the hint that explains it.
+  assert.match(guessed.stderr, /^algo run: InputError: apply\(\) functions do not match input data: the input is a JSON number; this algorithm accepts text[^\n]*\nhint: -d sent the input as JSON \(it parses as JSON\), and the algorithm takes text: send it with -t TEXT or -T FILE\n$/);
   assert.equal((await ok(['run', 'alice/TextOnly', '-t', '17'])).stdout, 'got 17\n');
   const bytes = await algo(['run', 'alice/TextOnly', '-b', 'x']);
   assert.equal(bytes.code, 1);

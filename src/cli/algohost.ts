@@ -227,7 +227,8 @@ main(process.argv.slice(2)).then(
   },
   (err: unknown) => {
     if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-      process.stderr.write(`algohost: ${(err as Error).message}\n${USAGE}\n`);
+      // The one line that says what is wrong, and where the whole usage is (not all of it).
+      process.stderr.write(`algohost: ${(err as Error).message}\nsee \`algohost --help\`\n`);
       process.exitCode = 2;
     } else if (err instanceof AppError || err instanceof ConfigError || err instanceof HomeError || (err as Error).name === 'MoveError') {
       process.stderr.write(`algohost: ${(err as Error).message}\n`);
