@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, loadMoveConfig } from '../config.ts';
+import { ConfigError, loadConfig, loadMoveConfig, type Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { keyCommand, userCommand } from './admin.ts';
 import { adminHome, HomeError } from '../home.ts';
@@ -171,12 +171,39 @@ async function clusterStatusCommand(asJson: boolean): Promise<number> {
   const { clusterStatus, formatStatus } = await import('../cluster/status.ts');
   const key = requireClusterKey(config, 'cluster status');
   const nc = await connectNats(config.natsUrl, config.natsAuth, 'algohost cluster status', 'admin');
+  let status;
   try {
-    const status = await clusterStatus(nc, key);
-    process.stdout.write((asJson ? JSON.stringify(status) : formatStatus(status)) + '\n');
-    return 0;
+    status = await clusterStatus(nc, key);
   } finally {
     await nc.close();
+  }
+  const names = await warmBuildNames(config, status.nodes.flatMap((n) => Object.keys(n.warm)));
+  process.stdout.write((asJson ? JSON.stringify({ ...status, names: Object.fromEntries(names) }) : formatStatus(status, names)) + '\n');
+  return 0;
+}
+
+/**
+ * The warm builds' owner/name/version from the shared database (ALGOHOST_DATABASE_URL); none
+ * without it, or when it does not answer: the table then shows the builds' keys, and says why.
+ */
+async function warmBuildNames(config: Config, keys: string[]): Promise<Map<string, string>> {
+  if (keys.length === 0) return new Map();
+  if (!config.database) {
+    process.stderr.write('algohost: warm builds are shown by algorithm id and build hash: set ALGOHOST_DATABASE_URL for their names\n');
+    return new Map();
+  }
+  const { openMetadataStore } = await import('../store/backends.ts');
+  const { warmNames } = await import('./clusterNames.ts');
+  try {
+    const store = await openMetadataStore(config, { migrate: false });
+    try {
+      return await warmNames(store.db, keys);
+    } finally {
+      await store.close();
+    }
+  } catch (err) {
+    process.stderr.write(`algohost: warm builds are shown by algorithm id and build hash: the database did not answer (${(err as Error).message})\n`);
+    return new Map();
   }
 }
 
