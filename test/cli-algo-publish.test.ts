@@ -146,7 +146,7 @@ async function lifecycle(lang: Lang, options: { withOwner: boolean; jsonPublish:
   const curl = /^ {2}(curl .*)$/m.exec(first.stdout)?.[1];
   assert.ok(curl, first.stdout);
   // (spawned, not spawnSync: the server runs in this process and must keep answering)
-  const sh = spawn('/bin/sh', ['-c', `${curl} -sS`], { env: { PATH: process.env.PATH, ALGOHOST_API_KEY: aliceKey }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const sh = spawn('/bin/sh', ['-c', `${curl} -sS`], { env: { PATH: process.env.PATH, ALGORITHMIA_API_KEY: aliceKey }, stdio: ['ignore', 'pipe', 'inherit'] });
   let called = '';
   sh.stdout.setEncoding('utf8').on('data', (t: string) => (called += t));
   assert.equal(await within(new Promise((resolve) => sh.once('close', resolve)), 60_000, 'curl did not finish'), 0);

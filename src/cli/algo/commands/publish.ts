@@ -239,7 +239,7 @@ version and prints it with a curl line that calls it.
         publicVersion = v.version_info.semantic_version;
       }
     }
-    const curl = `curl -H "Authorization: Simple $ALGOHOST_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
+    const curl = `curl -H "Authorization: Simple $ALGORITHMIA_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
     const others =
       visibility === 'public'
         ? ''
@@ -248,7 +248,7 @@ version and prints it with a curl line that calls it.
           : `\nOnly you can call it (as ${ref}/${semver}, ${ref}/latestPrivate, or ${ref}); ${ref} has no public version, so others cannot call it.`;
     ctx.result(
       { algorithm: ref, created, version: semver, build_id: version.version_info.git_hash, callability: visibility, public_version: publicVersion, source, build_log: log, curl },
-      () => `Published ${ref} ${semver} (${visibility})${others}\nCall it (with ALGOHOST_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
+      () => `Published ${ref} ${semver} (${visibility})${others}\nCall it (with ALGORITHMIA_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
     );
   },
 };
