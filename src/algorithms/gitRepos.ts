@@ -276,7 +276,7 @@ export class GitRepos {
     const { build } = await this.builds.compile(principal, algo.owner, algo.name);
     if (build.status === 'succeeded') {
       say(`build ${build.hash} succeeded`);
-      say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
+      say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish --build latest, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
     } else {
       say(`build ${build.hash} FAILED; its log:`);
       const lines = build.logs.trimEnd().split('\n');
