@@ -10,7 +10,8 @@ import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
-import type { AlgorithmFiles, BuildService } from './builds.ts';
+import type { BuildService } from './builds.ts';
+import type { AlgorithmFiles } from './files.ts';
 
 const run = promisify(execFile);
 const GIT = '/usr/bin/git';

@@ -220,7 +220,7 @@ async function move(values: { home?: string | undefined; to?: string | undefined
   say(`moving the home ${source.home} to ${redactUrl(target.database!.url)} and ${target.blobs!.display}`);
   const { HomeLock } = await import('../home.ts');
   const { createServices } = await import('../services.ts');
-  const { moveHome } = await import('../store/move.ts');
+  const { moveHome } = await import('../move.ts');
   const lock = HomeLock.acquire(source.home);
   try {
     const from = await createServices(source);

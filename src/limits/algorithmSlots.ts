@@ -1,4 +1,4 @@
-import { LimitError } from './limits.ts';
+import { LimitError } from './refusal.ts';
 
 /**
  * An owner's cap on one algorithm's calls under way, every caller's together
