@@ -160,8 +160,7 @@ version and prints it with a curl line that calls it.
                                uploading or building: after a \`git push\` (which builds what
                                it pushed), or a compile; DIR is read for its manifest only
   --summary TEXT               one line on what it does, for its marketplace card (default:
-                               the manifest's "summary"; asked for at a terminal when a new
-                               algorithm has none)
+                               the manifest's "summary", which \`algo init\` asks for)
   --major|--minor|--revision   which part of the version to bump (default --minor;
                                the first version is 1.0.0, 0.1.0 or 0.0.1)
   --public|--private           who may call this version (default: the algorithm's setting,
@@ -199,7 +198,7 @@ version and prints it with a curl line that calls it.
     const lang = latestBuild && langText === undefined ? undefined : language(langText, args.string('language') !== undefined ? '--language' : `"language" in ${MANIFEST}`);
     const owner = await resolveUser(ctx, args.string('owner') ?? manifest.owner, '--owner');
     const summaryFlag = args.string('summary');
-    let summary = summaryFlag !== undefined ? checkSummary(summaryFlag, '--summary') : typeof manifest.summary === 'string' ? checkSummary(manifest.summary, `"summary" in ${MANIFEST}`) : undefined;
+    const summary = summaryFlag !== undefined ? checkSummary(summaryFlag, '--summary') : typeof manifest.summary === 'string' ? checkSummary(manifest.summary, `"summary" in ${MANIFEST}`) : undefined;
 
     const client = ctx.client();
     const algo = client.algo(`${owner}/${name}`);
@@ -213,7 +212,6 @@ version and prints it with a curl line that calls it.
     }
     if (!existing && (latestBuild || !lang)) throw new CliError(`${ref} does not exist, so it has no build: publish ${shellQuote(path.relative(process.cwd(), dir) || '.')} without --build to upload and build it`);
     if (!existing) {
-      summary ??= await askSummary(ctx, ref);
       // --private is about the version published now, not the algorithm: created public, its
       // later public versions reach others (an algorithm created private never would).
       await algo.create({ details: { label: name, ...(summary ? { summary } : {}) }, settings: { language: lang } });
