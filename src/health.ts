@@ -1,5 +1,5 @@
 import { AppError } from './errors.ts';
-import { blobDriver } from './store/backends.ts';
+import { blobDriver } from './data/blobBackends.ts';
 import type { Services } from './services.ts';
 import type { BackendHealth, Health } from '../client/src/types.ts';
 

@@ -15,7 +15,7 @@ import { NatsExecutor } from './cluster/natsExecutor.ts';
 import { WorkerNode } from './cluster/workerNode.ts';
 import { JetStreamQueue } from './cluster/asyncQueue.ts';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { healthReport, networkWarning } from './health.ts';
 import { listenMetrics } from './http/metrics.ts';
 
@@ -26,6 +26,12 @@ const DEMO_USER = 'demo';
  * home, listen, and on SIGTERM/SIGINT stop taking requests, finish the ones in flight, exit.
  */
 export async function serve(config: Config, out: NodeJS.WritableStream = process.stderr, role: 'all' | 'api' = 'all'): Promise<void> {
+  // A port taken by another program stops the start before anything is made: the home, its
+  // demo user and key are made only by a start that can serve them.
+  const portTaken = await listenProblem(config.port, config.host);
+  if (portTaken) throw listenError(portTaken, config);
+  const metricsTaken = config.metricsAddr && (await listenProblem(config.metricsAddr.port, config.metricsAddr.host));
+  if (metricsTaken) throw metricsListenError(metricsTaken, config.metricsAddr!);
   const logger = pino({ level: config.logLevel, ...LOG_OPTIONS });
   // An API node sends every call to worker nodes over NATS (docs/cluster.md).
   const cluster = role === 'api' ? requireCluster(config, 'serve --role api') : undefined;
@@ -341,6 +347,19 @@ function metricsListenError(err: NodeJS.ErrnoException, addr: { host: string; po
 }
 
 /** What a person does about a port the server cannot listen on, in one line. */
+/**
+ * Why listening on host:port fails now (EADDRINUSE, EACCES, ...), or undefined: tried, and let go
+ * at once (port 0 always works). The real listen still answers for a port taken meanwhile.
+ */
+function listenProblem(port: number, host: string): Promise<NodeJS.ErrnoException | undefined> {
+  if (port === 0) return Promise.resolve(undefined);
+  const probe = net.createServer();
+  return new Promise((resolve) => {
+    probe.once('error', (err: NodeJS.ErrnoException) => resolve(err));
+    probe.listen({ port, host, exclusive: true }, () => probe.close(() => resolve(undefined)));
+  });
+}
+
 function listenError(err: NodeJS.ErrnoException, config: Config): Error {
   const where = `port ${config.port} on ${config.host}`;
   const fix = 'choose another with --port N or ALGOHOST_PORT';

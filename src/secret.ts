@@ -1,7 +1,6 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { MetadataStore } from './store/db.ts';
 
 /** The `meta` row that holds the secret where the store is shared. */
 export const SECRET_KEY = 'server_secret';
@@ -35,18 +34,18 @@ export class ServerSecret {
     return new ServerSecret(master);
   }
 
+  /** A new secret's value as the shared store keeps it (base64). */
+  static fresh(): string {
+    return crypto.randomBytes(32).toString('base64');
+  }
+
   /**
    * Where several servers share one metadata store they must share the secret too (a list
-   * marker made by one is read by another): it is kept in the store's `meta` table, made by
-   * whichever server comes first.
+   * marker made by one is read by another): it is kept in the store's `meta` table under
+   * SECRET_KEY, made by whichever server comes first (services.ts reads it: this module stays
+   * below the store, and knows nothing of it).
    */
-  static async fromStore(store: MetadataStore): Promise<ServerSecret> {
-    const read = async () => (await store.db.selectFrom('meta').select('value').where('key', '=', SECRET_KEY).executeTakeFirst())?.value;
-    let value = await read();
-    if (value === undefined) {
-      await store.db.insertInto('meta').values({ key: SECRET_KEY, value: crypto.randomBytes(32).toString('base64') }).onConflict((oc) => oc.column('key').doNothing()).execute();
-      value = (await read())!;
-    }
+  static fromShared(value: string): ServerSecret {
     const master = Buffer.from(value, 'base64');
     if (master.length < 32) throw new Error(`the server secret in the metadata store (meta.${SECRET_KEY}) is damaged; restore it from backup`);
     return new ServerSecret(master);

@@ -1,9 +1,11 @@
 import path from 'node:path';
 import type { Config } from './config.ts';
 import type { MetadataStore } from './store/db.ts';
-import { blobDriver, openBlobStore, openMetadataStore } from './store/backends.ts';
+import { openMetadataStore } from './store/backends.ts';
+import { blobDriver, openBlobStore } from './data/blobBackends.ts';
 import { AlgorithmArtifacts } from './algorithms/artifacts.ts';
-import { ServerSecret } from './secret.ts';
+import { ServerSecret, SECRET_KEY } from './secret.ts';
+import { sharedMetaValue } from './store/meta.ts';
 import { KeyService } from './auth/keyService.ts';
 import { UserService } from './auth/users.ts';
 import { SessionService } from './auth/sessions.ts';
@@ -20,7 +22,8 @@ import type { Executor } from './runtime/contract.ts';
 import { AsyncCalls, LocalQueue, type AsyncQueue } from './algorithms/asyncCalls.ts';
 import { Builder } from './algorithms/builder.ts';
 import { BuildNetwork } from './algorithms/buildNetwork.ts';
-import { AlgorithmFiles, BuildService } from './algorithms/builds.ts';
+import { BuildService } from './algorithms/builds.ts';
+import { AlgorithmFiles } from './algorithms/files.ts';
 import { ReleaseService } from './algorithms/releases.ts';
 import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
@@ -149,7 +152,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   try {
     blobs = openBlobStore(config);
     await blobs.check();
-    secret = store.dialect === 'sqlite' ? ServerSecret.loadOrCreate(config.home) : await ServerSecret.fromStore(store);
+    secret = store.dialect === 'sqlite' ? ServerSecret.loadOrCreate(config.home) : ServerSecret.fromShared(await sharedMetaValue(store.db, SECRET_KEY, ServerSecret.fresh));
   } catch (err) {
     await store.close();
     throw err;

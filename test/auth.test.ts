@@ -54,6 +54,21 @@ describe('authentication', () => {
     }
   });
 
+  test('the message speaks of the key\'s shape only when the shape is wrong', async () => {
+    const message = async (key: string) => (await json(await fetch(`${s.url}/v1/data/.my`, { headers: { authorization: `Simple ${key}` } }))).error.message as string;
+    // Shaped like a key, but no key of this server: nothing about the shape.
+    const unknown = await message('simAAAAAAAAAAAAAAAAAAAAAAAAA');
+    assert.doesNotMatch(unknown, /28 characters|starting with/);
+    assert.match(unknown, /^API key not recognised: no key of this server/);
+    // Shaped wrong: says how, and what a key looks like.
+    assert.equal(await message(`${aliceKey}x`), 'API key not recognised: it has 29 characters; keys are 28 characters starting with "sim"');
+    assert.equal(await message('nope'), 'API key not recognised: it has 4 characters; keys are 28 characters starting with "sim"');
+    assert.equal(await message(`xyz${aliceKey.slice(3)}`), 'API key not recognised: it does not start with "sim"; keys are 28 characters starting with "sim"');
+    // `Authorization: Simple $KEY` with KEY unset.
+    assert.match(await message(''), /^API key not recognised: the Authorization header has "Simple" but no key after it \(is the variable holding the key set\?\)/);
+    assert.equal(await message(`${aliceKey.slice(0, 27)}-`), 'API key not recognised: it holds characters other than letters and digits; keys are 28 characters starting with "sim"');
+  });
+
   test('an unknown scheme is refused with a message saying what to send', async () => {
     const res = await fetch(`${s.url}/v1/data/.my`, { headers: { authorization: `Basic a b` } });
     assert.equal(res.status, 401);

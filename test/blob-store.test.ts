@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { Readable } from 'node:stream';
 import { loadConfig } from '../src/config.ts';
-import { openBlobStore } from '../src/store/backends.ts';
+import { openBlobStore } from '../src/data/blobBackends.ts';
 import { BlobMissingError, type BlobStore } from '../src/data/blobStore.ts';
 import { AppError } from '../src/errors.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';

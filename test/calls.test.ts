@@ -184,6 +184,38 @@ describe('inputs and results', () => {
   });
 });
 
+describe('how an algorithm exports apply', () => {
+  // Each style as users write it; every one answers `<style>:<input>`, through a real build and a
+  // real sandboxed call. A default export that is itself a function inherits
+  // Function.prototype.apply: it must be taken as the function, not that inherited member.
+  const STYLES: Record<string, Record<string, string>> = {
+    Named: { 'src/index.js': "export function apply(input) { return 'named:' + input; }\n" },
+    DefaultFunction: { 'src/index.js': "export default function apply(input) { return 'default function:' + input; }\n" },
+    DefaultAnonymous: { 'src/index.js': "export default (input) => 'default arrow:' + input;\n" },
+    DefaultObject: { 'src/index.js': "export default { prefix: 'default object:', apply(input) { return this.prefix + input; } };\n" },
+    DefaultInstance: { 'src/index.js': "class Algo { apply(input) { return 'class instance:' + input; } }\nexport default new Algo();\n" },
+    CommonJs: { 'src/index.js': "exports.apply = function (input) { return 'commonjs:' + input; };\n" },
+    ModuleExports: { 'src/index.js': "module.exports = function apply(input) { return 'module.exports:' + input; };\n" },
+    Async: { 'src/index.js': "export default async function apply(input) { await new Promise((r) => setTimeout(r, 5)); return 'async:' + input; }\n" },
+    Callback: { 'src/index.js': "export default function apply(input, cb) { setTimeout(() => cb(null, 'callback:' + input), 5); }\n" },
+  };
+  const expected: Record<string, string> = {
+    Named: 'named', DefaultFunction: 'default function', DefaultAnonymous: 'default arrow', DefaultObject: 'default object',
+    DefaultInstance: 'class instance', CommonJs: 'commonjs', ModuleExports: 'module.exports', Async: 'async', Callback: 'callback',
+  };
+
+  test('named, default function or object, class instance, CommonJS, async and callback styles all answer', async () => {
+    for (const [name, files] of Object.entries(STYLES)) {
+      await release(alice, 'alice', `Style${name}`, files, { settings: { language: 'javascript' } });
+    }
+    for (const name of Object.keys(STYLES)) {
+      const body = await json(await callAlgo(bob, `alice/Style${name}`, 'x'));
+      assert.equal(body.error, undefined, `${name}: ${JSON.stringify(body.error)}`);
+      assert.equal(body.result, `${expected[name]}:x`, name);
+    }
+  });
+});
+
 describe('failures are outcomes: HTTP 200 with an error', () => {
   test('an exception: message, AlgorithmError, stack trace for the owner only (closed source)', async () => {
     let r = await kinds(alice, 'fail');

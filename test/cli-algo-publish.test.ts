@@ -146,7 +146,7 @@ async function lifecycle(lang: Lang, options: { withOwner: boolean; jsonPublish:
   const curl = /^ {2}(curl .*)$/m.exec(first.stdout)?.[1];
   assert.ok(curl, first.stdout);
   // (spawned, not spawnSync: the server runs in this process and must keep answering)
-  const sh = spawn('/bin/sh', ['-c', `${curl} -sS`], { env: { PATH: process.env.PATH, ALGOHOST_API_KEY: aliceKey }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const sh = spawn('/bin/sh', ['-c', `${curl} -sS`], { env: { PATH: process.env.PATH, ALGORITHMIA_API_KEY: aliceKey }, stdio: ['ignore', 'pipe', 'inherit'] });
   let called = '';
   sh.stdout.setEncoding('utf8').on('data', (t: string) => (called += t));
   assert.equal(await within(new Promise((resolve) => sh.once('close', resolve)), 60_000, 'curl did not finish'), 0);
@@ -283,8 +283,8 @@ test('run: an input the algorithm does not take gets the flag that sends what it
   // -d guesses: 17 parses as JSON, which this algorithm refuses.
   const guessed = await algo(['run', 'alice/TextOnly', '-d', '17']);
   assert.equal(guessed.code, 1);
-  assert.match(guessed.stderr, /apply\(\) functions do not match input data: the input is a JSON number; this algorithm accepts text/);
-  assert.match(guessed.stderr, /hint: -d sent the input as JSON \(it parses as JSON\), and the algorithm takes text: send it with -t TEXT or -T FILE\n/);
+  // The error, then the hint that explains it.
+  assert.match(guessed.stderr, /^algo run: InputError: apply\(\) functions do not match input data: the input is a JSON number; this algorithm accepts text[^\n]*\nhint: -d sent the input as JSON \(it parses as JSON\), and the algorithm takes text: send it with -t TEXT or -T FILE\n$/);
   assert.equal((await ok(['run', 'alice/TextOnly', '-t', '17'])).stdout, 'got 17\n');
   const bytes = await algo(['run', 'alice/TextOnly', '-b', 'x']);
   assert.equal(bytes.code, 1);
@@ -381,4 +381,80 @@ test('publish follows a running build\'s log: its first step shows while the bui
   assert.ok(stepShownAt !== undefined, `no build step on stderr:\n${stderr}`);
   assert.ok(exitedAt - stepShownAt >= 1000, `the step appeared only ${exitedAt - stepShownAt} ms before the end: the log was not followed\n${stderr}`);
   assert.equal(stderr.split('$ npm install').length, 2, 'each line of the log is shown once');
+});
+
+/** `git ARGS` in `cwd`: no prompts, no user config. */
+function git(args: string[], cwd: string): Promise<{ code: number; out: string }> {
+  const env = { PATH: '/usr/bin:/bin', HOME: home, GIT_TERMINAL_PROMPT: '0', GIT_CONFIG_NOSYSTEM: '1', GIT_AUTHOR_NAME: 'Alice', GIT_AUTHOR_EMAIL: 'alice@example.com', GIT_COMMITTER_NAME: 'Alice', GIT_COMMITTER_EMAIL: 'alice@example.com' };
+  return new Promise((resolve) => {
+    const child = spawn('/usr/bin/git', args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+    child.stderr.setEncoding('utf8').on('data', (t: string) => (out += t));
+    child.once('close', (code) => resolve({ code: code ?? 1, out }));
+  });
+}
+
+test('after a git push (which builds), publish --build latest publishes that build as it stands: nothing uploaded or built again', { skip: !fs.existsSync('/usr/lib/git-core/git-http-backend') && 'git is not installed' }, async () => {
+  await ok(['init', 'Pushed', '--language', 'javascript']);
+  await ok(['publish', 'Pushed']);
+  const u = new URL(s.node);
+  const cloned = await git(['clone', `http://alice:${aliceKey}@${u.host}/git/alice/Pushed.git`, 'pushed-clone'], home);
+  assert.equal(cloned.code, 0, cloned.out);
+  const clone = at('pushed-clone');
+  fs.writeFileSync(path.join(clone, 'src/Pushed.js'), "exports.apply = function (input, cb) { cb(null, 'pushed ' + input); };\n");
+  assert.equal((await git(['commit', '-qam', 'say pushed'], clone)).code, 0);
+  const pushed = await git(['push', 'origin', 'HEAD'], clone);
+  assert.equal(pushed.code, 0, pushed.out);
+  const hash = /remote: algohost: build ([0-9a-f]{40}) succeeded/.exec(pushed.out)?.[1];
+  assert.ok(hash, pushed.out);
+
+  // The clone is the directory to publish from: its manifest came with the source.
+  const r = await ok(['publish', 'pushed-clone', '--build', 'latest']);
+  assert.doesNotMatch(r.stderr, /Uploaded|build succeeded/, 'nothing uploaded or built again');
+  assert.match(r.stderr, new RegExp(`Published the latest build, ${hash.slice(0, 12)}, as it stands`));
+  assert.match(r.stdout, /^Published alice\/Pushed 0\.2\.0 \(public\)\n/);
+  const asJson = JSON.parse((await ok(['--json', 'versions', 'alice/Pushed'])).stdout) as { version_info: { semantic_version: string; git_hash: string } }[];
+  assert.equal(asJson.find((v) => v.version_info.semantic_version === '0.2.0')?.version_info.git_hash, hash);
+  assert.equal((await ok(['run', 'alice/Pushed/0.2.0', '-t', 'x'])).stdout, 'pushed x\n');
+
+  // Twice: the server says it is published already. An algorithm that does not exist has no build.
+  const again = await algo(['publish', 'pushed-clone', '--build', 'latest']);
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /already published as version 0\.2\.0/);
+  const none = await algo(['publish', 'pushed-clone', '--name', 'NeverMade', '--build', 'latest']);
+  assert.equal(none.code, 1);
+  assert.match(none.stderr, /^algo publish: alice\/NeverMade does not exist, so it has no build: publish pushed-clone without --build to upload and build it\n$/);
+  assert.equal((await algo(['publish', 'pushed-clone', '--build', 'abc123'])).code, 2);
+});
+
+test('a summary for the marketplace card: asked by init at a terminal, given by --summary, carried by the manifest to publish', async () => {
+  const algohost = (p: string) => fetch(`${s.url}${p}`, { headers: { authorization: `Simple ${aliceKey}` } }).then((r) => r.json() as Promise<{ details: { summary?: string } }>);
+  // At a terminal, init asks; the answer goes into the manifest, and publish onto the card.
+  const stdin = Object.assign(new PassThrough(), { isTTY: true, setRawMode: () => stdin });
+  const stdout = Object.assign(new PassThrough(), { isTTY: true });
+  const stderr = Object.assign(new PassThrough(), { isTTY: true });
+  let err = '';
+  stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
+  stdout.resume();
+  stdin.write('Counts the words of a text\n');
+  const code = await main(['init', 'Asked', '--language', 'javascript', '--dir', at('Asked')], { HOME: home }, { stdin, stdout, stderr });
+  assert.equal(code, 0, err);
+  assert.match(err, /Summary of Asked, one line for its marketplace card \(Enter to skip\): /);
+  assert.equal(JSON.parse(fs.readFileSync(at('Asked', 'algohost.json'), 'utf8')).summary, 'Counts the words of a text');
+  await ok(['publish', 'Asked']);
+  assert.equal((await algohost('/v1/algorithms/alice/Asked')).details.summary, 'Counts the words of a text');
+
+  // Not at a terminal (a script), nothing is asked; --summary gives it, and changes it later.
+  await ok(['init', 'Given', '--language', 'python3', '--summary', 'Sorts things']);
+  assert.equal(JSON.parse(fs.readFileSync(at('Given', 'algohost.json'), 'utf8')).summary, 'Sorts things');
+  await ok(['publish', 'Given']);
+  assert.equal((await algohost('/v1/algorithms/alice/Given')).details.summary, 'Sorts things');
+  fs.appendFileSync(at('Given', 'README.md'), '\nStably.\n');
+  const changed = await ok(['publish', 'Given', '--summary', 'Sorts things, stably']);
+  assert.match(changed.stderr, /alice\/Given: summary set to "Sorts things, stably"/);
+  assert.equal((await algohost('/v1/algorithms/alice/Given')).details.summary, 'Sorts things, stably');
+  const multi = await algo(['init', 'Bad', '--language', 'python3', '--summary', 'two\nlines']);
+  assert.equal(multi.code, 2);
+  assert.match(multi.stderr, /--summary is one line of 200 characters at most/);
 });

@@ -163,7 +163,7 @@ test('auth: a malformed key, a rejected key, an unreachable server or missing an
   const badFlag = await algo(h, ['auth', '--api-key', 'abc']);
   assert.equal(badFlag.code, 2);
   assert.match(badFlag.stderr, /--api-key: an API key starts with "sim"/);
-  assert.match(badFlag.stderr, /usage: algo \[--profile NAME\] auth/);
+  assert.match(badFlag.stderr, /\nsee `algo auth --help`\n$/);
 
   assert.equal(fs.readFileSync(configFile(h), 'utf8'), before, 'the profile file did not change');
 });
@@ -291,6 +291,10 @@ test('exit codes and messages: usage 2, server refusals 1, no profile and a bad 
     [['run', 'alice/X', '-D', 'missing.txt'], 1, /missing\.txt: no such file or directory/],
     [['keys', '--user', 'bob'], 1, /you can only manage your own keys \(you are alice\)/],
   ];
+  // A usage mistake: its one line, then where the usage is (not the usage's 25 lines).
+  const badJson = await algo(h, ['run', 'alice/X', '-j', '{nope']);
+  assert.match(badJson.stderr, /^algo run: -j: the input is not valid JSON[^\n]*\nsee `algo run --help`\n$/);
+  assert.equal((await algo(h, ['frobnicate'])).stderr, 'algo: unknown command "frobnicate"\nsee `algo --help` (it lists the commands)\n');
   const bare = await algo(h, []);
   assert.equal(bare.code, 2);
   assert.match(bare.stdout, /^usage: algo \[--profile NAME\] \[--json\] <command>/);

@@ -219,7 +219,11 @@ test('admin CLI manages users and keys on the home of a running server', async (
 
     const unknown = await runCli(['frobnicate'], home);
     assert.equal(unknown.code, 2);
-    assert.match(unknown.stderr, /unknown command "frobnicate"/);
+    // The one line that says what is wrong and where the usage is, not the whole usage text.
+    assert.equal(unknown.stderr, 'algohost: unknown command "frobnicate"\nsee `algohost --help`\n');
+    const noNats = await runCli(['cluster', 'status'], home, undefined, { ALGOHOST_NATS_URL: '' });
+    assert.equal(noNats.code, 2);
+    assert.equal(noNats.stderr, 'algohost: cluster status needs ALGOHOST_NATS_URL: the NATS server of the cluster\nsee `algohost --help`\n');
     const unknownSub = await runCli(['user', 'frobnicate'], home);
     assert.equal(unknownSub.code, 2);
     assert.match(unknownSub.stderr, /unknown user command/);

@@ -346,6 +346,11 @@ describe('an API node and a worker node over NATS', { skip }, () => {
       assert.deepEqual(s.async, { waiting: 0, running: 0 });
       const table = await runCli(['cluster', 'status'], home(), WAIT_MS, admin);
       assert.match(table.stdout, /1 API node\(s\), 2 worker node\(s\)/);
+      // A warm build by the name a person knows it by (from the shared database), not its key.
+      assert.match(table.stdout, / alice\/Kinds\/\d+\.\d+\.\d+ ×\d+/, table.stdout);
+      assert.doesNotMatch(table.stdout, /\d+:[0-9a-f]{12}/, table.stdout);
+      const [warmKey] = Object.keys(s.nodes.find((n) => Object.keys(n.warm).length > 0)!.warm);
+      assert.match((JSON.parse(status.stdout) as { names: Record<string, string> }).names[warmKey!]!, /^alice\/Kinds\/\d+\.\d+\.\d+$/);
       assert.match(table.stdout, /async queue: 0 waiting, 0 running/);
     } finally {
       w.child.kill('SIGTERM');

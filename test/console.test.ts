@@ -59,6 +59,28 @@ async function signedIn(username: string, password: string, viewport = { width: 
   return page;
 }
 
+/**
+ * The words of an element's text that its layout breaks across lines (a word is letters and
+ * anything else but spaces: a URL is one word). Evaluated from a string: the page runs it as is.
+ */
+function brokenWords(page: Page, selector: string): Promise<string[]> {
+  return page.evaluate(`(() => {
+    const out = [];
+    for (const el of document.querySelectorAll(${JSON.stringify(selector)})) {
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        for (const m of n.textContent.matchAll(/\\S+/g)) {
+          const r = document.createRange();
+          r.setStart(n, m.index);
+          r.setEnd(n, m.index + m[0].length);
+          if (new Set([...r.getClientRects()].map((q) => Math.round(q.top))).size > 1) out.push(m[0]);
+        }
+      }
+    }
+    return out;
+  })()`) as Promise<string[]>;
+}
+
 /** The marketplace's status line once a listing is drawn: "N algorithms", "1 algorithm", "24+ algorithms". */
 const listed = (page: Page) => page.getByRole('status').filter({ hasText: /^\d+\+? algorithms?$/ });
 const catalogueShown = (page: Page) => listed(page).waitFor(WAIT);
@@ -74,7 +96,8 @@ describe('the web console in Chromium', { skip }, () => {
     await s.services.sessions.setPassword('bob', 'bob password');
     const demo = await s.services.keys.authenticate(`Simple ${demoKey}`);
     await publishDemoAlgorithms(demo, s.services, fs.mkdtempSync(path.join(s.home, 'demo-')));
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+    // algohost.test: another name for this machine, reached over plain HTTP (not a secure context).
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--host-resolver-rules=MAP algohost.test 127.0.0.1'] });
   });
   after(async () => {
     for (const c of contexts) await c.close().catch(() => undefined);
@@ -102,6 +125,37 @@ describe('the web console in Chromium', { skip }, () => {
     // The snippets name this server and this algorithm.
     assert.match((await page.locator('#snip-panel pre').textContent())!, new RegExp(`curl -X POST ${s.url.replace(/[.]/g, '\\.')}/v1/algo/demo/Hello/0\\.1\\.0`));
     await shot(page, 'algorithm');
+  });
+
+  test('over plain HTTP under another host name, sign-in is off, saying why and what to do instead', async () => {
+    const context = await browser.newContext();
+    contexts.push(context);
+    const page = await context.newPage();
+    const port = new URL(s.url).port;
+    const signIns: string[] = [];
+    page.on('request', (r) => {
+      if (new URL(r.url()).pathname === '/v1/session' && r.method() === 'POST') signIns.push(r.url());
+    });
+    await page.goto(`http://algohost.test:${port}/`);
+    const why = page.getByRole('alert');
+    await why.waitFor(WAIT);
+    const text = (await why.textContent())!;
+    assert.match(text, /Signing in cannot work here: this page came over plain HTTP from algohost\.test:\d+/);
+    assert.ok(text.includes(`ssh -L ${port}:127.0.0.1:${port} algohost.test`), text);
+    assert.ok(text.includes(`http://localhost:${port}/`), text);
+    for (const field of [page.getByLabel('User name'), page.getByLabel('Password'), page.getByRole('button', { name: 'Sign in' })]) {
+      assert.equal(await field.isDisabled(), true);
+    }
+    // Nothing to type in, nothing sent: no sign-in that would land on pages that cannot load.
+    await page.keyboard.press('Enter');
+    await page.waitForTimeout(200);
+    assert.deepEqual(signIns, []);
+    await shot(page, 'signin-insecure');
+    // The same server on 127.0.0.1 (a secure context): the form is on.
+    await page.goto(`http://127.0.0.1:${port}/`);
+    await page.getByLabel('User name').waitFor(WAIT);
+    assert.equal(await page.getByLabel('User name').isDisabled(), false);
+    assert.equal(await page.getByRole('alert').count(), 0);
   });
 
   test('the API reference: the server\'s own OpenAPI document, operations by tag with parameters, bodies and answers, nothing from elsewhere', async () => {
@@ -417,6 +471,16 @@ describe('the web console in Chromium', { skip }, () => {
     const mine = page.getByRole('region', { name: 'Your calls' });
     await mine.getByRole('row', { name: /demo\/Hello\/0\.1\.0/ }).waitFor(WAIT);
     assert.equal(await mine.locator('svg[role=img]').count(), 1, 'a chart');
+    // On a scale: 0, half and the top, a round number at or above the busiest day.
+    const ticks = await owner.locator('svg .scale text').allTextContents();
+    assert.equal(ticks.length, 3, ticks.join(', '));
+    assert.equal(ticks[0], '0 s');
+    const topTick = Number(ticks[2]!.replace(/[ s,]/g, ''));
+    const mantissa = topTick / 10 ** Math.floor(Math.log10(topTick));
+    assert.ok(topTick >= seconds / 31 && [1, 2, 2.5, 5].some((m) => Math.abs(mantissa - m) < 1e-9), `top tick ${ticks[2]}`);
+    // The period's selector is as wide as its choices, not the page.
+    const period = (await page.getByLabel('Period').boundingBox())!;
+    assert.ok(period.width < 250, `the period selector is ${period.width}px wide`);
     await shot(page, 'usage');
     // Bob sees his own calls, and none of alice's.
     const bob = await signedIn('bob', 'bob password');
@@ -510,6 +574,22 @@ setTimeout(() => document.getElementById('f').submit(), 300);
     } finally {
       evil.close();
     }
+  });
+
+  test('on a phone-sized screen, a key\'s name and the curl snippet\'s address are never broken mid-word', async () => {
+    await api(s.url, bobKey)('/v1/users/bob/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'continuous integration runner' }) });
+    const page = await signedIn('bob', 'bob password', { width: 390, height: 844 });
+    await page.goto(`${s.url}/#/keys`);
+    await page.getByRole('rowheader', { name: 'continuous integration runner' }).waitFor(WAIT);
+    assert.deepEqual(await brokenWords(page, 'tbody th'), []);
+    await page.goto(`${s.url}/#/algorithms/demo/Hello`);
+    await page.locator('#snip-panel pre').waitFor(WAIT);
+    assert.match((await page.locator('#snip-panel pre').textContent())!, /\/v1\/algo\/demo\/Hello/);
+    assert.deepEqual(await brokenWords(page, '#snip-panel pre'), []);
+    // It scrolls inside its box: the page itself still fits the screen.
+    const overflow = (await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')) as number;
+    assert.ok(overflow <= 0, `no sideways scrolling (${overflow}px)`);
+    await shot(page, 'phone-snippet');
   });
 
   test('on a phone-sized screen, the pages fit and work from the keyboard', async () => {

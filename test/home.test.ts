@@ -197,18 +197,26 @@ test('admin commands find the home in this directory or a parent, and make a new
   assert.match(wrong.stderr, /--init is for the admin commands/);
 });
 
-test('a port already in use is one line naming the port and the setting, and the home is left free', async () => {
+test('a port already in use is one line naming the port and the setting, and makes nothing: no new home, no demo user', async () => {
   const blocker = net.createServer();
   await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
   const port = (blocker.address() as net.AddressInfo).port;
-  const home = scratch();
+  const dir = scratch();
+  const home = path.join(dir, 'new-home');
   try {
-    const r = await algohost(['serve', '--port', String(port), '--host', '127.0.0.1', '--home', home, '--no-demo'], home);
+    // With the demo on, as a first start is: it would make the home, the demo user and its key.
+    const r = await algohost(['serve', '--port', String(port), '--host', '127.0.0.1', '--home', home], dir);
     assert.equal(r.code, 1);
     assert.equal(
       r.stderr,
       `algohost: port ${port} on 127.0.0.1 is already in use by another program; stop it or choose another with --port N or ALGOHOST_PORT\n`,
     );
+    assert.equal(fs.existsSync(home), false, 'a start that cannot listen made the home');
+    // The metrics address is checked as early.
+    const m = await algohost(['serve', '--port', '0', '--host', '127.0.0.1', '--home', home], dir, { ALGOHOST_METRICS_ADDR: `127.0.0.1:${port}` });
+    assert.equal(m.code, 1);
+    assert.match(m.stderr, new RegExp(`^algohost: ALGOHOST_METRICS_ADDR 127\\.0\\.0\\.1:${port}: the port is already in use`));
+    assert.equal(fs.existsSync(home), false, 'a start that cannot listen for metrics made the home');
   } finally {
     blocker.close();
   }

@@ -488,7 +488,7 @@ test('with ALGOHOST_TRUST_PROXY, failures count per client address: ten from one
   }
 });
 
-test('the admin CLI: user create --password-stdin and user password set what the console signs in with', async () => {
+test('the admin CLI: user create --password-stdin and user password (with or without it) set what the console signs in with', async () => {
   const home = tempHome('algohost-cli-pw-');
   const made = await runCli(['user', 'create', 'frank', '--password-stdin', '--init'], home, undefined, {}, 'frank password 1\n');
   assert.equal(made.code, 0, made.stderr);
@@ -498,6 +498,10 @@ test('the admin CLI: user create --password-stdin and user password set what the
   assert.match(short.stderr, /too short/);
   const changed = await runCli(['user', 'password', 'frank'], home, undefined, {}, 'frank password 2\n');
   assert.equal(changed.code, 0, changed.stderr);
+  // The flag the README pairs with user create is taken by user password too.
+  const flagged = await runCli(['user', 'password', 'frank', '--password-stdin'], home, undefined, {}, 'frank password 3\n');
+  assert.equal(flagged.code, 0, flagged.stderr);
+  assert.equal(JSON.parse(flagged.stdout).password_set, true);
   const unknown = await runCli(['user', 'password', 'nobody'], home, undefined, {}, 'whatever password\n');
   assert.notEqual(unknown.code, 0);
   assert.match(unknown.stderr, /no user named "nobody"/);
@@ -509,7 +513,8 @@ test('the admin CLI: user create --password-stdin and user password set what the
     const signIn = (password: string) =>
       fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'frank', password }) });
     assert.equal((await signIn('frank password 1')).status, 401);
-    assert.equal((await signIn('frank password 2')).status, 200);
+    assert.equal((await signIn('frank password 2')).status, 401);
+    assert.equal((await signIn('frank password 3')).status, 200);
   } finally {
     await s.close();
   }

@@ -6,7 +6,7 @@ import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { openBlobStream, type BlobStore } from '../data/blobStore.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
-import type { AlgorithmFiles } from './builds.ts';
+import type { AlgorithmFiles } from './files.ts';
 
 export type ArtifactKind = 'source' | 'build';
 

@@ -5,6 +5,7 @@ import { isOwner } from '../data/acl.ts';
 import { BuildMissingError, ExecutorBusyError, targetKey, WorkerLostError, WorkerStartError, type ContentType, type Executor, type Outcome, type RunTarget } from '../runtime/contract.ts';
 import type { CallTarget, ReleaseService } from './releases.ts';
 import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostRequests.ts';
+import type { CallLog } from './callLog.ts';
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
@@ -14,10 +15,6 @@ export const MAX_TIMEOUT_S = 3000;
 /** `output=void` calls under way at once, server-wide. */
 export const MAX_DETACHED = 32;
 
-/** Where a call logs what went wrong outside the algorithm (a request's logger). */
-export interface CallLog {
-  warn(obj: object, msg: string): void;
-}
 
 export interface CallRequest {
   owner: string;

@@ -10,7 +10,8 @@ import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import { isOwner } from '../data/acl.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
-import type { AlgorithmFiles, BuildService } from './builds.ts';
+import type { BuildService } from './builds.ts';
+import type { AlgorithmFiles } from './files.ts';
 
 const run = promisify(execFile);
 const GIT = '/usr/bin/git';
@@ -276,7 +277,7 @@ export class GitRepos {
     const { build } = await this.builds.compile(principal, algo.owner, algo.name);
     if (build.status === 'succeeded') {
       say(`build ${build.hash} succeeded`);
-      say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
+      say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish --build latest, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
     } else {
       say(`build ${build.hash} FAILED; its log:`);
       const lines = build.logs.trimEnd().split('\n');

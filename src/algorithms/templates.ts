@@ -68,8 +68,8 @@ export function entryFile(language: Language, name?: string): string {
  * the manifest `algo publish` reads. `algo init` writes it, and the environments' template
  * archives (GET /v1/algorithm-environments/.../template) carry it, unnamed.
  */
-export function starterFiles(language: Language, name?: string, owner?: string): Record<string, string> {
-  const manifest = { ...(name ? { name } : {}), language, ...(owner ? { owner } : {}), test_input: 'input.json' };
+export function starterFiles(language: Language, name?: string, owner?: string, summary?: string): Record<string, string> {
+  const manifest = { ...(name ? { name } : {}), language, ...(owner ? { owner } : {}), ...(summary ? { summary } : {}), test_input: 'input.json' };
   return {
     ...templateFiles(language, name),
     'input.json': '"world"\n',
@@ -99,7 +99,7 @@ A ${language} algorithm for algohost, made from its starter template. It answers
 - \`${entry}\`: the entry point, ${how}.
 - Dependencies: ${deps}.
 - \`input.json\`: a test input.
-- \`${MANIFEST}\`: the algorithm's name and language (and owner, if given), read by \`algo publish\`.
+- \`${MANIFEST}\`: the algorithm's name and language (and owner and summary, if given), read by \`algo publish\`.
 ${naming}
 Publish it: the first time this creates the algorithm; every time, it uploads this directory,
 builds it, shows the build log and publishes a new version.

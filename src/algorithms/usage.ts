@@ -2,7 +2,7 @@ import { AppError } from '../errors.ts';
 import type { UsageDay, UsageReport, UsageSection } from '../../client/src/types.ts';
 import type { Outcome } from '../runtime/contract.ts';
 import type { MetadataStore } from '../store/db.ts';
-import type { CallLog } from './calls.ts';
+import type { CallLog } from './callLog.ts';
 import type { CallTarget } from './releases.ts';
 import type { ComputeMeter } from '../limits/compute.ts';
 

@@ -41,6 +41,16 @@ function toRecord(row: KeyRow): KeyRecord {
   };
 }
 
+/** What is wrong with a key that does not have a key's shape, then what a key looks like. */
+function misshapen(key: string): string {
+  const shape = 'keys are 28 characters starting with "sim"';
+  // "Authorization: Simple $KEY" with $KEY unset arrives as the scheme alone.
+  if (/^(simple|bearer)$/i.test(key)) return `the Authorization header has "${key}" but no key after it (is the variable holding the key set?); ${shape}`;
+  if (key.length !== 28) return `it has ${key.length} characters; ${shape}`;
+  if (!key.startsWith('sim')) return `it does not start with "sim"; ${shape}`;
+  return `it holds characters other than letters and digits; ${shape}`;
+}
+
 export class KeyService {
   private readonly db: Db;
   private readonly byHash;
@@ -81,13 +91,11 @@ export class KeyService {
   async authenticate(authorization: string | undefined, at?: string): Promise<Principal> {
     const key = keyFromAuthorization(authorization);
     if (key === undefined) throw new AppError('auth_required', 'authorization required');
-    if (!API_KEY_PATTERN.test(key)) {
-      throw new AppError('invalid_api_key', 'API key not recognised: keys are 28 characters starting with "sim"');
-    }
+    if (!API_KEY_PATTERN.test(key)) throw new AppError('invalid_api_key', `API key not recognised: ${misshapen(key)}`);
     const hash = hashApiKey(key);
     const found = await this.principals.get(hash, async () => {
       const [row] = await this.byHash([hash]);
-      if (!row) return { refused: new AppError('invalid_api_key', 'API key not recognised') };
+      if (!row) return { refused: new AppError('invalid_api_key', 'API key not recognised: no key of this server has that value (made on another server, or deleted?)') };
       if (row.revoked_at !== null) return { refused: new AppError('api_key_revoked', 'this API key was revoked; use another key') };
       // Shared by every request made with this key until the store changes: frozen.
       return Object.freeze({

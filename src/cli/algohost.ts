@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, loadMoveConfig } from '../config.ts';
+import { ConfigError, loadConfig, loadMoveConfig, type Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { keyCommand, userCommand } from './admin.ts';
 import { adminHome, HomeError } from '../home.ts';
@@ -12,7 +12,7 @@ const USAGE = `usage:
   algohost trial cluster [--dir DIR] [--port N] [--workers N] [--json]
   algohost cluster status [--json]
   algohost user create NAME [--password-stdin] [--home DIR] [--init]
-  algohost user password NAME [--home DIR]
+  algohost user password NAME [--password-stdin] [--home DIR]
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
   algohost user limits NAME [--calls-per-min N] [--burst N] [--concurrency N]
@@ -28,8 +28,8 @@ The admin commands (user, key) work on the home named by --home or ALGOHOST_HOME
 with --init. They may run beside a server on the same home.
 
 A user signs in to the web console with a password: --password-stdin reads it from standard
-input (its first line), and user password sets a new one the same way, or asks for it twice
-without echo in a terminal. A user without a password uses API keys only.
+input (its first line), and user password sets a new one the same way (with or without
+--password-stdin), or asks for it twice without echo in a terminal. A user without a password uses API keys only.
 
 user limits shows a user's call limits and quotas (and what they used of the quotas), or
 sets their own: N a number (0: no limit), or default for the operator's (ALGOHOST_LIMIT_*);
@@ -129,7 +129,7 @@ async function main(argv: string[]): Promise<number> {
     throw new UsageError('--init is for the admin commands; serve creates its home when it is new');
   }
   if (values.role !== undefined && command !== 'serve') throw new UsageError('--role is for serve');
-  if (values['password-stdin'] && !(command === 'user' && sub === 'create')) throw new UsageError('--password-stdin is for user create (user password reads standard input anyway)');
+  if (values['password-stdin'] && !(command === 'user' && (sub === 'create' || sub === 'password'))) throw new UsageError('--password-stdin is for user create and user password');
   switch (command) {
     case 'serve': {
       if (sub !== undefined) throw new UsageError(`serve takes no arguments, got "${sub}"`);
@@ -171,12 +171,39 @@ async function clusterStatusCommand(asJson: boolean): Promise<number> {
   const { clusterStatus, formatStatus } = await import('../cluster/status.ts');
   const key = requireClusterKey(config, 'cluster status');
   const nc = await connectNats(config.natsUrl, config.natsAuth, 'algohost cluster status', 'admin');
+  let status;
   try {
-    const status = await clusterStatus(nc, key);
-    process.stdout.write((asJson ? JSON.stringify(status) : formatStatus(status)) + '\n');
-    return 0;
+    status = await clusterStatus(nc, key);
   } finally {
     await nc.close();
+  }
+  const names = await warmBuildNames(config, status.nodes.flatMap((n) => Object.keys(n.warm)));
+  process.stdout.write((asJson ? JSON.stringify({ ...status, names: Object.fromEntries(names) }) : formatStatus(status, names)) + '\n');
+  return 0;
+}
+
+/**
+ * The warm builds' owner/name/version from the shared database (ALGOHOST_DATABASE_URL); none
+ * without it, or when it does not answer: the table then shows the builds' keys, and says why.
+ */
+async function warmBuildNames(config: Config, keys: string[]): Promise<Map<string, string>> {
+  if (keys.length === 0) return new Map();
+  if (!config.database) {
+    process.stderr.write('algohost: warm builds are shown by algorithm id and build hash: set ALGOHOST_DATABASE_URL for their names\n');
+    return new Map();
+  }
+  const { openMetadataStore } = await import('../store/backends.ts');
+  const { warmNames } = await import('./clusterNames.ts');
+  try {
+    const store = await openMetadataStore(config, { migrate: false });
+    try {
+      return await warmNames(store.db, keys);
+    } finally {
+      await store.close();
+    }
+  } catch (err) {
+    process.stderr.write(`algohost: warm builds are shown by algorithm id and build hash: the database did not answer (${(err as Error).message})\n`);
+    return new Map();
   }
 }
 
@@ -193,7 +220,7 @@ async function move(values: { home?: string | undefined; to?: string | undefined
   say(`moving the home ${source.home} to ${redactUrl(target.database!.url)} and ${target.blobs!.display}`);
   const { HomeLock } = await import('../home.ts');
   const { createServices } = await import('../services.ts');
-  const { moveHome } = await import('../store/move.ts');
+  const { moveHome } = await import('../move.ts');
   const lock = HomeLock.acquire(source.home);
   try {
     const from = await createServices(source);
@@ -227,7 +254,8 @@ main(process.argv.slice(2)).then(
   },
   (err: unknown) => {
     if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-      process.stderr.write(`algohost: ${(err as Error).message}\n${USAGE}\n`);
+      // The one line that says what is wrong, and where the whole usage is (not all of it).
+      process.stderr.write(`algohost: ${(err as Error).message}\nsee \`algohost --help\`\n`);
       process.exitCode = 2;
     } else if (err instanceof AppError || err instanceof ConfigError || err instanceof HomeError || (err as Error).name === 'MoveError') {
       process.stderr.write(`algohost: ${(err as Error).message}\n`);

@@ -21,7 +21,7 @@ import { probeFence } from '../runtime/egressFence.ts';
 import { seccompProgram } from '../runtime/seccomp.ts';
 import { GIT_HTTP_BACKEND } from '../algorithms/gitRepos.ts';
 import { BuildNetwork } from '../algorithms/buildNetwork.ts';
-import { openBlobStore } from '../store/backends.ts';
+import { openBlobStore } from '../data/blobBackends.ts';
 import { connectNats, redactNatsUrl } from '../cluster/nats.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';

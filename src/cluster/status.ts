@@ -42,11 +42,14 @@ export async function clusterStatus(nc: NatsConnection, key: ClusterKey, listenM
   return { nodes: [...nodes.values()].sort((a, b) => order[a.role] - order[b.role] || a.host.localeCompare(b.host) || a.node.localeCompare(b.node)), async };
 }
 
-/** The status as a table for a terminal. */
-export function formatStatus(s: ClusterStatus): string {
-  const rows = [['NODE', 'ROLE', 'HOST', 'RUNNING', 'FREE', 'STATE', 'WARM (algorithm:build ×idle)']];
+/**
+ * The status as a table for a terminal; a warm build by its name in `names` (owner/name/version,
+ * keyed as the beats key them), else by its key (algorithm id:build hash, shortened).
+ */
+export function formatStatus(s: ClusterStatus, names: ReadonlyMap<string, string> = new Map()): string {
+  const rows = [['NODE', 'ROLE', 'HOST', 'RUNNING', 'FREE', 'STATE', 'WARM (algorithm ×idle)']];
   for (const n of s.nodes) {
-    const warm = Object.entries(n.warm).map(([k, v]) => `${k.replace(/:([0-9a-f]{12})[0-9a-f]*$/, ':$1')} ×${v}`);
+    const warm = Object.entries(n.warm).map(([k, v]) => `${names.get(k) ?? k.replace(/:([0-9a-f]{12})[0-9a-f]*/, ':$1')} ×${v}`);
     rows.push([n.node, n.role, n.host, String(n.running), n.role === 'worker' ? String(n.free) : '-', n.draining ? 'draining' : 'up', warm.join(', ') || '-']);
   }
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));

@@ -1,4 +1,4 @@
-import { LimitError } from './limits.ts';
+import { LimitError } from './refusal.ts';
 import type { SharedLimitStore } from './shared.ts';
 
 /** The store every API node counts in (PostgreSQL), and this node's name there. */

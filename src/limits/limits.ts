@@ -1,9 +1,11 @@
-import { AppError } from '../errors.ts';
 import { TokenBucket } from './bucket.ts';
 import type { KeyLimits } from '../../client/src/types.ts';
 import { monthBounds, type ComputeMeter } from './compute.ts';
 import { AlgorithmSlots } from './algorithmSlots.ts';
 import type { SharedLimitStore } from './shared.ts';
+import { LimitError, type CallLimits } from './refusal.ts';
+
+export { LimitError, type CallLimits, type LimitCode } from './refusal.ts';
 
 /**
  * Call limits (docs/limits.md): how many calls a minute (a token bucket with a burst) and how
@@ -13,14 +15,6 @@ import type { SharedLimitStore } from './shared.ts';
  * This module is below the domain: CallService asks it to admit each call, synchronously (the
  * warm call's path awaits nothing), and it answers with a release or a LimitError.
  */
-
-/** Limits in force for one scope; 0 is none. */
-export interface CallLimits {
-  callsPerMin: number;
-  /** Calls that may come at once after a quiet spell: the bucket's size. */
-  burst: number;
-  concurrency: number;
-}
 
 /** A user's own values, as stored (null: the operator's default). */
 export interface LimitSettings {
@@ -63,21 +57,6 @@ export function resolveLimits(operator: CallLimits, own: Pick<LimitSettings, 'ca
     burst: callsPerMin === 0 ? 0 : burst > 0 ? burst : defaultBurst(callsPerMin),
     concurrency: own?.concurrency ?? operator.concurrency,
   };
-}
-
-/** Which limit a call ran into. */
-export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'compute_quota_exceeded';
-
-/**
- * A call refused by a limit: 429 with the limit's name, Retry-After, and the RateLimit-Policy
- * and RateLimit fields of draft-ietf-httpapi-ratelimit-headers (a policy `calls`: q calls per
- * w = 60 s; r left, t seconds until more).
- */
-export class LimitError extends AppError {
-  constructor(code: LimitCode, message: string, headers: [string, string][], extra: Record<string, unknown>) {
-    super(code, message, extra);
-    this.headers = headers;
-  }
 }
 
 /** Tokens this process took from a shared bucket (SharedLimitStore.take). */

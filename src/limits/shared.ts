@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { MetadataStore } from '../store/db.ts';
-import type { CallLimits } from './limits.ts';
+import type { CallLimits } from './refusal.ts';
 
 /**
  * Call limits held across the API nodes of a deployment on PostgreSQL (docs/limits.md "Across

@@ -78,7 +78,7 @@ export function Keys({ me }: { me: string }) {
           <tbody>
             {keys.data.map((k) => (
               <tr key={k.id}>
-                <th scope="row">{k.name}</th>
+                <th scope="row" class="name">{k.name}</th>
                 <td>
                   <code>{k.prefix}…</code>
                 </td>

@@ -13,32 +13,55 @@ function daysBetween(from: string, to: string): string[] {
 
 const secs = (s: number) => (s < 10 ? s.toFixed(3) : s < 1000 ? s.toFixed(1) : Math.round(s).toLocaleString());
 
-/** Compute seconds per day as bars; the table below says the same in words. */
+/** The smallest 1, 2, 2.5 or 5 times a power of ten at or above v: the y axis's top. */
+function axisTop(v: number): number {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((t) => t >= v * (1 - 1e-9))!;
+}
+
+/** A tick's label: three significant digits at most, no trailing zeros. */
+const tick = (v: number) => `${Number(v.toPrecision(3)).toLocaleString()} s`;
+
+/** Compute seconds per day as bars on a scale; the table below says the same in words. */
 function Chart({ days, rows, label }: { days: string[]; rows: UsageDay[]; label: string }) {
   const perDay = new Map<string, number>();
   for (const r of rows) perDay.set(r.day, (perDay.get(r.day) ?? 0) + r.seconds);
   const max = Math.max(0, ...perDay.values());
+  const top = axisTop(max);
+  const left = 64; // room for the scale's labels
   const w = 640;
   const h = 160;
-  const bw = w / Math.max(days.length, 1);
+  const pad = 8; // above the top tick, so its label is not cut
+  const bw = (w - left) / Math.max(days.length, 1);
+  const y = (v: number) => pad + h - (v / top) * h;
   return (
     <figure class="chart">
-      <svg viewBox={`0 0 ${w} ${h + 20}`} role="img" aria-label={`${label}: compute seconds per day, at most ${secs(max)} s in a day`}>
+      <svg viewBox={`0 0 ${w} ${pad + h + 20}`} role="img" aria-label={`${label}: compute seconds per day, at most ${secs(max)} s in a day`}>
+        {[0, top / 2, top].map((t) => (
+          <g key={t} class="scale">
+            <line class="grid" x1={left} y1={y(t)} x2={w} y2={y(t)} />
+            <text x={left - 6} y={y(t) + 4} class="tick" text-anchor="end">
+              {tick(t)}
+            </text>
+          </g>
+        ))}
         {days.map((d, i) => {
           const v = perDay.get(d) ?? 0;
-          const bh = max > 0 ? (v / max) * h : 0;
+          const bh = (v / top) * h;
           return (
             <g key={d}>
               <title>{`${d}: ${secs(v)} s`}</title>
-              <rect class="bar" x={i * bw + 1} y={h - bh} width={Math.max(bw - 2, 1)} height={bh} />
+              <rect class="bar" x={left + i * bw + 1} y={pad + h - bh} width={Math.max(bw - 2, 1)} height={bh} />
             </g>
           );
         })}
-        <line class="axis" x1={0} y1={h} x2={w} y2={h} />
-        <text x={0} y={h + 16} class="tick">
+        <line class="axis" x1={left} y1={pad} x2={left} y2={pad + h} />
+        <line class="axis" x1={left} y1={pad + h} x2={w} y2={pad + h} />
+        <text x={left} y={pad + h + 16} class="tick">
           {days[0]}
         </text>
-        <text x={w} y={h + 16} class="tick" text-anchor="end">
+        <text x={w} y={pad + h + 16} class="tick" text-anchor="end">
           {days[days.length - 1]}
         </text>
       </svg>
@@ -113,7 +136,7 @@ export function Usage({ me }: { me: string }) {
     <>
       <Title>Usage</Title>
       <p>Compute seconds (the time algorithms ran, what calls are billed by), per UTC day.</p>
-      <label>
+      <label class="inline">
         Period
         <select value={String(span)} onChange={(e) => setSpan(Number(e.currentTarget.value))}>
           <option value="7">last 7 days</option>

@@ -85,6 +85,9 @@ export class Context {
     this.io.stderr.write(`${line}\n`);
   }
 
+  /** A note that explains the error the command is about to fail with: printed after it. */
+  hint: string | undefined;
+
   /** A progress bar on stderr, only on a terminal and not with --json. */
   progress(label: string, total?: number, bytes = true): Progress {
     if (this.json || !this.io.stderr.isTTY) return SILENT;

@@ -43,7 +43,7 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
       tokens: true,
     });
   } catch (err) {
-    io.stderr.write(`algo: ${(err as Error).message}\n${GLOBAL_USAGE}\n`);
+    io.stderr.write(`algo: ${(err as Error).message}\n${seeHelp()}\n`);
     return EXIT.usage;
   }
   // Global flags end at the first positional (the command).
@@ -64,7 +64,7 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
   }
   const command = COMMANDS[name];
   if (!command) {
-    io.stderr.write(`algo: unknown command "${name}"\n${help()}`);
+    io.stderr.write(`algo: unknown command "${name}"\n${seeHelp()} (it lists the commands)\n`);
     return EXIT.usage;
   }
   // Global flags may also follow the command (`algo ls --json x`), up to a `--`.
@@ -72,7 +72,7 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
   try {
     ({ rest, late } = takeGlobals(rest, command.owns ?? []));
   } catch (err) {
-    io.stderr.write(`algo ${name}: ${(err as Error).message}\n${command.usage}\n`);
+    io.stderr.write(`algo ${name}: ${(err as Error).message}\n${seeHelp(name)}\n`);
     return EXIT.usage;
   }
   const profile = late.profile ?? (typeof globals.profile === 'string' ? globals.profile : env.ALGOHOST_PROFILE || 'default');
@@ -85,7 +85,7 @@ export async function main(argv: string[], env: Env, io: Io): Promise<number> {
     await command.run(ctx, rest);
     return EXIT.ok;
   } catch (err) {
-    return report(ctx, name, command, err);
+    return report(ctx, name, err);
   }
 }
 
@@ -112,12 +112,21 @@ function takeGlobals(args: string[], owns: readonly string[]): { rest: string[];
   return { rest, late };
 }
 
-/** One line a person can act on; the exit code says who was at fault. */
-function report(ctx: Context, name: string, command: Command, err: unknown): number {
+/** One line a person can act on, then the hint that explains it if any; the exit code says who was at fault. */
+function report(ctx: Context, name: string, err: unknown): number {
+  const code = explain(ctx, name, err);
+  if (ctx.hint) ctx.io.stderr.write(`${ctx.hint}\n`);
+  return code;
+}
+
+/** After a usage mistake: where the whole usage is, rather than all of it. */
+const seeHelp = (name?: string) => `see \`algo ${name ? `${name} ` : ''}--help\``;
+
+function explain(ctx: Context, name: string, err: unknown): number {
   const say = (message: string) => ctx.io.stderr.write(`algo ${name}: ${message}\n`);
   if (err instanceof UsageError) {
     say(err.message);
-    ctx.io.stderr.write(`${command.usage}\n`);
+    ctx.io.stderr.write(`${seeHelp(name)}\n`);
     return EXIT.usage;
   }
   if (err instanceof CliError) {

@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Transform, pipeline } from 'node:stream';
-import { ApiError, packDirectory, type Algorithm, type AlgorithmVersion, type Language, type VersionType } from '../../../../client/src/index.ts';
+import { ApiError, packDirectory, type Algorithm, type AlgorithmVersion, type Language, type SourceInfo, type VersionType } from '../../../../client/src/index.ts';
 import { MANIFEST, starterFiles, writeFiles } from '../../../algorithms/templates.ts';
 import { CliError, UsageError, type Command, type Context } from '../context.ts';
 import { size } from '../progress.ts';
+import { Prompter } from './prompt.ts';
 import { isJson, noMore, parseArgs, resolveUser, shellQuote, table, utf8 } from './common.ts';
 
 export { MANIFEST };
@@ -16,6 +17,32 @@ interface Manifest {
   owner?: string;
   /** A test input file, relative to the directory: the curl line `publish` prints sends it. */
   test_input?: string;
+  /** One line on what it does: the marketplace card shows it (the algorithm's details.summary). */
+  summary?: string;
+}
+
+/** Longest summary taken (the server takes more; a card shows a line or two). */
+const SUMMARY_MAX = 200;
+
+function checkSummary(value: string, flag: string): string {
+  const summary = value.trim();
+  if (summary.length > SUMMARY_MAX || /\p{Cc}/u.test(summary)) throw new UsageError(`${flag} is one line of ${SUMMARY_MAX} characters at most`);
+  return summary;
+}
+
+/**
+ * The summary asked for at a terminal (not with --json, nor when stdin is piped: scripts give
+ * --summary); undefined when it is not asked or left empty.
+ */
+async function askSummary(ctx: Context, name: string): Promise<string | undefined> {
+  if (ctx.json || ctx.io.stdin.isTTY !== true) return undefined;
+  const prompter = new Prompter(ctx.io);
+  try {
+    const answer = await prompter.ask(`Summary of ${name}, one line for its marketplace card (Enter to skip): `);
+    return answer === undefined || answer.trim() === '' ? undefined : checkSummary(answer, 'the summary');
+  } finally {
+    prompter.close();
+  }
 }
 
 const LANGUAGES: Record<string, Language> = {
@@ -37,13 +64,16 @@ function language(value: string | undefined, flag: string): Language {
 export const init: Command = {
   summary: 'make a directory with a runnable algorithm template',
   usage: `usage: algo init [owner/]<name> --language python3|javascript|typescript [--dir DIR]
+                 [--summary TEXT]
 
 Writes the language's template (answers "hello <input>"), a test input (input.json), a short
-README and ${MANIFEST} (name, language, owner if given) into DIR (default: ./<name>), which
-must not exist or be empty. Then \`algo publish DIR\`.`,
+README and ${MANIFEST} (name, language, owner and summary if given) into DIR (default:
+./<name>), which must not exist or be empty. Then \`algo publish DIR\`.
+  --summary TEXT   one line on what it does, shown on its marketplace card; asked for at a
+                   terminal when not given`,
 
   async run(ctx, argv) {
-    const args = parseArgs(argv, { language: { short: 'l', value: true }, dir: { value: true } });
+    const args = parseArgs(argv, { language: { short: 'l', value: true }, dir: { value: true }, summary: { value: true } });
     const ref = args.positionals[0];
     if (!ref) throw new UsageError('name the algorithm: algo init <name> --language ...');
     noMore(args, 1);
@@ -57,10 +87,12 @@ must not exist or be empty. Then \`algo publish DIR\`.`,
     if (fs.existsSync(dir) && (!fs.statSync(dir).isDirectory() || fs.readdirSync(dir).length > 0)) {
       throw new CliError(`${dir} already exists and is not an empty directory; choose another with --dir`);
     }
-    const files = starterFiles(lang, name, owner);
+    const given = args.string('summary');
+    const summary = given !== undefined ? checkSummary(given, '--summary') : await askSummary(ctx, name);
+    const files = starterFiles(lang, name, owner, summary || undefined);
     await writeFiles(dir, files);
     const rel = path.relative(process.cwd(), dir) || '.';
-    ctx.result({ dir, name, language: lang, owner: owner ?? null, files: Object.keys(files).sort() }, () =>
+    ctx.result({ dir, name, language: lang, owner: owner ?? null, summary: summary || null, files: Object.keys(files).sort() }, () =>
       `Created ${rel}/ (${lang}): ${Object.keys(files).sort().join(', ')}\nNext: algo publish ${shellQuote(rel)}`,
     );
   },
@@ -117,12 +149,18 @@ function counting(onBytes: (n: number) => void): Transform {
 export const publish: Command = {
   summary: 'upload a directory, build it and publish a new version (creating the algorithm if needed)',
   usage: `usage: algo publish [DIR] [--major|--minor|--revision] [--public|--private] [--owner NAME]
-                    [--name NAME] [--language LANG] [--notes TEXT]
+                    [--name NAME] [--language LANG] [--notes TEXT] [--summary TEXT]
+                    [--build latest]
 
 Reads DIR/${MANIFEST} (written by \`algo init\`; --name and --language stand in for it),
 creates the algorithm if it does not exist, uploads DIR (without node_modules and .git),
 builds it (the build log is shown; a failed build stops here), publishes the build as a new
 version and prints it with a curl line that calls it.
+  --build latest               publish the algorithm's latest build as it stands, without
+                               uploading or building: after a \`git push\` (which builds what
+                               it pushed), or a compile; DIR is read for its manifest only
+  --summary TEXT               one line on what it does, for its marketplace card (default:
+                               the manifest's "summary", which \`algo init\` asks for)
   --major|--minor|--revision   which part of the version to bump (default --minor;
                                the first version is 1.0.0, 0.1.0 or 0.0.1)
   --public|--private           who may call this version (default: the algorithm's setting,
@@ -137,7 +175,11 @@ version and prints it with a curl line that calls it.
     const args = parseArgs(argv, {
       major: {}, minor: {}, revision: {}, public: {}, private: {},
       owner: { value: true }, name: { value: true }, language: { short: 'l', value: true }, notes: { value: true },
+      summary: { value: true }, build: { value: true },
     });
+    const buildFlag = args.string('build');
+    if (buildFlag !== undefined && buildFlag !== 'latest') throw new UsageError(`--build takes latest (the algorithm's latest build), not "${buildFlag}"`);
+    const latestBuild = buildFlag === 'latest';
     noMore(args, 1);
     const bumps = (['major', 'minor', 'revision'] as const).filter((b) => args.flag(b));
     if (bumps.length > 1) throw new UsageError(`choose one of --${bumps.join(', --')}`);
@@ -152,8 +194,11 @@ version and prints it with a curl line that calls it.
     if (!name) throw new CliError(`no ${MANIFEST} in ${dir}: run \`algo init\`, or pass --name and --language`);
     if (!ALGORITHM_NAME.test(name)) throw new UsageError(`"${name}" is not an algorithm name: a letter, then letters, digits or "_"`);
     const langText = args.string('language') ?? manifest.language;
-    const lang = language(langText, args.string('language') !== undefined ? '--language' : `"language" in ${MANIFEST}`);
+    // --build latest publishes a build already made, in its own language: none is needed then.
+    const lang = latestBuild && langText === undefined ? undefined : language(langText, args.string('language') !== undefined ? '--language' : `"language" in ${MANIFEST}`);
     const owner = await resolveUser(ctx, args.string('owner') ?? manifest.owner, '--owner');
+    const summaryFlag = args.string('summary');
+    const summary = summaryFlag !== undefined ? checkSummary(summaryFlag, '--summary') : typeof manifest.summary === 'string' ? checkSummary(manifest.summary, `"summary" in ${MANIFEST}`) : undefined;
 
     const client = ctx.client();
     const algo = client.algo(`${owner}/${name}`);
@@ -165,65 +210,26 @@ version and prints it with a curl line that calls it.
     } catch (err) {
       if (!(err instanceof ApiError && err.code === 'algorithm_not_found')) throw err;
     }
+    if (!existing && (latestBuild || !lang)) throw new CliError(`${ref} does not exist, so it has no build: publish ${shellQuote(path.relative(process.cwd(), dir) || '.')} without --build to upload and build it`);
     if (!existing) {
       // --private is about the version published now, not the algorithm: created public, its
       // later public versions reach others (an algorithm created private never would).
-      await algo.create({ details: { label: name }, settings: { language: lang } });
+      await algo.create({ details: { label: name, ...(summary ? { summary } : {}) }, settings: { language: lang } });
       created = true;
       ctx.note(`Created ${ref} (${lang})`);
-    } else if (existing.settings.language !== lang) {
-      await algo.update({ settings: { language: lang } });
-      ctx.note(`${ref}: language changed from ${existing.settings.language} to ${lang}`);
-    }
-
-    // Upload: the archive is made as it is sent, so its size is only known at the end.
-    const upload = ctx.progress(`uploading ${ref}`);
-    let source;
-    try {
-      const archive = packDirectory(dir, { filter: (rel) => !rel.split('/').some((part) => SKIPPED.has(part)) });
-      const counted = counting((n) => upload.add(n));
-      // pipeline hands a packing error (an unreadable file) on to the upload, which fails with it.
-      pipeline(archive, counted, () => {});
-      source = await algo.uploadSource(counted);
-    } finally {
-      upload.done();
-    }
-    ctx.note(`Uploaded ${source.files} files (${size(source.bytes)})`);
-
-    // Build: the compile request answers when the build is done; meanwhile the build's log
-    // grows on the server and is followed here, so a long npm or pip install shows as it goes.
-    const started = Date.now();
-    const building = ctx.progress(`building ${ref}`, undefined, false);
-    const tick = setInterval(() => building.label(`building ${ref} ${Math.round((Date.now() - started) / 1000)}s`), 1000);
-    let shown = '';
-    const show = (text: string) => {
-      if (ctx.json || text === '') return;
-      building.done();
-      ctx.io.stderr.write(text);
-    };
-    const follower = followBuildLog(algo, started, (logSoFar) => {
-      if (logSoFar.startsWith(shown) && logSoFar.length > shown.length) {
-        show(logSoFar.slice(shown.length));
-        shown = logSoFar;
+    } else {
+      // The build is as it was made: its language is not changed under it.
+      const language = !latestBuild && lang && existing.settings.language !== lang ? lang : undefined;
+      const newSummary = summary !== undefined && summary !== (existing.details.summary ?? '') ? summary : undefined;
+      if (language !== undefined || newSummary !== undefined) {
+        await algo.update({ ...(language ? { settings: { language } } : {}), ...(newSummary !== undefined ? { details: { summary: newSummary } } : {}) });
       }
-    });
-    let build;
-    try {
-      build = await algo.compile();
-    } finally {
-      clearInterval(tick);
-      await follower.stop();
-      building.done();
+      if (language) ctx.note(`${ref}: language changed from ${existing.settings.language} to ${lang}`);
+      if (newSummary !== undefined) ctx.note(`${ref}: summary set to "${newSummary}"`);
     }
-    const log = build.compilation.output;
-    // What the follower did not show yet (or, if the log was cut to its head and tail meanwhile, all of it).
-    if (log.startsWith(shown)) show(log.slice(shown.length));
-    else show(`\n--- the whole build log ---\n${log}`);
-    if (!ctx.json && log && !log.endsWith('\n')) ctx.io.stderr.write('\n');
-    if (!build.compilation.successful) {
-      if (ctx.json) ctx.result({ algorithm: ref, created, build_id: build.version_info.git_hash, successful: false, build_log: log });
-      throw new CliError(`the build of ${ref} failed${ctx.json ? '' : ' (log above)'}; nothing was published`);
-    }
+
+    const built = latestBuild ? { source: null, log: null } : await uploadAndBuild(ctx, algo, ref, dir, created);
+    const { source, log } = built;
 
     const notes = args.string('notes');
     const version: AlgorithmVersion = await algo.publish({
@@ -231,6 +237,7 @@ version and prints it with a curl line that calls it.
       ...(callability ? { settings: { algorithm_callability: callability } } : {}),
     });
     const semver = version.version_info.semantic_version;
+    if (latestBuild) ctx.note(`Published the latest build, ${version.version_info.git_hash.slice(0, 12)}, as it stands (nothing uploaded or built)`);
     const visibility = version.settings.algorithm_callability;
     // What others call now: the latest public version (a private publish leaves it as it was).
     let publicVersion: string | null = null;
@@ -239,7 +246,7 @@ version and prints it with a curl line that calls it.
         publicVersion = v.version_info.semantic_version;
       }
     }
-    const curl = `curl -H "Authorization: Simple $ALGOHOST_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
+    const curl = `curl -H "Authorization: Simple $ALGORITHMIA_API_KEY" ${curlInput(dir, manifest.test_input)} ${client.baseUrl}/v1/algo/${ref}/${semver}`;
     const others =
       visibility === 'public'
         ? ''
@@ -248,10 +255,66 @@ version and prints it with a curl line that calls it.
           : `\nOnly you can call it (as ${ref}/${semver}, ${ref}/latestPrivate, or ${ref}); ${ref} has no public version, so others cannot call it.`;
     ctx.result(
       { algorithm: ref, created, version: semver, build_id: version.version_info.git_hash, callability: visibility, public_version: publicVersion, source, build_log: log, curl },
-      () => `Published ${ref} ${semver} (${visibility})${others}\nCall it (with ALGOHOST_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
+      () => `Published ${ref} ${semver} (${visibility})${others}\nCall it (with ALGORITHMIA_API_KEY set to a key):\n  ${curl}\nor: algo run ${ref}/${semver} -d world`,
     );
   },
 };
+
+type AlgoHandle = ReturnType<ReturnType<Context['client']>['algo']>;
+
+/** Uploads DIR and builds it, the build log shown as it grows; fails when the build does. */
+async function uploadAndBuild(ctx: Context, algo: AlgoHandle, ref: string, dir: string, created: boolean): Promise<{ source: SourceInfo; log: string }> {
+  // Upload: the archive is made as it is sent, so its size is only known at the end.
+  const upload = ctx.progress(`uploading ${ref}`);
+  let source;
+  try {
+    const archive = packDirectory(dir, { filter: (rel) => !rel.split('/').some((part) => SKIPPED.has(part)) });
+    const counted = counting((n) => upload.add(n));
+    // pipeline hands a packing error (an unreadable file) on to the upload, which fails with it.
+    pipeline(archive, counted, () => {});
+    source = await algo.uploadSource(counted);
+  } finally {
+    upload.done();
+  }
+  ctx.note(`Uploaded ${source.files} files (${size(source.bytes)})`);
+
+  // Build: the compile request answers when the build is done; meanwhile the build's log
+  // grows on the server and is followed here, so a long npm or pip install shows as it goes.
+  const started = Date.now();
+  const building = ctx.progress(`building ${ref}`, undefined, false);
+  const tick = setInterval(() => building.label(`building ${ref} ${Math.round((Date.now() - started) / 1000)}s`), 1000);
+  let shown = '';
+  const show = (text: string) => {
+    if (ctx.json || text === '') return;
+    building.done();
+    ctx.io.stderr.write(text);
+  };
+  const follower = followBuildLog(algo, started, (logSoFar) => {
+    if (logSoFar.startsWith(shown) && logSoFar.length > shown.length) {
+      show(logSoFar.slice(shown.length));
+      shown = logSoFar;
+    }
+  });
+  let build;
+  try {
+    build = await algo.compile();
+  } finally {
+    clearInterval(tick);
+    await follower.stop();
+    building.done();
+  }
+  const log = build.compilation.output;
+  // What the follower did not show yet (or, if the log was cut to its head and tail meanwhile, all of it).
+  if (log.startsWith(shown)) show(log.slice(shown.length));
+  else show(`\n--- the whole build log ---\n${log}`);
+  if (!ctx.json && log && !log.endsWith('\n')) ctx.io.stderr.write('\n');
+  if (!build.compilation.successful) {
+    if (ctx.json) ctx.result({ algorithm: ref, created, build_id: build.version_info.git_hash, successful: false, build_log: log });
+    throw new CliError(`the build of ${ref} failed${ctx.json ? '' : ' (log above)'}; nothing was published`);
+  }
+
+  return { source, log };
+}
 
 export const versions: Command = {
   summary: 'list the published versions of an algorithm, newest first',
@@ -288,7 +351,7 @@ Its owner sees private versions too; others see public ones.`,
  * Polls the algorithm's running build for its log, twice a second, until stopped. Which build:
  * the one in progress that started after `since` (the compile this command just asked for).
  */
-function followBuildLog(algo: ReturnType<ReturnType<Context['client']>['algo']>, since: number, onLog: (logSoFar: string) => void): { stop(): Promise<void> } {
+function followBuildLog(algo: AlgoHandle, since: number, onLog: (logSoFar: string) => void): { stop(): Promise<void> } {
   let stopped = false;
   let wake: (() => void) | undefined;
   const loop = (async () => {

@@ -148,7 +148,7 @@ Examples:
     } catch (err) {
       if (err instanceof AlgorithmError) {
         const hint = err.errorType === 'InputError' ? inputHint(err.message, input.kind, `-${INPUTS[inputs[0]!.name]!.short}`) : undefined;
-        if (hint && !ctx.json) ctx.note(hint);
+        if (hint && !ctx.json) ctx.hint = hint;
         if (ctx.json) {
           const error = { message: err.message, error_type: err.errorType, ...(err.stacktrace ? { stacktrace: err.stacktrace } : {}) };
           ctx.result({ error, metadata: err.metadata });

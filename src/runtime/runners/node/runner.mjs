@@ -141,7 +141,16 @@ function mismatch(contentType, body) {
 async function importEntry(entry) {
   const mod = await import(pathToFileURL(entry).href);
   const def = mod.default;
-  const pick = (name) => (typeof mod[name] === 'function' ? mod[name] : typeof def?.[name] === 'function' ? def[name] : undefined);
+  // The default export's own members (or its class's), never what every function or object
+  // inherits: `export default function apply() {}` has Function.prototype.apply, not an apply of its own.
+  const member = (name) => {
+    for (let o = def; o !== null && (typeof o === 'object' || typeof o === 'function'); o = Object.getPrototypeOf(o)) {
+      if (o === Object.prototype || o === Function.prototype) return undefined;
+      if (Object.hasOwn(o, name)) return typeof o[name] === 'function' ? o[name].bind(def) : undefined;
+    }
+    return undefined;
+  };
+  const pick = (name) => (typeof mod[name] === 'function' ? mod[name] : member(name));
   apply = pick('apply') ?? (typeof def === 'function' ? def : undefined);
   if (!apply) throw new Error(`${entry.split('/').pop()} exports no apply function`);
   const declared = mod.input_types ?? mod.inputTypes ?? def?.input_types ?? def?.inputTypes;

@@ -1,11 +1,11 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { sql } from 'kysely';
-import type { Services } from '../services.ts';
-import { ServerSecret, SECRET_KEY } from '../secret.ts';
-import { openBlobStream, type BlobStore } from '../data/blobStore.ts';
-import type { Db } from './db.ts';
-import { eachLimit } from '../concurrency.ts';
+import type { Services } from './services.ts';
+import { ServerSecret, SECRET_KEY } from './secret.ts';
+import { openBlobStream, type BlobStore } from './data/blobStore.ts';
+import type { Db } from './store/db.ts';
+import { eachLimit } from './concurrency.ts';
 
 /** `meta` rows of a shared store that a move writes: which home it is being or was filled from. */
 export const MOVING_KEY = 'moving_from';
