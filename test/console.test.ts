@@ -21,6 +21,7 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { release, tarGz } from './helpers/algorithms.ts';
 import { publishDemoAlgorithms } from '../src/algorithms/demo.ts';
+import { writeUserLimits } from '../src/limits/userLimits.ts';
 import { cacheDirectory } from '../src/console/assets.ts';
 import { connectAccount } from './helpers/connectors.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
@@ -457,8 +458,22 @@ describe('the web console in Chromium', { skip }, () => {
     for (const until = Date.now() + 10_000; (await shoutCalls()) < before + 3; await new Promise((r) => setTimeout(r, 200))) {
       assert.ok(Date.now() < until, `bob's calls reached the usage table (${before} before)`);
     }
+    // Alice's quotas: a compute quota and a rate of her own; hosted data without a limit.
+    const alice = await s.services.users.require('alice');
+    await writeUserLimits(s.services.store, alice.id, { calls_per_min: 600, burst: 20, compute_seconds_per_month: 3600 });
     const page = await signedIn('alice', 'alice password');
     await page.getByRole('link', { name: 'Usage' }).click();
+    const limits = page.getByRole('region', { name: 'Your limits' });
+    await limits.getByText(/^Compute seconds this month:/).waitFor(WAIT);
+    const given = await json(await api(s.url, aliceKey)('/v1/users/alice/limits'));
+    assert.match((await limits.getByText(/^Calls:/).textContent())!, /^Calls: 600 calls a minute \(bursts of 20\), \d+ available now; no limit on calls at once\.$/);
+    assert.match((await limits.getByText(/^Compute seconds this month:/).textContent())!, /^Compute seconds this month: [\d.,]+ of 3,600 used, [\d.,]+ left/);
+    const meter = limits.getByRole('meter', { name: 'Compute seconds this month used' });
+    assert.equal(await meter.getAttribute('max'), '3600');
+    assert.ok(Math.abs(Number(await meter.getAttribute('value')) - given.compute.used_s) < 60, `the meter says what the API says: ${await meter.getAttribute('value')} against ${given.compute.used_s}`);
+    assert.match((await limits.getByText(/^Hosted data:/).textContent())!, /^Hosted data: [\d.]+ (B|KiB|MiB) used, no limit\.$/);
+    assert.match((await limits.textContent())!, new RegExp(`start again on ${given.compute.resets_at.slice(0, 10)}`));
+    await writeUserLimits(s.services.store, alice.id, {}, true);
     const owner = page.getByRole('region', { name: 'Calls to your algorithms' });
     await owner.getByRole('row', { name: /alice\/Shout\/0\.1\.0/ }).waitFor(WAIT);
     const cells = owner.getByRole('row', { name: /alice\/Shout\/0\.1\.0/ }).getByRole('cell');

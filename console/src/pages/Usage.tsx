@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import type { UsageDay, UsageSection } from '../../../client/src/types.ts';
+import type { UsageDay, UsageSection, UserLimits } from '../../../client/src/types.ts';
 import { client } from '../api.ts';
 import { ErrorBox, Loading, Title, useLoad } from '../ui.tsx';
 
@@ -126,15 +126,49 @@ function Section({ title, section, days, owner }: { title: string; section: Usag
   );
 }
 
+const bytes = (n: number) => (n < 1024 ? `${n} B` : n < 1024 ** 2 ? `${(n / 1024).toFixed(1)} KiB` : n < 1024 ** 3 ? `${(n / 1024 ** 2).toFixed(1)} MiB` : `${(n / 1024 ** 3).toFixed(2)} GiB`);
+const day = (iso: string) => new Date(iso).toISOString().slice(0, 10);
+
+/** One quota: what is used of it, as a meter, and in words. */
+function Quota({ label, used, of, shown }: { label: string; used: number; of: number | null; shown: (n: number) => string }) {
+  if (of === null) return <li>{label}: {shown(used)} used, no limit.</li>;
+  return (
+    <li>
+      {label}: {shown(used)} of {shown(of)} used, {shown(Math.max(0, of - used))} left{' '}
+      <meter min={0} max={of} value={Math.min(used, of)} high={of * 0.9} aria-label={`${label} used`} />
+    </li>
+  );
+}
+
+/** The limits in force and what is left of them (GET /v1/users/:user/limits; docs/limits.md). */
+function Limits({ limits }: { limits: UserLimits }) {
+  const rate = limits.calls_per_min === null ? 'no limit on calls per minute' : `${limits.calls_per_min.toLocaleString()} calls a minute (bursts of ${limits.burst?.toLocaleString()}), ${limits.remaining?.toLocaleString()} available now`;
+  const concurrency = limits.concurrency === null ? 'no limit on calls at once' : `${limits.concurrency.toLocaleString()} at once (${limits.in_flight} under way)`;
+  return (
+    <section aria-labelledby="limits-h">
+      <h2 id="limits-h">Your limits</h2>
+      <ul class="plain">
+        <li>Calls: {rate}; {concurrency}.</li>
+        <Quota label="Compute seconds this month" used={limits.compute.used_s} of={limits.compute.seconds_per_month} shown={secs} />
+        <Quota label="Hosted data" used={limits.storage.used_bytes} of={limits.storage.bytes} shown={bytes} />
+      </ul>
+      <p class="muted">The month's compute seconds start again on {day(limits.compute.resets_at)} (UTC).</p>
+    </section>
+  );
+}
+
 export function Usage({ me }: { me: string }) {
   const [span, setSpan] = useState(30);
   const to = isoDay(new Date());
   const from = isoDay(new Date(Date.now() - (span - 1) * 86_400_000));
   const report = useLoad(() => client.usage(me, { from, to }), [me, from, to]);
+  const limits = useLoad(() => client.limits(me), [me]);
   const days = daysBetween(from, to);
   return (
     <>
       <Title>Usage</Title>
+      <ErrorBox error={limits.error} />
+      {limits.data ? <Limits limits={limits.data} /> : <Loading what="limits" />}
       <p>Compute seconds (the time algorithms ran, what calls are billed by), per UTC day.</p>
       <label class="inline">
         Period
