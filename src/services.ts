@@ -17,6 +17,7 @@ import { AlgorithmRegistry } from './algorithms/registry.ts';
 import { probeSandbox, DEFAULT_LIMITS, type SandboxSupport } from './runtime/sandbox.ts';
 import { probeGvisor } from './runtime/gvisor.ts';
 import { AlgorithmRuntime, DEFAULT_RUNTIME, type RuntimeOptions } from './runtime/runtime.ts';
+import type { Spares } from './runtime/spares.ts';
 import { DEFAULT_POOL, type WorkerPool } from './runtime/pool.ts';
 import type { Executor } from './runtime/contract.ts';
 import { AsyncCalls, LocalQueue, type AsyncQueue } from './algorithms/asyncCalls.ts';
@@ -263,7 +264,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const pressure = options.pressure ?? new Pressure();
   // A worker node (on a bus, without the cluster's queue) runs no async calls: no queue to show.
   const worker = options.bus !== undefined && options.asyncQueue === undefined;
-  watch(metrics, { pool: runtime.pool, store, asyncQueue: worker ? undefined : asyncQueue, local: options.executor === undefined, bus: options.bus });
+  watch(metrics, { pool: runtime.pool, spares: runtime.spares, store, asyncQueue: worker ? undefined : asyncQueue, local: options.executor === undefined, bus: options.bus });
   return {
     config,
     store,
@@ -323,7 +324,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
  * node's pool where it runs algorithms, the cluster's async queue where it has one, the
  * database pool where it is PostgreSQL.
  */
-function watch(metrics: Metrics, parts: { pool: WorkerPool; store: MetadataStore; asyncQueue: AsyncQueue | undefined; local: boolean; bus: Bus | undefined }): void {
+function watch(metrics: Metrics, parts: { pool: WorkerPool; spares: Spares | undefined; store: MetadataStore; asyncQueue: AsyncQueue | undefined; local: boolean; bus: Bus | undefined }): void {
   if (!metrics.enabled) return;
   const { pool, store, asyncQueue, bus } = parts;
   if (bus) {
@@ -349,6 +350,12 @@ function watch(metrics: Metrics, parts: { pool: WorkerPool; store: MetadataStore
     });
     metrics.gauge('algohost_worker_free_slots', 'Calls this node could start now without waiting (idle workers of other versions count: they are stopped to make room)', [], () => pool.load().free);
     metrics.gauge('algohost_pool_queue_depth', "Calls waiting for a worker of this node's pool", [], () => pool.stats().waiting);
+    const spares = parts.spares;
+    if (spares !== undefined) {
+      metrics.gauge('algohost_worker_spares', 'Pre-started workers ready for a cold start, by runtime (ALGOHOST_PRESTART per runtime once it has been called)', ['runtime'], () =>
+        Object.entries(spares.counts()).map(([runtime, value]) => ({ labels: { runtime }, value })),
+      );
+    }
   }
   if (asyncQueue?.depth) {
     const depth = asyncQueue.depth.bind(asyncQueue);

@@ -70,6 +70,14 @@ describe('what a node counts', { skip: CLUSTER ? 'calls are spread over two API 
     assert.equal(value(now, 'algohost_workers', { state: 'busy' }), 0);
     assert.equal(value(now, 'algohost_pool_queue_depth'), 0);
     assert.ok(value(now, 'algohost_worker_free_slots') >= 1);
+    // A Node call needed a worker: Node's spares are being kept (ALGOHOST_PRESTART, 2), ready within moments.
+    const end = Date.now() + 20_000;
+    let spares = value(now, 'algohost_worker_spares', { runtime: 'node' });
+    while (spares < 2 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 100));
+      spares = value(await scrape(), 'algohost_worker_spares', { runtime: 'node' });
+    }
+    assert.equal(spares, 2);
   });
 
   test('hosted data bytes in and out, builds by result, and no user, key or path in any label', async () => {
