@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import type { Config } from './config.ts';
 import type { MetadataStore } from './store/db.ts';
@@ -39,6 +40,7 @@ import { ComputeMeter } from './limits/compute.ts';
 import { SharedLimitStore } from './limits/shared.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
+import { openTracer, type Tracer } from './tracing.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -90,6 +92,8 @@ export interface Services {
   limits: Limits;
   /** What this node counts for Prometheus (docs/metrics.md); NO_METRICS unless the config serves them. */
   metrics: Metrics;
+  /** This node's spans (docs/traces.md): exported over OTLP/HTTP when the config says where, ids only otherwise. */
+  tracing: Tracer;
   close(): Promise<void>;
 }
 
@@ -126,6 +130,8 @@ export interface ServiceOptions {
   now?: () => number;
   /** Metrics on or off whatever the config says (benchmarks compare the two). */
   metrics?: Metrics;
+  /** Tracing exported or not whatever the config says (benchmarks compare the two). */
+  tracing?: Tracer;
 }
 
 /**
@@ -136,9 +142,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const store = await openMetadataStore(config);
   // Counted only where they can be read (a listener, or the public port with a token).
   const metrics = options.metrics ?? (config.metricsAddr || config.metricsToken ? new PromMetrics() : NO_METRICS);
+  // A worker node (on a bus, without the cluster's queue) runs no async calls and serves no API.
+  const worker = options.bus !== undefined && options.asyncQueue === undefined;
   let blobs: BlobStore;
   let secret: ServerSecret;
+  let tracing: Tracer;
   try {
+    // The OpenTelemetry SDK is loaded only when spans are exported (tracing.ts).
+    tracing = options.tracing ?? (await openTracer(config.traces, { 'algohost.role': worker ? 'worker' : options.executor ? 'api' : 'all', 'service.instance.id': config.nodeName, 'host.name': os.hostname() }));
     blobs = openBlobStore(config);
     await blobs.check();
     secret = store.dialect === 'sqlite' ? ServerSecret.loadOrCreate(config.home) : await ServerSecret.fromStore(store);
@@ -210,7 +221,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
     fence: (endpoints) => network.buildFence(endpoints),
   });
-  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics);
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing);
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
@@ -221,6 +232,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     gvisor,
     fence: () => network.algorithmFence(),
     metrics,
+    tracing,
     ...options.runtime,
   });
   // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.
@@ -234,16 +246,16 @@ export async function createServices(config: Config, options: ServiceOptions = {
     { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
     meter,
   );
-  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics);
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing);
   const keys = new KeyService(store);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,
+    tracing,
   });
   const pressure = options.pressure ?? new Pressure();
-  // A worker node (on a bus, without the cluster's queue) runs no async calls: no queue to show.
-  const worker = options.bus !== undefined && options.asyncQueue === undefined;
+  // A worker node has no async queue to show.
   watch(metrics, { pool: runtime.pool, store, asyncQueue: worker ? undefined : asyncQueue, local: options.executor === undefined, bus: options.bus });
   return {
     config,
@@ -281,11 +293,12 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, ...options.webhooks }),
-    triggers: new Triggers(store, calls, keys, data, { pressure, ...options.triggers }),
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, ...options.webhooks }),
+    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, ...options.triggers }),
     pressure,
     limits,
     metrics,
+    tracing,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();
@@ -295,6 +308,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
       connected.close();
       blobs.close();
       await store.close();
+      // The last spans, sent once everything that makes them has stopped.
+      await tracing.close();
     },
   };
 }

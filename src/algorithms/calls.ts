@@ -8,6 +8,7 @@ import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostReques
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
+import { currentSpan, NO_TRACING, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -125,6 +126,14 @@ function callerQueueFull(): AppError {
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
+/** What a call came to, on its span: an outcome other than a result marks it failed. */
+function spanOutcome(span: Span, outcome: Outcome): void {
+  span.set('algohost.outcome', outcome.kind);
+  span.set('algohost.duration_ms', outcome.durationMs);
+  if (outcome.kind === 'algorithm_error') span.fail(`${outcome.error.error_type}: ${outcome.error.message.slice(0, 200)}`);
+  else if (outcome.kind !== 'result') span.fail(outcome.kind);
+}
+
 function failure(error_type: string, message: string): Outcome {
   return { kind: 'algorithm_error', error: { error_type, message, stacktrace: '' }, stdout: '', stdoutTruncated: false, durationMs: 0 };
 }
@@ -150,6 +159,8 @@ export class CallService {
     private readonly limits?: Limits,
     /** Calls counted by outcome for Prometheus (docs/metrics.md). */
     private readonly metrics: Metrics = NO_METRICS,
+    /** The call's span (docs/traces.md), child of the request's (or async call's, trigger run's). */
+    private readonly tracing: Tracer = NO_TRACING,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -293,11 +304,15 @@ export class CallService {
     if (timeoutMs <= 0) return this.done(principal, req, target, mine, TIMED_OUT);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
+    // The call's span: the dispatch to the executor (this machine's pool, or a worker node over NATS).
+    const span = this.tracing.exporting ? this.callSpan(target, req, context.depth) : this.tracing.start('', 'client', currentSpan());
     try {
-      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId) };
-      const outcome = await this.executor.run(job, this.internal.handler(context));
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
+      const outcome = await this.executor.run(job, this.internal.handler(context, span));
+      if (span.recording) spanOutcome(span, outcome);
       return this.done(principal, req, target, mine, outcome);
     } catch (err) {
+      if (span.recording) span.fail(err instanceof Error ? err.constructor.name : 'error');
       if (err instanceof BuildMissingError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
         return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'));
@@ -322,6 +337,21 @@ export class CallService {
         return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
       }
       throw err;
+    } finally {
+      span.end();
     }
+  }
+
+  private callSpan(target: CallTarget, req: CallRequest, depth: number): Span {
+    const { owner, name } = target.algorithm;
+    return this.tracing.start(`call ${owner}/${name}`, 'client', currentSpan(), {
+      'algohost.algorithm': `${owner}/${name}`,
+      'algohost.version': target.version ?? undefined,
+      'algohost.build': target.build.hash,
+      'algohost.runner': target.build.runner ?? undefined,
+      'algohost.depth': depth,
+      'algohost.input_bytes': req.input.length,
+      'algohost.async': req.admitted === true ? true : undefined,
+    });
   }
 }

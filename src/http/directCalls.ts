@@ -44,8 +44,6 @@ export interface DirectCallsOptions {
   metrics: Metrics;
 }
 
-/** The route pattern fastify would have matched (callRoutes.ts), for the metrics. */
-const CALL_ROUTE = '/v1/algo/*';
 
 /**
  * Warm calls without fastify's per-request machinery (DESIGN.md's call-latency target; see
@@ -57,6 +55,9 @@ const CALL_ROUTE = '/v1/algo/*';
  * a too large input): fastify then answers it exactly as it always did.
  */
 export class DirectCalls {
+  /** The route pattern fastify would have matched (callRoutes.ts), for metrics and spans. */
+  static readonly ROUTE = '/v1/algo/*';
+
   /** Requests this path answered itself (the rest went to fastify). */
   answered = 0;
 
@@ -126,7 +127,7 @@ export class DirectCalls {
     headers.push('x-content-type-options', 'nosniff', 'content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
     res.writeHead(status, headers);
     res.end(body);
-    this.o.metrics.http(CALL_ROUTE, 'POST', status, (performance.now() - began) / 1000);
+    this.o.metrics.http(DirectCalls.ROUTE, 'POST', status, (performance.now() - began) / 1000);
   }
 }
 

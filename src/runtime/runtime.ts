@@ -4,6 +4,7 @@ import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -36,6 +37,8 @@ export interface RuntimeOptions {
   fence?: (() => FencePolicy | undefined) | undefined;
   /** Cold starts, waits for a worker (docs/metrics.md). */
   metrics?: Metrics | undefined;
+  /** The run's span (docs/traces.md): the wait for a worker, the algorithm's run. */
+  tracing?: Tracer | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -64,20 +67,61 @@ export class AlgorithmRuntime implements Executor {
   }
 
   run(job: Job, host?: HostHandler): Promise<Outcome> {
+    const tracing = this.options.tracing ?? NO_TRACING;
+    // Not exporting: the job's traceparent goes on to the runner as it came.
+    if (!tracing.exporting) return this.runJob(job, host, undefined);
+    const span = tracing.start('run', 'server', parseTraceparent(job.traceparent), {
+      'algohost.algorithm_id': job.target.build.algorithmId,
+      'algohost.build': job.target.build.hash,
+      'algohost.runner': job.target.runner,
+      'algohost.timeout_ms': job.timeoutMs,
+      'algohost.depth': job.nesting + 1,
+    });
+    return withSpan(span, () => this.runJob(job, host, span)).then(
+      (outcome) => {
+        span.set('algohost.outcome', outcome.kind);
+        span.set('algohost.duration_ms', outcome.durationMs);
+        if (outcome.kind !== 'result' && outcome.kind !== 'algorithm_error') span.fail(outcome.kind);
+        span.end();
+        return outcome;
+      },
+      (err: unknown) => {
+        span.fail(err instanceof Error ? `${err.constructor.name}: ${err.message}` : String(err));
+        span.end();
+        throw err;
+      },
+    );
+  }
+
+  private runJob(job: Job, host: HostHandler | undefined, span: Span | undefined): Promise<Outcome> {
     const { build } = job.target;
-    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host);
+    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host, span);
+    span?.set('algohost.build_fetched', true);
     return this.builds.ensure(build.algorithmId, 'build', build.hash).then((found) => {
       if (!found) throw new BuildMissingError(build);
-      return this.runPresent(job, host);
+      return this.runPresent(job, host, span);
     });
   }
 
-  private runPresent(job: Job, host: HostHandler | undefined): Promise<Outcome> {
+  /**
+   * On the pool. With a span: the wait for a worker (`algohost.worker_wait_ms`, a cold start
+   * included: `algohost.cold_start`), and the runner given the run's traceparent for the SDK
+   * requests; without, the job's own.
+   */
+  private runPresent(job: Job, host: HostHandler | undefined, span: Span | undefined): Promise<Outcome> {
     const deadline = performance.now() + job.timeoutMs;
+    const asked = span === undefined ? 0 : performance.now();
+    const traceparent = span === undefined ? job.traceparent : traceparentOf(span);
     return this.pool.with(
       job.target.key,
-      () => this.start(job, deadline),
-      (worker) => worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host),
+      () => {
+        span?.set('algohost.cold_start', true);
+        return this.start(job, deadline);
+      },
+      (worker) => {
+        span?.set('algohost.worker_wait_ms', performance.now() - asked);
+        return worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host, traceparent);
+      },
       job.nesting,
       job.timeoutMs,
       job.caller,
