@@ -3,4 +3,5 @@ export interface ClusterLog {
   warn(obj: object, msg: string): void;
   info(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
+  debug?(obj: object, msg: string): void;
 }

@@ -190,6 +190,8 @@ export class WorkerNode {
         if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
       }
     }
+    // One line per job at debug level, in the job's trace (docs/traces.md).
+    this.log.debug?.({ call: request.call, answer: reply.type === 'outcome' ? reply.outcome.kind : reply.reason }, 'ran a job');
     const { data: answer, ref } = this.wire.pack(encodeRunReply(reply, { call: request.call, worker: this.node }), BODY_TTL_MS);
     try {
       this.wire.respond(msg, answer);
