@@ -24,6 +24,14 @@
  * over the floor within each round, then the median). The results go to stdout and to
  * docs/performance.md between the bench:algo markers (text outside them is kept).
  *
+ * Beside them, the same default-pool server with tracing exported (BENCH_OTLP: spans over OTLP/HTTP
+ * to a sink in this process, docs/traces.md) against it with tracing off, in the same rounds
+ * (target: ≥ 90 % of its throughput).
+ *
+ * BENCH_ONLY=tracing runs that comparison alone, short: tracing off, tracing exported and, with
+ * `--rev REV` (or `--base DIR`), the server of another tree (before traces: what "off" must
+ * cost nothing against), throughput and latency interleaved; its block goes to
+ * docs/performance.md between the bench:algo-tracing markers.
  * BENCH_QUICK=1 shortens every phase (for checking the script, not for numbers).
  * BENCH_PROFILE=1 measures nothing: it profiles our server (V8 CPU profiler) under the warm
  * echo load at 64 connections and at 1 connection and prints where its time goes; the
@@ -71,8 +79,12 @@ import { summarize, type ProfileSummary } from './cpuProfile.ts';
 import { median, percentile, rawRequest, runLoad, timed } from './load.ts';
 import { childrenOf, descendants, procMem, treeCpu, treeCpuAll, treeMem, type ProcMem } from './procTree.ts';
 import { REPO, spawnServer, type ServerProc } from './procs.ts';
+import { argOf, baseTree } from './baseTree.ts';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 
 const PROFILE = process.env.BENCH_PROFILE === '1';
+const TRACING_ONLY = process.env.BENCH_ONLY === 'tracing';
 const CONNECTIONS = 64;
 const RATE_REPS = QUICK ? 1 : 8;
 const RATE_MS = QUICK ? 1000 : 1500;
@@ -86,7 +98,7 @@ const IDLE_BEFORE_RSS_MS = 500;
 const QUIET_MAX_MS = QUICK ? 0 : 30_000;
 const PROFILE_MS = 5000;
 
-const TARGET = { throughput: 0.5, p50: 1.5, coldNodeMs: 100, coldPythonMs: 60 };
+const TARGET = { throughput: 0.5, p50: 1.5, coldNodeMs: 100, coldPythonMs: 60, tracingExported: 0.9 };
 
 const bench = createBench('algo');
 const { log, procs } = bench;
@@ -528,6 +540,150 @@ function summaryTable(title: string, rows: ProfileSummary['byModule'], perCall: 
 
 // ---- main ----------------------------------------------------------------------------------
 
+// ---- tracing ------------------------------------------------------------------------------
+
+/**
+ * An OTLP/HTTP receiver standing in for a collector (docs/traces.md): takes POST /v1/traces
+ * and counts the spans in each JSON body (their `"spanId"` fields), answering 200 at once.
+ */
+async function otlpSink(): Promise<{ url: string; spans(): number; requests(): number; close(): Promise<void> }> {
+  let spans = 0;
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (c: string) => (body += c));
+    req.on('end', () => {
+      requests++;
+      for (let i = body.indexOf('"spanId"'); i >= 0; i = body.indexOf('"spanId"', i + 8)) spans++;
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, spans: () => spans, requests: () => requests, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+const TRACING = docMarkers('algo-tracing');
+
+/** BENCH_ONLY=tracing: tracing off vs exported (and another tree's server, with --rev/--base), short. */
+async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> {
+  const started = performance.now();
+  const load0 = os.loadavg()[0]!;
+  const sink = await otlpSink();
+  const withBase = argOf('--rev') !== undefined || argOf('--base') !== undefined;
+  const base = withBase ? baseTree() : undefined;
+  const off = await spawnServer('tracing off', { args: serverArgs, logFile: path.join(WORK, 'tracing-off.log') });
+  procs.push(off);
+  const on = await spawnServer('tracing exported', { args: serverArgs, env: { BENCH_OTLP: sink.url }, logFile: path.join(WORK, 'tracing-on.log') });
+  procs.push(on);
+  const baseP = base ? await spawnServer('base', { args: [path.join(base, 'bench/algoServer.ts'), HOME], logFile: path.join(WORK, 'tracing-base.log') }) : undefined;
+  if (baseP) procs.push(baseP);
+  const tOff = ourTarget('tracing off (default)', off, apiKey, 'Echo');
+  const tOn = ourTarget('tracing exported (OTLP/HTTP JSON to a sink in the bench process)', on, apiKey, 'Echo');
+  const tBase = baseP ? ourTarget(`before traces (${argOf('--rev') ?? argOf('--base')})`, baseP, apiKey, 'Echo') : undefined;
+  const targets = [tOff, tOn, ...(tBase ? [tBase] : [])];
+  for (const t of targets) await checkTarget(t);
+  const idleAtStart = await waitForQuiet(QUIET_MAX_MS, log);
+  const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
+  log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
+  for (const t of targets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
+  const spans0 = sink.spans();
+  log(`throughput: ${CONNECTIONS} connections, ${RATE_REPS} x ${RATE_MS / 1000} s per server, interleaved`);
+  const rates = await interleaved(RATE_REPS, targets, (t) => rateRun(t, RATE_MS));
+  log(`latency: 1 connection, ${LAT_REPS} x ${LAT_MS / 1000} s per server, interleaved`);
+  const lats = await interleaved(LAT_REPS, targets, (t) => latencyRun(t, LAT_MS));
+  // The last batches (sent every 5 s by default).
+  await sleep(6000);
+  const exported = sink.spans() - spans0;
+  const calls = rates.get(tOn)!.reduce((a, x) => a + x.requests, 0) + lats.get(tOn)!.reduce((a, x) => a + x.requests, 0);
+  const noise = noiseSince();
+  const m = median;
+  const rateRatio = (a: Target, b: Target) => m(rates.get(a)!.map((x, i) => x.rate / rates.get(b)![i]!.rate));
+  const p50Ratio = (a: Target, b: Target) => m(lats.get(a)!.map((x, i) => x.p50 / lats.get(b)![i]!.p50));
+  const cpu = (t: Target) => m(rates.get(t)!.map((x) => x.serverUs));
+  const rows: Row[] = [
+    {
+      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${RATE_REPS} × ${RATE_MS / 1000} s), default pool: tracing exported vs tracing off`,
+      ours: fmt(m(rates.get(tOn)!.map((x) => x.rate)), 0),
+      base: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
+      ratio: pct(rateRatio(tOn, tOff), 1),
+      target: '≥ 90 %',
+      result: verdict(rateRatio(tOn, tOff) >= TARGET.tracingExported),
+    },
+    {
+      measure: `Warm echo p50 latency at 1 connection, ms (median of ${LAT_REPS} × ${LAT_MS / 1000} s): tracing exported vs off`,
+      ours: fmt(m(lats.get(tOn)!.map((x) => x.p50)), 3),
+      base: fmt(m(lats.get(tOff)!.map((x) => x.p50)), 3),
+      ratio: `${fmt(p50Ratio(tOn, tOff), 2)} ×`,
+      target: '—',
+      result: '—',
+    },
+    {
+      measure: 'Server process CPU µs per call at 64 connections: tracing exported vs off',
+      ours: fmt(cpu(tOn), 0),
+      base: fmt(cpu(tOff), 0),
+      ratio: `${fmt(cpu(tOn) / cpu(tOff), 2)} ×`,
+      target: '—',
+      result: '—',
+    },
+    ...(tBase
+      ? [
+          {
+            measure: `Warm echo calls/s, 64 connections: tracing off vs the tree before traces (${argOf('--rev') ?? argOf('--base')})`,
+            ours: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
+            base: fmt(m(rates.get(tBase)!.map((x) => x.rate)), 0),
+            ratio: pct(rateRatio(tOff, tBase), 1),
+            target: 'within noise',
+            result: '—',
+          },
+          {
+            measure: 'p50 latency at 1 connection: tracing off vs before traces',
+            ours: fmt(m(lats.get(tOff)!.map((x) => x.p50)), 3),
+            base: fmt(m(lats.get(tBase)!.map((x) => x.p50)), 3),
+            ratio: `${fmt(p50Ratio(tOff, tBase), 2)} ×`,
+            target: 'within noise',
+            result: '—',
+          },
+          {
+            measure: 'Server process CPU µs per call at 64 connections: tracing off vs before traces',
+            ours: fmt(cpu(tOff), 0),
+            base: fmt(cpu(tBase), 0),
+            ratio: `${fmt(cpu(tOff) / cpu(tBase), 2)} ×`,
+            target: '—',
+            result: '—',
+          },
+        ]
+      : []),
+  ];
+  await sink.close();
+  const seconds = (performance.now() - started) / 1000;
+  const block = [
+    TRACING.begin,
+    '',
+    '### Tracing (`BENCH_ONLY=tracing npm run bench:algo`) — latest run',
+    '',
+    ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise }),
+    `- **Machine:** ${machine()}.`,
+    `- **Code:** ${codeVersion()}.`,
+    `- **Command:** \`BENCH_ONLY=tracing npm run bench:algo${withBase ? ` -- ${argOf('--rev') ? `--rev ${argOf('--rev')}` : `--base ${argOf('--base')}`}` : ''}\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
+    `- **Spans received by the sink:** ${fmt(exported, 0)} for ${fmt(calls, 0)} timed calls of the exporting server (${fmt(exported / calls, 2)} per call; a warm call makes 3: the request's, the call's, the run's; the batch processor drops what overflows its queue of 2,048 spans).`,
+    '',
+    resultsTable(rows),
+    '',
+    'Every server is `bench/algoServer.ts` (default pool, pino silent) on one home, the same echo; paired ratios (within each round, then the median), rounds interleaved with the order rotated.',
+    '',
+    '```',
+    ...targets.map((t) => perRep(`calls/s ${t.label}`, rates.get(t)!.map((x) => x.rate))),
+    ...targets.map((t) => perRep(`p50 ms ${t.label}`, lats.get(t)!.map((x) => x.p50), 3)),
+    ...targets.map((t) => perRep(`server CPU µs per call ${t.label}`, rates.get(t)!.map((x) => x.serverUs), 0)),
+    '```',
+    '',
+    TRACING.end,
+  ].join('\n');
+  process.stdout.write('\n' + block + '\n');
+  writeDocBlock(block, { begin: TRACING.begin, end: TRACING.end, initial: '# Performance\n', section: '## Traces (issue 25)' });
+  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+}
+
 async function main(): Promise<void> {
   const started = performance.now();
   const load0 = os.loadavg()[0]!;
@@ -548,6 +704,11 @@ async function main(): Promise<void> {
     await profileMode(apiKey);
     return;
   }
+  if (TRACING_ONLY) {
+    await ours4.stop();
+    await tracingMode(apiKey, serverArgs);
+    return;
+  }
 
   const ours1 = await spawnServer('ours (maxPerVersion 1)', { args: [...serverArgs, '--per-version', '1'], logFile: path.join(WORK, 'ours1.log') });
   procs.push(ours1);
@@ -556,19 +717,25 @@ async function main(): Promise<void> {
   const floorS = await spawnServer('floor (serial)', { args: ['bench/floorServer.ts', '--serial'], logFile: path.join(WORK, 'floor-serial.log') });
   procs.push(floorS);
 
+  // The default pool again, with its spans exported to a sink in this process (docs/traces.md).
+  const sink = await otlpSink();
+  const oursT = await spawnServer('ours (tracing exported)', { args: serverArgs, env: { BENCH_OTLP: sink.url }, logFile: path.join(WORK, 'ours-traced.log') });
+  procs.push(oursT);
+
   const floor = floorTarget('floor: bare node:http + one child over a pipe', floorP, apiKey);
   const floorSerial = floorTarget('floor, one request in the pipe at a time (--serial)', floorS, apiKey);
   const our4 = ourTarget('ours, default pool (up to 4 workers per version)', ours4, apiKey, 'Echo');
   const our1 = ourTarget('ours, maxPerVersion 1 (one worker)', ours1, apiKey, 'Echo');
   const ourPy = ourTarget('ours, Python echo, default pool', ours4, apiKey, 'EchoPy');
-  for (const t of [floor, floorSerial, our4, our1, ourPy]) await checkTarget(t);
+  const ourT = ourTarget('ours, default pool, tracing exported (OTLP/HTTP to a sink in the bench process)', oursT, apiKey, 'Echo');
+  for (const t of [floor, floorSerial, our4, our1, ourPy, ourT]) await checkTarget(t);
 
   const idleAtStart = await waitForQuiet(QUIET_MAX_MS, log);
   // This process and everything under it: the servers, their workers, the floors' children, and
   // every process that ran and exited (cold starts, baselines, builds), through cutime/cstime.
   const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
 
-  const rateTargets = [floor, floorSerial, our4, our1];
+  const rateTargets = [floor, floorSerial, our4, our1, ourT];
   log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
   for (const t of rateTargets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
   const workers4 = workersOf(ours4.pid);
@@ -598,6 +765,7 @@ async function main(): Promise<void> {
   const coldHttp = await coldCalls(ours1, pub);
 
   const noise = noiseSince();
+  await sink.close();
 
   // ---- figures
   const m = median;
@@ -631,6 +799,14 @@ async function main(): Promise<void> {
       true,
     ),
     rateRow('same, maxPerVersion 1 (one worker, like the floor\'s one child)', our1, floorSerial, true),
+    {
+      measure: 'same, default pool with tracing exported (OTEL_EXPORTER_OTLP_ENDPOINT: spans over OTLP/HTTP to a sink in the bench process) vs tracing off (the default pool above)',
+      ours: fmt(rate(ourT), 0),
+      base: fmt(rate(our4), 0),
+      ratio: pct(rateRatio(ourT, our4), 1),
+      target: '≥ 90 %',
+      result: verdict(rateRatio(ourT, our4) >= TARGET.tracingExported),
+    },
     rateRow('same, default pool vs the pipelined floor (the frames of concurrent requests queued in its pipe, answered in batches; reference, see the analysis)', our4, floor, false),
     rateRow('same, maxPerVersion 1 vs the pipelined floor (reference)', our1, floor, false),
     {
@@ -828,6 +1004,7 @@ async function main(): Promise<void> {
       `\`${NODE} bench/floorChild.mjs\`, over its stdin and answering with what comes back on its stdout (200, text/plain). The floor writes each frame as soon as its body ` +
       'is in (frames of concurrent requests follow each other in the pipe, answers come back in order); `--serial` keeps one frame in the pipe at a time, as our workers take one call at a time: ' +
       'the throughput target is judged against it, the pipelined one is reported (see "Algorithm calls — analysis", point 1). At 1 connection the two are the same; latency is measured against the pipelined one.',
+    '- A fifth server, ours with the default pool and `BENCH_OTLP` (tracing exported: `OTEL_EXPORTER_OTLP_ENDPOINT` pointed at an OTLP/HTTP sink in this process that counts the spans and answers 200), takes part in the throughput rounds only: the cost of exporting, judged against the default pool with tracing off (docs/traces.md).',
     `- The algorithm: \`${ECHO_JS.trim()}\` (JavaScript, \`src/Echo.js\`), created, uploaded as tar.gz, compiled and published over HTTP as the tests do; ` +
       `the input \`${INPUT.toString()}\` (${INPUT.length} bytes, text/plain) with an API key; ours answers the JSON envelope, the floor the bytes. Every answer must be 200 (and one of each is checked in full).`,
     `- **Throughput:** ${CONNECTIONS} keep-alive connections, one call in flight per connection, by the raw-socket client of bench/load.ts (this process), ` +
