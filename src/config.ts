@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import proxyAddr from '@fastify/proxy-addr';
+import type { ExportSettings } from './tracing.ts';
 
 /**
  * The only module that reads `process.env`. Everything else receives a `Config` (or the part
@@ -156,22 +157,13 @@ export interface Config {
    * the OTLP headers, OTEL_BSP_SCHEDULE_DELAY, OTEL_SDK_DISABLED): where spans are exported over
    * OTLP/HTTP (docs/traces.md); undefined: not exported (the trace context is carried all the same).
    */
-  traces: TraceExport | undefined;
+  traces: ExportSettings | undefined;
   /**
    * ALGOHOST_TEST_OPENAPI_CHECK: a testing aid. Every answer is checked against the OpenAPI
    * document (docs/openapi.md); what does not match is logged at error level and written to
    * `<home>/openapi-violations.jsonl`, which the test helpers read when a server stops.
    */
   testOpenapiCheck: boolean;
-}
-
-/** Where and how spans are exported (the shape of tracing.ts's ExportSettings). */
-export interface TraceExport {
-  /** The OTLP/HTTP traces URL. */
-  url: string;
-  headers: Record<string, string>;
-  serviceName: string;
-  scheduleDelayMs: number;
 }
 
 /** One entry of ALGOHOST_ALGORITHM_EGRESS_ALLOW: an address, a CIDR range or a host name, on some ports or all. */
@@ -396,7 +388,7 @@ function metricsToken(raw: string | undefined): string | undefined {
  * it is, the general endpoint with `v1/traces` appended; headers as `key=value,…` (URL-encoded
  * values), the signal's own over the general ones.
  */
-function traceExport(env: NodeJS.ProcessEnv): TraceExport | undefined {
+function traceExport(env: NodeJS.ProcessEnv): ExportSettings | undefined {
   if (bool('OTEL_SDK_DISABLED', env.OTEL_SDK_DISABLED, false)) return undefined;
   const own = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   const base = env.OTEL_EXPORTER_OTLP_ENDPOINT;
@@ -412,7 +404,18 @@ function traceExport(env: NodeJS.ProcessEnv): TraceExport | undefined {
   }
   const headers = { ...otlpHeaders('OTEL_EXPORTER_OTLP_HEADERS', env.OTEL_EXPORTER_OTLP_HEADERS), ...otlpHeaders('OTEL_EXPORTER_OTLP_TRACES_HEADERS', env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) };
   const serviceName = env.OTEL_SERVICE_NAME || 'algohost';
-  return { url, headers, serviceName, scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', env.OTEL_BSP_SCHEDULE_DELAY, 5000, 1, 3_600_000) };
+  return { url, headers, serviceName, scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', env.OTEL_BSP_SCHEDULE_DELAY, 5000, 1, 3_600_000), sampler: traceSampler(env) };
+}
+
+const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+
+function traceSampler(env: NodeJS.ProcessEnv): ExportSettings['sampler'] {
+  const name = env.OTEL_TRACES_SAMPLER || 'parentbased_always_on';
+  if (!(SAMPLERS as readonly string[]).includes(name)) throw new ConfigError(`OTEL_TRACES_SAMPLER must be one of ${SAMPLERS.join(', ')}, got "${name}"`);
+  const arg = env.OTEL_TRACES_SAMPLER_ARG;
+  const ratio = arg === undefined || arg === '' ? 1 : Number(arg);
+  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1) throw new ConfigError(`OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1 (e.g. 0.1), got "${arg}"`);
+  return { name: name as ExportSettings['sampler']['name'], ratio };
 }
 
 function otlpUrl(name: string, raw: string): string {
@@ -952,6 +955,7 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
       { vars: ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"], shown: "unset", meaning: "Headers sent with every export, `key=value,key2=value2` with URL-encoded values (e.g. `authorization=Bearer%20TOKEN`); the second's over the first's." },
       { vars: ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"], shown: "`http/json`", meaning: "algohost exports OTLP/HTTP with JSON bodies: `http/json` or `http/protobuf` (both go to the collector's HTTP port, which takes either) are accepted, `grpc` stops the start with a clear message." },
       { vars: ["OTEL_SERVICE_NAME"], shown: "`algohost`", meaning: "The `service.name` of this node's spans. Every node also says `algohost.role` (all, api, worker) and `service.instance.id` (its node name in a cluster)." },
+      { vars: ["OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"], shown: "`parentbased_always_on`, `1`", meaning: "Which traces are recorded and exported: `parentbased_always_on` (every trace, but a caller's traceparent whose sampled flag is off is followed), `parentbased_traceidratio` with a ratio in the second (e.g. `0.1`: one trace in ten, decided by the trace id, so every node keeps or drops the same traces), `traceidratio`, `always_on`, `always_off`, `parentbased_always_off`. Exporting every span of a busy node costs CPU (docs/traces.md, docs/performance.md): sample above a few thousand calls a second. Unsampled requests still carry their traceparent and log their trace_id." },
       { vars: ["OTEL_BSP_SCHEDULE_DELAY"], shown: code(5000), meaning: "Milliseconds between exports of the finished spans (batched); the rest is sent when the node stops." },
       { vars: ["OTEL_SDK_DISABLED"], shown: "`false`", meaning: "`true`: export nothing, whatever the endpoints say." },
     ],

@@ -233,6 +233,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     fence: () => network.algorithmFence(),
     metrics,
     tracing,
+    // A worker node's runs have spans of their own (children of the API node's call spans).
+    runSpans: worker,
     ...options.runtime,
   });
   // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.
@@ -246,7 +248,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
     meter,
   );
-  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing);
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing, options.executor !== undefined);
   const keys = new KeyService(store);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {

@@ -192,6 +192,8 @@ export interface ExportSettings {
   serviceName: string;
   /** How often batches are sent (OTEL_BSP_SCHEDULE_DELAY). */
   scheduleDelayMs: number;
+  /** OTEL_TRACES_SAMPLER and its ratio (OTEL_TRACES_SAMPLER_ARG). */
+  sampler: { name: 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio'; ratio: number };
 }
 
 /**

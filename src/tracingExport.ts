@@ -1,5 +1,5 @@
 import { ROOT_CONTEXT, SpanKind as OtelKind, SpanStatusCode, trace, TraceFlags, type Span as OtelSpan, type Tracer as OtelApiTracer } from '@opentelemetry/api';
-import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, AlwaysOnSampler } from '@opentelemetry/sdk-trace-base';
+import { AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type Sampler } from '@opentelemetry/sdk-trace-base';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracing.ts';
@@ -27,6 +27,12 @@ function clean(attributes: Attributes | undefined): Record<string, AttributeValu
   const out: Record<string, AttributeValue> = {};
   for (const k in attributes) if (attributes[k] !== undefined) out[k] = attributes[k];
   return out;
+}
+
+/** The SDK's sampler that OTEL_TRACES_SAMPLER names (by default: a caller's sampled flag followed, a trace we begin recorded). */
+function samplerOf({ name, ratio }: ExportSettings['sampler']): Sampler {
+  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(ratio) : new AlwaysOnSampler();
+  return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 
 class ExportedSpan implements Span {
@@ -73,8 +79,7 @@ export class OtelTracer implements Tracer {
     const exporter = new OTLPTraceExporter({ url: settings.url, headers: settings.headers });
     const provider = new BasicTracerProvider({
       resource: resourceFromAttributes({ 'service.name': settings.serviceName, ...clean(resource) }),
-      // A caller's sampled flag is followed; a trace we begin is recorded.
-      sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }),
+      sampler: samplerOf(settings.sampler),
       spanProcessors: [new BatchSpanProcessor(exporter, { scheduledDelayMillis: settings.scheduleDelayMs })],
     });
     return new OtelTracer(provider, provider.getTracer('algohost'));
@@ -88,7 +93,8 @@ export class OtelTracer implements Tracer {
     return new ExportedSpan(this.tracer.startSpan(name, { kind: KINDS[kind], attributes: clean(attributes), ...(startTime === undefined ? {} : { startTime }) }, context));
   }
 
+  /** Sends what is left; an export that fails (the collector away, too many at once) loses those spans, never the stop. */
   async close(): Promise<void> {
-    await this.provider.shutdown();
+    await this.provider.shutdown().catch(() => undefined);
   }
 }

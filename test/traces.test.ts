@@ -141,7 +141,7 @@ after(async () => {
 });
 
 describe('traces exported over OTLP/HTTP', () => {
-  test('a call continues the caller\'s trace: HTTP server span → call → run on a worker → the SDK request\'s server span', async () => {
+  test('a call continues the caller\'s trace: HTTP server span → (on a cluster: call → run on a worker) → the SDK requests\' server spans', async () => {
     const caller = callerTrace();
     const r = await callAlgo(alice, 'alice/Traced', 'hello', 'text/plain');
     assert.equal(r.status, 200);
@@ -149,8 +149,8 @@ describe('traces exported over OTLP/HTTP', () => {
     const body = await json(traced);
     assert.equal(body.result, 'wrote traced', JSON.stringify(body));
 
-    // The request's span, the call's, the run's, and two SDK requests (put; HEAD and GET of the read).
-    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 2 && t.some((x) => x.name === 'run'));
+    // The request's span, (on a cluster) the call's and the run's, and three SDK requests (the put; a HEAD and a GET for the read).
+    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
     const ids = byId(spans);
     const request = spans.find((x) => x.kind === SERVER && x.attributes['algohost.sdk'] === undefined && x.name === 'POST /v1/algo/*');
     assert.ok(request, `no server span for the request in ${spans.map((x) => x.name).join(', ')}`);
@@ -159,29 +159,40 @@ describe('traces exported over OTLP/HTTP', () => {
     assert.equal(request.attributes['http.response.status_code'], 200);
     assert.equal(request.resource['service.name'], 'algohost-test');
 
-    const call = spans.find((x) => x.name === 'call alice/Traced');
-    assert.ok(call);
-    assert.equal(call.kind, CLIENT);
-    assert.equal(call.parentSpanId, request.spanId);
-    assert.equal(call.attributes['algohost.outcome'], 'result');
-
-    const run = spans.find((x) => x.name === 'run');
-    assert.ok(run);
-    assert.equal(run.kind, SERVER);
-    assert.equal(run.parentSpanId, call.spanId, 'the run is the call\'s child');
-    assert.equal(typeof run.attributes['algohost.worker_wait_ms'], 'number');
+    // The span the SDK requests are children of: the run on the worker node, or, on one machine, the request's own.
+    let parentOfSdk: ExportedSpan;
     if (CLUSTER) {
+      const call = spans.find((x) => x.name === 'call alice/Traced');
+      assert.ok(call);
+      assert.equal(call.kind, CLIENT);
+      assert.equal(call.parentSpanId, request.spanId);
+      assert.equal(call.attributes['algohost.outcome'], 'result');
+      assert.equal(call.attributes['algohost.algorithm'], 'alice/Traced');
+      const run = spans.find((x) => x.name === 'run');
+      assert.ok(run);
+      assert.equal(run.kind, SERVER);
+      assert.equal(run.parentSpanId, call.spanId, 'the run is the call\'s child');
+      assert.equal(typeof run.attributes['algohost.worker_wait_ms'], 'number');
       // Exported by a worker node, another process than the API node that made the call.
       assert.equal(run.resource['algohost.role'], 'worker');
       assert.equal(call.resource['algohost.role'], 'api');
       assert.notEqual(run.resource['service.instance.id'], call.resource['service.instance.id']);
-    } else assert.equal(run.resource['algohost.role'], 'all');
+      parentOfSdk = run;
+    } else {
+      // One machine: the request's span is the call's; no span of their own for the dispatch and the run.
+      assert.equal(request.resource['algohost.role'], 'all');
+      assert.equal(request.attributes['algohost.algorithm'], 'alice/Traced');
+      assert.equal(request.attributes['algohost.outcome'], 'result');
+      assert.equal(typeof request.attributes['algohost.worker_wait_ms'], 'number');
+      assert.equal(spans.some((x) => x.name === 'run' || x.name.startsWith('call ')), false);
+      parentOfSdk = request;
+    }
 
-    // The algorithm's SDK requests, handled back on an API node, are the run's children.
+    // The algorithm's SDK requests, handled back on an API node, are the call's children.
     const sdk = spans.filter((x) => x.attributes['algohost.sdk'] === true);
     for (const x of sdk) {
       assert.equal(x.kind, SERVER);
-      assert.equal(x.parentSpanId, run.spanId, `${x.name}'s parent is the run`);
+      assert.equal(x.parentSpanId, parentOfSdk.spanId, `${x.name}'s parent is the ${parentOfSdk.name}`);
       assert.match(x.name, /^(PUT|GET|HEAD) \/v1\/connector\/\*$/);
     }
     // Every span but the first has its parent in the trace: one chain, nothing orphaned.
@@ -194,10 +205,10 @@ describe('traces exported over OTLP/HTTP', () => {
     const caller = callerTrace();
     const body = await json(await alice('/v1/algo/alice/TracedPy', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'snake' }));
     assert.equal(body.result, 'wrote snake', JSON.stringify(body));
-    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 2 && t.some((x) => x.name === 'run'));
-    const run = spans.find((x) => x.name === 'run')!;
+    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
+    const parent = CLUSTER ? spans.find((x) => x.name === 'run')! : spans.find((x) => x.parentSpanId === caller.spanId)!;
     const sdk = spans.filter((x) => x.attributes['algohost.sdk'] === true);
-    for (const x of sdk) assert.equal(x.parentSpanId, run.spanId, `${x.name}'s parent is the run`);
+    for (const x of sdk) assert.equal(x.parentSpanId, parent.spanId, `${x.name}'s parent is the ${parent.name}`);
   });
 
   test('a request without a traceparent starts a trace of its own', async () => {
@@ -220,16 +231,20 @@ describe('traces exported over OTLP/HTTP', () => {
     const r = await alice('/v1/algo/alice/Traced?output=void', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'later' });
     const accepted = await json(r);
     assert.equal(accepted.async, true, JSON.stringify(accepted));
-    const spans = await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'run') && t.some((x) => x.name.startsWith('async ')) && t.some((x) => x.name === 'call alice/Traced'));
+    const spans = await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'async alice/Traced') && t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
     const ids = byId(spans);
     const request = spans.find((x) => x.parentSpanId === caller.spanId)!;
     const consumer = spans.find((x) => x.name === 'async alice/Traced')!;
     assert.equal(consumer.kind, CONSUMER);
     assert.equal(consumer.parentSpanId, request.spanId, 'the async run is the accepting request\'s child');
     assert.equal(consumer.attributes['algohost.request_id'], accepted.request_id);
-    const call = spans.find((x) => x.name === 'call alice/Traced')!;
-    assert.equal(call.parentSpanId, consumer.spanId);
-    assert.equal(ids.get(spans.find((x) => x.name === 'run')!.parentSpanId), call);
+    if (CLUSTER) {
+      const call = spans.find((x) => x.name === 'call alice/Traced')!;
+      assert.equal(call.parentSpanId, consumer.spanId);
+      assert.equal(ids.get(spans.find((x) => x.name === 'run')!.parentSpanId), call);
+    } else assert.equal(consumer.attributes['algohost.outcome'], 'result');
+    // Its SDK requests are in the trace too, under the run.
+    for (const x of spans.filter((y) => y.attributes['algohost.sdk'] === true)) assert.ok(ids.has(x.parentSpanId));
   });
 
   test('a build is a span of the compile request\'s trace', async () => {

@@ -8,7 +8,7 @@ import { InternalRequests, MAX_CALL_DEPTH, type CallContext } from './hostReques
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
-import { currentSpan, NO_TRACING, traceparentOf, type Span, type Tracer } from '../tracing.ts';
+import { currentSpan, NO_TRACING, traceparentOf, type Attributes, type Span, type Tracer } from '../tracing.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -126,6 +126,17 @@ function callerQueueFull(): AppError {
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
+/** A call's attributes on its span. */
+function callAttributes(target: CallTarget, req: CallRequest, depth: number): Attributes {
+  return {
+    'algohost.algorithm': `${target.algorithm.owner}/${target.algorithm.name}`,
+    'algohost.version': target.version ?? undefined,
+    'algohost.build': target.build.hash,
+    'algohost.depth': depth,
+    'algohost.input_bytes': req.input.length,
+  };
+}
+
 /** What a call came to, on its span: an outcome other than a result marks it failed. */
 function spanOutcome(span: Span, outcome: Outcome): void {
   span.set('algohost.outcome', outcome.kind);
@@ -161,6 +172,8 @@ export class CallService {
     private readonly metrics: Metrics = NO_METRICS,
     /** The call's span (docs/traces.md), child of the request's (or async call's, trigger run's). */
     private readonly tracing: Tracer = NO_TRACING,
+    /** Whether calls are sent to other nodes (an API node's NatsExecutor): each then has a client span of its own. */
+    private readonly dispatchSpans = false,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -304,8 +317,16 @@ export class CallService {
     if (timeoutMs <= 0) return this.done(principal, req, target, mine, TIMED_OUT);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
-    // The call's span: the dispatch to the executor (this machine's pool, or a worker node over NATS).
-    const span = this.tracing.exporting ? this.callSpan(target, req, context.depth) : this.tracing.start('', 'client', currentSpan());
+    // The call's span (docs/traces.md): where calls are sent to worker nodes (an API node), a
+    // client span of its own, the dispatch; elsewhere the span the call runs in (its request's,
+    // its async run's, its trigger run's) takes its attributes, and is what its SDK requests'
+    // spans are children of: a warm call makes one span on one machine, not three.
+    const own = this.tracing.exporting && this.dispatchSpans;
+    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', currentSpan(), callAttributes(target, req, context.depth)) : (currentSpan() ?? NO_TRACING.start('', 'client', undefined));
+    if (!own && span.recording) {
+      const attributes = callAttributes(target, req, context.depth);
+      for (const k in attributes) span.set(k, attributes[k]);
+    }
     try {
       const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
       const outcome = await this.executor.run(job, this.internal.handler(context, span));
@@ -338,20 +359,7 @@ export class CallService {
       }
       throw err;
     } finally {
-      span.end();
+      if (own) span.end();
     }
-  }
-
-  private callSpan(target: CallTarget, req: CallRequest, depth: number): Span {
-    const { owner, name } = target.algorithm;
-    return this.tracing.start(`call ${owner}/${name}`, 'client', currentSpan(), {
-      'algohost.algorithm': `${owner}/${name}`,
-      'algohost.version': target.version ?? undefined,
-      'algohost.build': target.build.hash,
-      'algohost.runner': target.build.runner ?? undefined,
-      'algohost.depth': depth,
-      'algohost.input_bytes': req.input.length,
-      'algohost.async': req.admitted === true ? true : undefined,
-    });
   }
 }

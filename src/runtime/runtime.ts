@@ -4,7 +4,7 @@ import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
-import { NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
+import { currentSpan, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -39,6 +39,11 @@ export interface RuntimeOptions {
   metrics?: Metrics | undefined;
   /** The run's span (docs/traces.md): the wait for a worker, the algorithm's run. */
   tracing?: Tracer | undefined;
+  /**
+   * Whether each run has a span of its own (a worker node's, a child of the API node's call
+   * span); otherwise the span the call runs in takes the wait's attributes.
+   */
+  runSpans?: boolean | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -68,8 +73,12 @@ export class AlgorithmRuntime implements Executor {
 
   run(job: Job, host?: HostHandler): Promise<Outcome> {
     const tracing = this.options.tracing ?? NO_TRACING;
-    // Not exporting: the job's traceparent goes on to the runner as it came.
+    // Not exporting, or no span of its own: the job's traceparent goes on to the runner as it came.
     if (!tracing.exporting) return this.runJob(job, host, undefined);
+    if (!this.options.runSpans) {
+      const span = currentSpan();
+      return this.runJob(job, host, span?.recording ? span : undefined, job.traceparent);
+    }
     const span = tracing.start('run', 'server', parseTraceparent(job.traceparent), {
       'algohost.algorithm_id': job.target.build.algorithmId,
       'algohost.build': job.target.build.hash,
@@ -93,25 +102,25 @@ export class AlgorithmRuntime implements Executor {
     );
   }
 
-  private runJob(job: Job, host: HostHandler | undefined, span: Span | undefined): Promise<Outcome> {
+  /** `span`: where the wait's attributes go; `traceparent`: what the runner gives SDK requests (the span's own by default). */
+  private runJob(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent = span === undefined ? job.traceparent : traceparentOf(span)): Promise<Outcome> {
     const { build } = job.target;
-    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host, span);
+    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host, span, traceparent);
     span?.set('algohost.build_fetched', true);
     return this.builds.ensure(build.algorithmId, 'build', build.hash).then((found) => {
       if (!found) throw new BuildMissingError(build);
-      return this.runPresent(job, host, span);
+      return this.runPresent(job, host, span, traceparent);
     });
   }
 
   /**
    * On the pool. With a span: the wait for a worker (`algohost.worker_wait_ms`, a cold start
-   * included: `algohost.cold_start`), and the runner given the run's traceparent for the SDK
-   * requests; without, the job's own.
+   * included: `algohost.cold_start`) set on it. The runner is given `traceparent` for the SDK
+   * requests.
    */
-  private runPresent(job: Job, host: HostHandler | undefined, span: Span | undefined): Promise<Outcome> {
+  private runPresent(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent: string | undefined): Promise<Outcome> {
     const deadline = performance.now() + job.timeoutMs;
     const asked = span === undefined ? 0 : performance.now();
-    const traceparent = span === undefined ? job.traceparent : traceparentOf(span);
     return this.pool.with(
       job.target.key,
       () => {
