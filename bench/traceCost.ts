@@ -3,8 +3,8 @@
  * loaded machine's noise does not hide it (as bench/metricsCost.ts does for metrics):
  *
  *   - off (the default): what every request and call does with tracing off: the caller's
- *     traceparent parsed (or a trace made), the request run in an AsyncLocalStorage, the call's
- *     span (its parent's ids carried on) and the job's traceparent made, and a log line's mixin;
+ *     traceparent parsed (or a trace made), the span put on the request, the job's traceparent
+ *     made, the request logger's bindings (no AsyncLocalStorage: see src/tracing.ts);
  *   - exported: the same with an exporting tracer (the OpenTelemetry SDK, OTLP/HTTP JSON): the
  *     spans of a warm call (one machine: the request's, which takes the call's attributes; an
  *     API node: the request's and the dispatch's) with their attributes, and their export: every span is sent before the clock stops
@@ -22,7 +22,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { currentSpan, NO_TRACING, openTracer, parseTraceparent, traceLogFields, traceparentOf, withSpan, type ExportSettings, type Tracer } from '../src/tracing.ts';
+import { currentSpan, NO_TRACING, openTracer, parseTraceparent, requestSpan, setRequestSpan, traceBindings, traceparentOf, withSpan, type ExportSettings, type Tracer } from '../src/tracing.ts';
 import { argOf } from './baseTree.ts';
 import { median } from './load.ts';
 
@@ -70,13 +70,17 @@ const CALL_ATTRIBUTES = { 'algohost.algorithm': 'bench/Echo', 'algohost.version'
  * (`api` true) makes a client span for the dispatch too (the worker node's run span is the
  * worker's cost, not counted here).
  */
+const REQ = {};
+
 function oneCall(tracer: Tracer, header: string | undefined, apiNode: boolean): void {
   const request = tracer.start('HTTP', 'server', parseTraceparent(header));
+  setRequestSpan(REQ, request);
   if (request.recording) request.set('http.request.method', 'POST');
   withSpan(request, () => {
     request.route = '/v1/algo/*';
     const own = tracer.exporting && apiNode;
-    const call = own ? tracer.start('call bench/Echo', 'client', currentSpan(), CALL_ATTRIBUTES) : (currentSpan() ?? NO_TRACING.start('', 'client', undefined));
+    const within = requestSpan(REQ) ?? currentSpan();
+    const call = own ? tracer.start('call bench/Echo', 'client', within, CALL_ATTRIBUTES) : (within ?? NO_TRACING.start('', 'client', undefined));
     if (!own && call.recording) for (const k in CALL_ATTRIBUTES) call.set(k, CALL_ATTRIBUTES[k as keyof typeof CALL_ATTRIBUTES]);
     traceparentOf(call);
     if (call.recording) {
@@ -85,8 +89,8 @@ function oneCall(tracer: Tracer, header: string | undefined, apiNode: boolean): 
       call.set('algohost.duration_ms', 0.02);
     }
     if (own) call.end();
-    // A log line's mixin (a warm call logs nothing at info on the direct path; fastify's two lines where it logs).
-    traceLogFields();
+    // The request logger's bindings (made when the request logs: fastify's child logger, the direct path's when it logs).
+    traceBindings(request);
   });
   if (request.recording) {
     request.rename('POST /v1/algo/*');
@@ -124,9 +128,13 @@ const variants: [string, Sampler | undefined, string | undefined, boolean][] = [
   ['exported, parentbased_traceidratio 0.1, one machine', TENTH, undefined, false],
 ];
 const results = new Map<string, { ns: number; spans: number }[]>(variants.map(([n]) => [n, []]));
-for (const [, sampler, h, a] of variants) await run(sampler, h, a);
-for (let r = 0; r < REPS; r++) {
-  for (const [name, sampler, h, a] of r % 2 === 0 ? variants : [...variants].reverse()) results.get(name)!.push(await run(sampler, h, a));
+// Tracing off first, every repetition: once a tracer exports, the process keeps the current
+// span in an AsyncLocalStorage (src/tracing.ts), which a node that does not export never does.
+for (const group of [variants.filter(([, s]) => s === undefined), variants.filter(([, s]) => s !== undefined)]) {
+  for (const [, sampler, h, a] of group) await run(sampler, h, a);
+  for (let r = 0; r < REPS; r++) {
+    for (const [name, sampler, h, a] of r % 2 === 0 ? group : [...group].reverse()) results.get(name)!.push(await run(sampler, h, a));
+  }
 }
 process.stdout.write(`CPU ns per warm call's tracing, this process (median of ${REPS} × ${CALLS.toLocaleString('en')} calls); spans the sink received per call:\n`);
 for (const [name] of variants) {

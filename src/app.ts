@@ -30,7 +30,7 @@ import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 import { metricsRoutes } from './http/metrics.ts';
 import { checkAnswers, collectRoutes, openapiRoutes } from './http/openapi/serve.ts';
-import { currentSpan, parseTraceparent, traceLogFields, withSpan, type Span } from './tracing.ts';
+import { parseTraceparent, requestSpan, setRequestSpan, traceBindings, withSpan, type Span } from './tracing.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -89,8 +89,6 @@ interface LoggedRequest {
  */
 export const LOG_OPTIONS = {
   redact: LOG_REDACT,
-  // The trace of the request (or job, build, delivery) a line is written for (docs/traces.md).
-  mixin: traceLogFields,
   serializers: {
     req: (req: LoggedRequest) => ({
       method: req.method,
@@ -130,6 +128,11 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const app = Fastify({
     ...(isInstance ? { loggerInstance: loggerOpt as FastifyServerOptions['loggerInstance'] } : { logger: loggerOpt as FastifyServerOptions['logger'] }),
     genReqId: nextRequestId,
+    // A request's lines carry its trace (docs/traces.md): its span, given it by the listener below.
+    childLoggerFactory: (logger, bindings, opts, rawReq) => {
+      const span = requestSpan(rawReq);
+      return logger.child(span === undefined ? bindings : { ...bindings, ...traceBindings(span) }, opts);
+    },
     // req.ip, req.protocol and req.host from the trusted proxies' X-Forwarded-* (ALGOHOST_TRUST_PROXY).
     trustProxy: services.config.trustProxy,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
@@ -297,7 +300,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   if (tracing.exporting) {
     // The server span is named after the route fastify found (the direct path's is set below).
     app.addHook('onRequest', (req, _reply, done) => {
-      const span = currentSpan();
+      const span = requestSpan(req.raw);
       if (span !== undefined) span.route = req.routeOptions.url;
       done();
     });
@@ -309,10 +312,12 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
       direct.handle(req, res);
     }
   };
-  // Every request runs in its span (docs/traces.md): the caller's traceparent continued, or a
-  // new trace; its log lines carry the trace id, and what it starts (a call, a build) is its child.
+  // Every request has its span (docs/traces.md): the caller's traceparent continued, or a new
+  // trace; its log lines carry the trace id, and its call's job carries it on. When exporting it
+  // runs in it too, so that whatever it starts (a call, a build, an event's row) is its child.
   app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const span = tracing.start('HTTP', 'server', parseTraceparent(req.headers.traceparent));
+    setRequestSpan(req, span);
     if (span.recording) serverSpan(span, req, res);
     withSpan(span, dispatch, req, res, span);
   });

@@ -8,8 +8,9 @@ import crypto from 'node:crypto';
  * spans exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
  *
  * Below the domain: imports nothing of algohost. Off (the default), a span is only its ids: no
- * OpenTelemetry code is loaded (tracingExport.ts is imported only when exporting), and a
- * request costs a traceparent parsed or made and an AsyncLocalStorage run.
+ * OpenTelemetry code is loaded (tracingExport.ts is imported only when exporting), no
+ * AsyncLocalStorage is entered (see `keeping`), and a request costs a traceparent parsed or
+ * made and a child logger's two bindings.
  */
 
 /** A span's identity: what a traceparent carries (W3C Trace Context, version 00). */
@@ -101,24 +102,51 @@ export function traceparentOf(ctx: TraceContext): string {
 // ---- the current span of this async flow --------------------------------------------------------
 
 /**
- * The span the code running now belongs to: set for each HTTP request (app.ts), each job a
- * worker node takes, each async call, build, delivery and trigger run. Log lines read it (LOG_OPTIONS's mixin).
+ * The span the code running now belongs to, when exporting: set for each HTTP request (app.ts),
+ * each async call, build, delivery and trigger run; what they start (a call, an event's row)
+ * is its child.
  */
 const current = new AsyncLocalStorage<Span>();
 
+/**
+ * Whether the current span is kept at all: only once a tracer exports. On Node 20 an
+ * AsyncLocalStorage, once entered, runs a hook for every promise and async resource the
+ * process makes (about 0.13 µs each, measured: 10–20 % of a warm call's CPU), so with tracing
+ * off none is entered, and the context goes where it must by hand: a request's span on its
+ * IncomingMessage (requestSpan), in its logger's bindings, in the CallRequest, in a job.
+ */
+let keeping = false;
+
 export function currentSpan(): Span | undefined {
-  return current.getStore();
+  return keeping ? current.getStore() : undefined;
 }
 
-/** The traceparent of the span running now, for a row whose work continues the trace later; null outside spans. */
+/** The traceparent of the span running now, for a row whose work continues the trace later; null outside spans (and when not exporting). */
 export function currentTraceparent(): string | null {
-  const span = current.getStore();
+  const span = currentSpan();
   return span === undefined ? null : traceparentOf(span);
 }
 
-/** Runs `fn` with `span` as the current span. */
+/** Runs `fn` with `span` as the current span (when spans are exported; otherwise just runs it). */
 export function withSpan<A extends unknown[], R>(span: Span, fn: (...args: A) => R, ...args: A): R {
-  return current.run(span, fn, ...args);
+  return keeping ? current.run(span, fn, ...args) : fn(...args);
+}
+
+const REQUEST_SPAN = Symbol('algohost.span');
+
+/** Gives an HTTP request its span (app.ts), for its routes and its logger. */
+export function setRequestSpan(req: object, span: Span): void {
+  (req as { [REQUEST_SPAN]?: Span })[REQUEST_SPAN] = span;
+}
+
+/** The span of an HTTP request (its IncomingMessage), if app.ts gave it one. */
+export function requestSpan(req: object): Span | undefined {
+  return (req as { [REQUEST_SPAN]?: Span })[REQUEST_SPAN];
+}
+
+/** A logger's bindings for the lines of a span: its `trace_id` and `span_id`. */
+export function traceBindings(span: TraceContext): { trace_id: string; span_id: string } {
+  return { trace_id: span.traceId, span_id: span.spanId };
 }
 
 /**
@@ -127,14 +155,6 @@ export function withSpan<A extends unknown[], R>(span: Span, fn: (...args: A) =>
  */
 export function outsideSpans<R>(fn: () => R): R {
   return current.exit(fn);
-}
-
-const NO_IDS = Object.freeze({});
-
-/** pino's mixin: every log line written in a span's flow carries its `trace_id` and `span_id`. */
-export function traceLogFields(): object {
-  const s = current.getStore();
-  return s === undefined ? NO_IDS : { trace_id: s.traceId, span_id: s.spanId };
 }
 
 // ---- spans when not exporting -------------------------------------------------------------------
@@ -202,6 +222,7 @@ export interface ExportSettings {
  */
 export async function openTracer(settings: ExportSettings | undefined, resource: Attributes = {}): Promise<Tracer> {
   if (settings === undefined) return NO_TRACING;
+  keeping = true;
   const { OtelTracer } = await import('./tracingExport.ts');
   return OtelTracer.open(settings, resource);
 }

@@ -11,7 +11,7 @@ import { MAX_DETACHED, type CallLog, type CallRequest, type CallResult, type Cal
 import type { AsyncRequest } from '../../client/src/types.ts';
 import { appendEvent, type NewEvent } from '../events/outbox.ts';
 import { FairQueue } from '../fairQueue.ts';
-import { currentTraceparent, NO_TRACING, parseTraceparent, withSpan, type Tracer } from '../tracing.ts';
+import { currentTraceparent, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -123,7 +123,7 @@ export class AsyncCalls {
       started_at: null,
       finished_at: null,
       // Its run continues the request's trace, on whichever node runs it (docs/traces.md).
-      traceparent: currentTraceparent(),
+      traceparent: req.trace === undefined ? currentTraceparent() : traceparentOf(req.trace),
     };
     if (along) {
       await this.store.write(async (trx) => {
@@ -209,14 +209,14 @@ export class AsyncCalls {
       : undefined;
     const span = tracing.start(`async ${row.owner}/${row.name}`, 'consumer', parseTraceparent(row.traceparent), attributes);
     try {
-      return await withSpan(span, () => this.runRow(id, row));
+      return await withSpan(span, () => this.runRow(id, row, span));
     } finally {
       span.end();
     }
   }
 
   /** A request read from the store, not yet done: claimed, run, and its answer stored. */
-  private async runRow(id: string, row: Selectable<AsyncRequestsTable>): Promise<'done' | 'retry'> {
+  private async runRow(id: string, row: Selectable<AsyncRequestsTable>, span: Span): Promise<'done' | 'retry'> {
     const n = row.attempts + 1;
     // A queue that cannot give a request back (one process) makes every attempt the last.
     const last = !this.queue.durable || n >= this.options.maxAttempts;
@@ -243,6 +243,7 @@ export class AsyncCalls {
         stdout: row.stdout === 1,
         // Its token was taken when it was accepted (CallService.check).
         admitted: true,
+        trace: span,
       };
       const result = await this.calls.call(principal, req, this.log);
       if (!last && result.workerLost) return await this.giveBack(id, n);

@@ -32,6 +32,8 @@ export interface CallRequest {
   stdout: boolean;
   /** Set when an algorithm makes this call through the SDK. */
   parent?: CallContext | undefined;
+  /** The span the call is made in (its request's, its async run's, its trigger run's): the job's trace (docs/traces.md). */
+  trace?: Span | undefined;
   /**
    * Not a request of its own to the limits (docs/limits.md): an async call run from its queue
    * (its rate was taken when it was accepted) or a trigger's run. No token is taken, and it
@@ -322,7 +324,8 @@ export class CallService {
     // its async run's, its trigger run's) takes its attributes, and is what its SDK requests'
     // spans are children of: a warm call makes one span on one machine, not three.
     const own = this.tracing.exporting && this.dispatchSpans;
-    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', currentSpan(), callAttributes(target, req, context.depth)) : (currentSpan() ?? NO_TRACING.start('', 'client', undefined));
+    const within = req.trace ?? currentSpan();
+    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within, callAttributes(target, req, context.depth)) : (within ?? NO_TRACING.start('', 'client', undefined));
     if (!own && span.recording) {
       const attributes = callAttributes(target, req, context.depth);
       for (const k in attributes) span.set(k, attributes[k]);

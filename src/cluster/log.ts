@@ -4,4 +4,6 @@ export interface ClusterLog {
   info(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
   debug?(obj: object, msg: string): void;
+  /** A logger whose lines carry `bindings` too (a job's trace, docs/traces.md). */
+  child?(bindings: Record<string, string>): ClusterLog;
 }

@@ -21,7 +21,7 @@ import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 import type { ClusterKey } from './seal.ts';
 import { checkSubscriptions } from './nats.ts';
-import { carried, parseTraceparent, withSpan } from '../tracing.ts';
+import { parseTraceparent, traceBindings } from '../tracing.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -157,8 +157,7 @@ export class WorkerNode {
       }
       // Its log lines carry its call's trace (docs/traces.md); the run's own span is the runtime's.
       const trace = parseTraceparent(request.job.traceparent);
-      if (trace !== undefined) await withSpan(carried(trace), () => this.runJob(msg, request));
-      else await this.runJob(msg, request);
+      await this.runJob(msg, request, trace !== undefined && this.log.child ? this.log.child(traceBindings(trace)) : this.log);
     } finally {
       this.running--;
       if (this.running === 0) this.idle?.();
@@ -166,7 +165,7 @@ export class WorkerNode {
   }
 
   /** A job read and checked: run (or refused as draining) and answered. */
-  private async runJob(msg: Msg, request: RunRequest): Promise<void> {
+  private async runJob(msg: Msg, request: RunRequest, log: ClusterLog): Promise<void> {
     let reply: RunReply;
     const target = request.job.target;
     if (target.network && !this.allowNetwork) {
@@ -180,24 +179,24 @@ export class WorkerNode {
         try {
           this.wire.send(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
         } catch (err) {
-          this.log.warn({ err }, 'could not say which worker took a job');
+          log.warn({ err }, 'could not say which worker took a job');
         }
       }
       try {
         reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
       } catch (err) {
         reply = refusalOf(err);
-        if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
+        if (reply.reason === 'internal') log.warn({ err }, 'a job failed');
       }
     }
     // One line per job at debug level, in the job's trace (docs/traces.md).
-    this.log.debug?.({ call: request.call, answer: reply.type === 'outcome' ? reply.outcome.kind : reply.reason }, 'ran a job');
+    log.debug?.({ call: request.call, answer: reply.type === 'outcome' ? reply.outcome.kind : reply.reason }, 'ran a job');
     const { data: answer, ref } = this.wire.pack(encodeRunReply(reply, { call: request.call, worker: this.node }), BODY_TTL_MS);
     try {
       this.wire.respond(msg, answer);
     } catch (err) {
       this.wire.withdraw(ref);
-      this.log.warn({ err }, 'could not answer a job');
+      log.warn({ err }, 'could not answer a job');
     }
   }
 

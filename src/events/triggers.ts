@@ -22,7 +22,7 @@ import { checkTemplate, render, renderText } from './template.ts';
 import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
 import type { ExpressionBuilder, Selectable } from 'kysely';
 import type { Trigger, TriggerRun } from '../../client/src/types.ts';
-import { NO_TRACING, parseTraceparent, withSpan, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, withSpan, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -488,11 +488,11 @@ export class Triggers {
     const tracing = this.tracing;
     const attributes = tracing.exporting ? { 'algohost.trigger': c.trigger.id, 'algohost.trigger_run': c.run.id, 'algohost.event_type': c.run.event_type, 'algohost.attempt': c.run.attempts } : undefined;
     const span = tracing.start('trigger run', 'consumer', parseTraceparent(c.run.traceparent), attributes);
-    return withSpan(span, () => this.executeRun(c)).finally(() => span.end());
+    return withSpan(span, () => this.executeRun(c, span)).finally(() => span.end());
   }
 
   /** One run: the call as the trigger's key, its output written, its end recorded. */
-  private async executeRun(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }): Promise<void> {
+  private async executeRun(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }, span: Span): Promise<void> {
     const { run, trigger: t } = c;
     const chain = JSON.parse(run.chain) as string[];
     const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
@@ -509,7 +509,7 @@ export class Triggers {
         throw e;
       }
       const ref = splitAlgorithm(t.algorithm);
-      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true }, this.log);
+      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true, trace: span }, this.log);
       if (result.workerLost && run.attempts < MAX_ATTEMPTS) {
         // Its node was lost mid-call: started again by whichever node claims it next.
         await this.store.db.updateTable('trigger_runs').set({ status: 'queued', claimed_until: 0 }).where('id', '=', run.id).where('claimed_until', '=', c.lease).execute();

@@ -6,6 +6,7 @@ import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { bufferedBody } from './body.ts';
 import type { Metrics } from '../metrics.ts';
 import { errorAnswer } from './answers.ts';
+import { requestSpan, traceBindings } from '../tracing.ts';
 import { callAnswer, callOptions, checkedInput, JSON_UTF8, MAX_INPUT_BYTES, parseAlgoRef, readInput, type CallOptions } from './callRoutes.ts';
 
 /*
@@ -106,7 +107,7 @@ export class DirectCalls {
       const input = checkedInput(bufferedBody(req, MAX_INPUT_BYTES) ?? (await readInput(req.headers, req)), options.contentType);
       // Fields one by one: `{ ...ref, … }` here cost ~10 µs per call in place (V8's object
       // spread takes a slow path for this object; timed along the call path, 2026-11-22).
-      const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
+      const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, trace: requestSpan(req) };
       const r = await this.o.calls.call(principal, request, log, at);
       const a = callAnswer(r, options);
       this.send(res, a.status, a.type, a.body, r.rateLimit?.flat(), began);
@@ -143,7 +144,7 @@ class RequestLog {
   constructor(
     private readonly parent: FastifyBaseLogger,
     readonly id: string,
-    req: IncomingMessage,
+    private readonly req: IncomingMessage,
     res: ServerResponse,
     trusted: ((address: string, hop: number) => boolean) | undefined,
   ) {
@@ -168,7 +169,9 @@ class RequestLog {
   }
 
   private logger(): FastifyBaseLogger {
-    return (this.child ??= this.parent.child({ reqId: this.id }));
+    // As fastify's request logger (app.ts childLoggerFactory): the request's trace in its lines.
+    const span = requestSpan(this.req);
+    return (this.child ??= this.parent.child(span === undefined ? { reqId: this.id } : { reqId: this.id, ...traceBindings(span) }));
   }
 
   warn(obj: object, msg: string): void {
