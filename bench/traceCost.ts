@@ -52,6 +52,8 @@ server.listen(0, '127.0.0.1', () => process.stdout.write('port ' + server.addres
 process.stdin.setEncoding('utf8').on('data', () => process.stdout.write('spans ' + spans + '\\n'));
 `;
 const sink = spawn(process.execPath, ['-e', SINK], { stdio: ['pipe', 'pipe', 'inherit'] });
+// Never left behind, whatever stops this process.
+process.once('exit', () => sink.kill());
 const lines = createInterface({ input: sink.stdout! });
 const nextLine = () => new Promise<string>((r) => lines.once('line', r));
 const port = Number((await nextLine()).split(' ')[1]);
