@@ -11,6 +11,9 @@
  *
  * BENCH_METRICS=1 in the environment: with Prometheus metrics counted (as with ALGOHOST_METRICS_ADDR
  * or ALGOHOST_METRICS_TOKEN; docs/metrics.md), for comparing a warm call with them on and off.
+ * BENCH_OTLP=URL: spans exported over OTLP/HTTP to URL (as OTEL_EXPORTER_OTLP_ENDPOINT=URL;
+ * docs/traces.md), for comparing a warm call with tracing exported and off; with BENCH_OTLP_RATIO=R
+ * too, one trace in 1/R sampled (OTEL_TRACES_SAMPLER=parentbased_traceidratio).
  *
  * `--profile-to FILE`: SIGUSR2 starts V8's CPU profiler (through node:inspector: the profiler
  * `--cpu-prof` uses, sampling every 0.5 ms), the next SIGUSR2 stops it and writes the
@@ -31,7 +34,10 @@ if (!home) throw new Error('usage: algoServer.ts HOME [--per-version N] [--profi
 const i = process.argv.indexOf('--per-version');
 const perVersion = i > 0 ? Number(process.argv[i + 1]) : undefined;
 
-const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent' });
+const otlp = process.env.BENCH_OTLP;
+const ratio = process.env.BENCH_OTLP_RATIO;
+const sampler = ratio ? { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: ratio } : {};
+const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent', ...(otlp ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlp, ...sampler } : {}) });
 const options: ServiceOptions = perVersion ? { runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: perVersion } } } : {};
 if (process.env.BENCH_METRICS === '1') options.metrics = new PromMetrics();
 const services = await createServices(config, options);
@@ -40,6 +46,7 @@ const app = buildApp(services, { logger: pino({ level: 'silent', ...LOG_OPTIONS 
 const url = await app.listen({ port: 0, host: '127.0.0.1' });
 process.stderr.write(`algo${perVersion ? ` (maxPerVersion ${perVersion})` : ''} is ready at ${url}\n`);
 if (options.metrics) process.stderr.write('metrics: on (BENCH_METRICS=1)\n');
+if (services.tracing.exporting) process.stderr.write(`tracing: exported to ${otlp} (BENCH_OTLP)\n`);
 process.stderr.write(`sandbox: ${services.sandbox.available ? 'bubblewrap' : `NONE (${services.sandbox.reason})`}\n`);
 
 const p = process.argv.indexOf('--profile-to');

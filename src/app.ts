@@ -30,6 +30,7 @@ import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 import { metricsRoutes } from './http/metrics.ts';
 import { checkAnswers, collectRoutes, openapiRoutes } from './http/openapi/serve.ts';
+import { parseTraceparent, requestSpan, setRequestSpan, traceBindings, withSpan, type Span } from './tracing.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -100,6 +101,23 @@ export const LOG_OPTIONS = {
   },
 };
 
+/** Ends a request's server span when its answer has gone (or the connection closed first). */
+function serverSpan(span: Span, req: IncomingMessage, res: ServerResponse): void {
+  span.set('http.request.method', req.method);
+  if (req.headers[INTERNAL_HEADER] !== undefined) span.set('algohost.sdk', true);
+  const end = () => {
+    res.off('finish', end).off('close', end);
+    const route = span.route ?? 'unmatched';
+    span.rename(`${req.method} ${route}`);
+    span.set('http.route', route);
+    span.set('http.response.status_code', res.statusCode);
+    if (res.statusCode >= 500) span.fail(`answered ${res.statusCode}`);
+    else if (!res.writableFinished) span.fail('the connection closed before the answer was sent');
+    span.end();
+  };
+  res.on('finish', end).on('close', end);
+}
+
 /**
  * Builds the HTTP app without listening: `main` listens on the configured port, tests on
  * port 0. Routes are thin; all decisions live in the services.
@@ -110,6 +128,11 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const app = Fastify({
     ...(isInstance ? { loggerInstance: loggerOpt as FastifyServerOptions['loggerInstance'] } : { logger: loggerOpt as FastifyServerOptions['logger'] }),
     genReqId: nextRequestId,
+    // A request's lines carry its trace (docs/traces.md): its span, given it by the listener below.
+    childLoggerFactory: (logger, bindings, opts, rawReq) => {
+      const span = requestSpan(rawReq);
+      return logger.child(span === undefined ? bindings : { ...bindings, ...traceBindings(span) }, opts);
+    },
     // req.ip, req.protocol and req.host from the trusted proxies' X-Forwarded-* (ALGOHOST_TRUST_PROXY).
     trustProxy: services.config.trustProxy,
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 1000 },
@@ -273,9 +296,30 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   app.server.on('connection', lingering.onConnection);
   app.addHook('preClose', async () => lingering.closeAll());
   app.server.removeListener('request', fastify);
-  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+  const tracing = services.tracing;
+  if (tracing.exporting) {
+    // The server span is named after the route fastify found (the direct path's is set below).
+    app.addHook('onRequest', (req, _reply, done) => {
+      const span = requestSpan(req.raw);
+      if (span !== undefined) span.route = req.routeOptions.url;
+      done();
+    });
+  }
+  const dispatch = (req: IncomingMessage, res: ServerResponse, span: Span) => {
     if (closing || req.headers[INTERNAL_HEADER] !== undefined || !DirectCalls.takes(req)) fastify(req, res);
-    else direct.handle(req, res);
+    else {
+      span.route = DirectCalls.ROUTE;
+      direct.handle(req, res);
+    }
+  };
+  // Every request has its span (docs/traces.md): the caller's traceparent continued, or a new
+  // trace; its log lines carry the trace id, and its call's job carries it on. When exporting it
+  // runs in it too, so that whatever it starts (a call, a build, an event's row) is its child.
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const span = tracing.start('HTTP', 'server', parseTraceparent(req.headers.traceparent));
+    setRequestSpan(req, span);
+    if (span.recording) serverSpan(span, req, res);
+    withSpan(span, dispatch, req, res, span);
   });
   // A testing aid: every answer checked against the OpenAPI document (ALGOHOST_TEST_OPENAPI_CHECK).
   checkAnswers(app, services.config, (req) => req.headers[INTERNAL_HEADER] !== undefined);

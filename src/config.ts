@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import proxyAddr from '@fastify/proxy-addr';
+import type { ExportSettings } from './tracing.ts';
 
 /**
  * The only module that reads `process.env`. Everything else receives a `Config` (or the part
@@ -153,6 +154,12 @@ export interface Config {
   metricsAddr: { host: string; port: number } | undefined;
   /** ALGOHOST_METRICS_TOKEN: the Bearer token that opens GET /metrics on the public port; undefined: not served there. */
   metricsToken: string | undefined;
+  /**
+   * OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (and OTEL_SERVICE_NAME,
+   * the OTLP headers, OTEL_BSP_SCHEDULE_DELAY, OTEL_SDK_DISABLED): where spans are exported over
+   * OTLP/HTTP (docs/traces.md); undefined: not exported (the trace context is carried all the same).
+   */
+  traces: ExportSettings | undefined;
   /**
    * ALGOHOST_TEST_OPENAPI_CHECK: a testing aid. Every answer is checked against the OpenAPI
    * document (docs/openapi.md); what does not match is logged at error level and written to
@@ -376,6 +383,69 @@ function metricsToken(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (raw.length < 32 || !/^[\x21-\x7e]+$/.test(raw)) throw new ConfigError(`ALGOHOST_METRICS_TOKEN must be at least 32 printable characters without spaces (openssl rand -hex 32 gives 64), got ${raw.length}`);
   return raw;
+}
+
+/**
+ * The OpenTelemetry SDK's settings for an OTLP/HTTP traces exporter, read as its specification
+ * says (https://opentelemetry.io/docs/specs/otel/protocol/exporter/): a signal's own endpoint as
+ * it is, the general endpoint with `v1/traces` appended; headers as `key=value,…` (URL-encoded
+ * values), the signal's own over the general ones.
+ */
+function traceExport(env: NodeJS.ProcessEnv): ExportSettings | undefined {
+  if (bool('OTEL_SDK_DISABLED', env.OTEL_SDK_DISABLED, false)) return undefined;
+  const own = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  let url: string;
+  if (own !== undefined && own !== '') url = otlpUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', own);
+  else if (base !== undefined && base !== '') {
+    const b = otlpUrl('OTEL_EXPORTER_OTLP_ENDPOINT', base);
+    url = `${b}${b.endsWith('/') ? '' : '/'}v1/traces`;
+  } else return undefined;
+  const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL;
+  if (protocol !== undefined && protocol !== '' && protocol !== 'http/json' && protocol !== 'http/protobuf') {
+    throw new ConfigError(`OTEL_EXPORTER_OTLP_PROTOCOL: algohost exports over OTLP/HTTP (JSON) only, got "${protocol}"; point the endpoint at the collector's HTTP port (4318)`);
+  }
+  const headers = { ...otlpHeaders('OTEL_EXPORTER_OTLP_HEADERS', env.OTEL_EXPORTER_OTLP_HEADERS), ...otlpHeaders('OTEL_EXPORTER_OTLP_TRACES_HEADERS', env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) };
+  const serviceName = env.OTEL_SERVICE_NAME || 'algohost';
+  return { url, headers, serviceName, scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', env.OTEL_BSP_SCHEDULE_DELAY, 5000, 1, 3_600_000), sampler: traceSampler(env) };
+}
+
+const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+
+function traceSampler(env: NodeJS.ProcessEnv): ExportSettings['sampler'] {
+  const name = env.OTEL_TRACES_SAMPLER || 'parentbased_always_on';
+  if (!(SAMPLERS as readonly string[]).includes(name)) throw new ConfigError(`OTEL_TRACES_SAMPLER must be one of ${SAMPLERS.join(', ')}, got "${name}"`);
+  const arg = env.OTEL_TRACES_SAMPLER_ARG;
+  const ratio = arg === undefined || arg === '' ? 1 : Number(arg);
+  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1) throw new ConfigError(`OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1 (e.g. 0.1), got "${arg}"`);
+  return { name: name as ExportSettings['sampler']['name'], ratio };
+}
+
+function otlpUrl(name: string, raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ConfigError(`${name} must be an http:// or https:// address (e.g. http://127.0.0.1:4318), got "${raw}"`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ConfigError(`${name} must be an http:// or https:// address (e.g. http://127.0.0.1:4318), got "${raw}"`);
+  return raw;
+}
+
+function otlpHeaders(name: string, raw: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (raw === undefined || raw.trim() === '') return out;
+  for (const pair of raw.split(',')) {
+    const eq = pair.indexOf('=');
+    const key = eq < 0 ? '' : pair.slice(0, eq).trim();
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(key)) throw new ConfigError(`${name} must be key=value pairs separated by commas (e.g. authorization=Bearer%20TOKEN), got a pair without a valid key`);
+    try {
+      out[key.toLowerCase()] = decodeURIComponent(pair.slice(eq + 1).trim());
+    } catch {
+      throw new ConfigError(`${name}: the value of ${key} is not valid URL encoding`);
+    }
+  }
+  return out;
 }
 
 function nodeName(raw: string | undefined): string | undefined {
@@ -884,6 +954,19 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => metricsToken(env.ALGOHOST_METRICS_TOKEN),
     docs: [
       { vars: ["ALGOHOST_METRICS_TOKEN"], shown: "unset: no /metrics on the public port", meaning: "At least 32 characters (`openssl rand -hex 32`): `GET /metrics` on the public port then answers to `Authorization: Bearer TOKEN` (Prometheus's `authorization` / `bearer_token_file`), and 401 without it (`auth_required`; `invalid_authorization` for another token or an API key). Unset, the public port has no `/metrics` (404). Either or both of the two settings may be given (a worker node, with no public port, needs `ALGOHOST_METRICS_ADDR`); with neither, the node counts nothing." },
+    ],
+  },
+  traces: {
+    read: (env) => traceExport(env),
+    docs: [
+      { vars: ["OTEL_EXPORTER_OTLP_ENDPOINT"], shown: "unset: no spans exported", meaning: "The OpenTelemetry collector's OTLP/HTTP base address, e.g. `http://127.0.0.1:4318` (Jaeger, Grafana Tempo, an OpenTelemetry Collector): spans of requests, calls, runs on workers, builds, async calls and webhook deliveries are exported to `<it>/v1/traces` as OTLP JSON (docs/traces.md). Unset, nothing of OpenTelemetry is loaded; requests still carry a W3C `traceparent` on every hop and log lines their `trace_id`. Set it on every node (API and worker) whose spans you want." },
+      { vars: ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"], shown: "unset", meaning: "The traces URL itself (used as it is, no `/v1/traces` appended), over `OTEL_EXPORTER_OTLP_ENDPOINT`. Either turns exporting on." },
+      { vars: ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"], shown: "unset", meaning: "Headers sent with every export, `key=value,key2=value2` with URL-encoded values (e.g. `authorization=Bearer%20TOKEN`); the second's over the first's." },
+      { vars: ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"], shown: "`http/json`", meaning: "algohost exports OTLP/HTTP with JSON bodies: `http/json` or `http/protobuf` (both go to the collector's HTTP port, which takes either) are accepted, `grpc` stops the start with a clear message." },
+      { vars: ["OTEL_SERVICE_NAME"], shown: "`algohost`", meaning: "The `service.name` of this node's spans. Every node also says `algohost.role` (all, api, worker) and `service.instance.id` (its node name in a cluster)." },
+      { vars: ["OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"], shown: "`parentbased_always_on`, `1`", meaning: "Which traces are recorded and exported: `parentbased_always_on` (every trace, but a caller's traceparent whose sampled flag is off is followed), `parentbased_traceidratio` with a ratio in the second (e.g. `0.1`: one trace in ten, decided by the trace id, so every node keeps or drops the same traces), `traceidratio`, `always_on`, `always_off`, `parentbased_always_off`. Exporting every span of a busy node costs CPU (docs/traces.md, docs/performance.md): sample above a few thousand calls a second. Unsampled requests still carry their traceparent and log their trace_id." },
+      { vars: ["OTEL_BSP_SCHEDULE_DELAY"], shown: code(5000), meaning: "Milliseconds between exports of the finished spans (batched); the rest is sent when the node stops." },
+      { vars: ["OTEL_SDK_DISABLED"], shown: "`false`", meaning: "`true`: export nothing, whatever the endpoints say." },
     ],
   },
   dropboxApiUrl: {

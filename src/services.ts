@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import type { Config } from './config.ts';
 import type { MetadataStore } from './store/db.ts';
@@ -44,6 +45,7 @@ import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
+import { openTracer, type Tracer } from './tracing.ts';
 
 /** Everything the HTTP layer and the commands need, built from one Config. */
 export interface Services {
@@ -95,6 +97,8 @@ export interface Services {
   limits: Limits;
   /** What this node counts for Prometheus (docs/metrics.md); NO_METRICS unless the config serves them. */
   metrics: Metrics;
+  /** This node's spans (docs/traces.md): exported over OTLP/HTTP when the config says where, ids only otherwise. */
+  tracing: Tracer;
   close(): Promise<void>;
 }
 
@@ -131,6 +135,8 @@ export interface ServiceOptions {
   now?: () => number;
   /** Metrics on or off whatever the config says (benchmarks compare the two). */
   metrics?: Metrics;
+  /** Tracing exported or not whatever the config says (benchmarks compare the two). */
+  tracing?: Tracer;
   /** Where the services warn of what they recover from on their own (the server's logger; none for the admin commands). */
   log?: ServiceLog;
 }
@@ -148,9 +154,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
   const store = await openMetadataStore(config);
   // Counted only where they can be read (a listener, or the public port with a token).
   const metrics = options.metrics ?? (config.metricsAddr || config.metricsToken ? new PromMetrics() : NO_METRICS);
+  // A worker node (on a bus, without the cluster's queue) runs no async calls and serves no API.
+  const worker = options.bus !== undefined && options.asyncQueue === undefined;
   let blobs: BlobStore;
   let secret: ServerSecret;
+  let tracing: Tracer;
   try {
+    // The OpenTelemetry SDK is loaded only when spans are exported (tracing.ts).
+    tracing = options.tracing ?? (await openTracer(config.traces, { 'algohost.role': worker ? 'worker' : options.executor ? 'api' : 'all', 'service.instance.id': config.nodeName, 'host.name': os.hostname() }));
     blobs = openBlobStore(config);
     await blobs.check();
     secret = store.dialect === 'sqlite' ? ServerSecret.loadOrCreate(config.home) : ServerSecret.fromShared(await sharedMetaValue(store.db, SECRET_KEY, ServerSecret.fresh));
@@ -222,7 +233,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
     fence: (endpoints) => network.buildFence(endpoints),
   });
-  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics);
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing);
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
@@ -235,6 +246,9 @@ export async function createServices(config: Config, options: ServiceOptions = {
     metrics,
     spares: { perRunner: config.prestart, dir: path.join(config.home, 'run', 'spares') },
     log: options.log,
+    tracing,
+    // A worker node's runs have spans of their own (children of the API node's call spans).
+    runSpans: worker,
     ...options.runtime,
   });
   // Compute per caller and month (the compute quota's), counted with the usage and written in its flushes.
@@ -254,16 +268,16 @@ export async function createServices(config: Config, options: ServiceOptions = {
     meter,
     new AlgorithmSlots(shared),
   );
-  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics);
+  const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing, options.executor !== undefined);
   const keys = new KeyService(store);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
     maxAttempts: config.asyncAttempts,
+    tracing,
   });
   const pressure = options.pressure ?? new Pressure();
-  // A worker node (on a bus, without the cluster's queue) runs no async calls: no queue to show.
-  const worker = options.bus !== undefined && options.asyncQueue === undefined;
+  // A worker node has no async queue to show.
   watch(metrics, { pool: runtime.pool, spares: runtime.spares, store, asyncQueue: worker ? undefined : asyncQueue, local: options.executor === undefined, bus: options.bus });
   return {
     config,
@@ -301,11 +315,12 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, ...options.webhooks }),
-    triggers: new Triggers(store, calls, keys, data, { pressure, ...options.triggers }),
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, ...options.webhooks }),
+    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, ...options.triggers }),
     pressure,
     limits,
     metrics,
+    tracing,
     close: async () => {
       await asyncCalls.close();
       await options.executor?.close();
@@ -315,6 +330,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
       connected.close();
       blobs.close();
       await store.close();
+      // The last spans, sent once everything that makes them has stopped.
+      await tracing.close();
     },
   };
 }

@@ -5,12 +5,14 @@ import type { Principal, TriggerOrigin } from '../auth/principal.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { AsyncRequestsTable } from '../store/schema.ts';
+import type { Selectable } from 'kysely';
 import { envelope } from './envelope.ts';
 import { MAX_DETACHED, type CallRequest, type CallResult, type CallService } from './calls.ts';
 import type { CallLog } from './callLog.ts';
 import type { AsyncRequest } from '../../client/src/types.ts';
 import { appendEvent, type NewEvent } from '../events/outbox.ts';
 import { FairQueue } from '../fairQueue.ts';
+import { currentTraceparent, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -46,6 +48,8 @@ export interface AsyncOptions {
   resultTtlMs: number;
   /** Attempts at most, each start of the call counting (ALGOHOST_ASYNC_ATTEMPTS). */
   maxAttempts: number;
+  /** Each run's span, in the trace of the request that made the call (docs/traces.md). */
+  tracing?: Tracer | undefined;
 }
 
 export const DEFAULT_ASYNC: AsyncOptions = { resultTtlMs: 24 * 3600_000, maxAttempts: 3 };
@@ -119,6 +123,8 @@ export class AsyncCalls {
       created_at: Date.now(),
       started_at: null,
       finished_at: null,
+      // Its run continues the request's trace, on whichever node runs it (docs/traces.md).
+      traceparent: req.trace === undefined ? currentTraceparent() : traceparentOf(req.trace),
     };
     if (along) {
       await this.store.write(async (trx) => {
@@ -198,6 +204,20 @@ export class AsyncCalls {
       );
       return 'done';
     }
+    const tracing = this.options.tracing ?? NO_TRACING;
+    const attributes = tracing.exporting
+      ? { 'algohost.request_id': id, 'algohost.algorithm': `${row.owner}/${row.name}`, 'algohost.attempt': row.attempts + 1, 'algohost.queue_wait_ms': Date.now() - Number(row.created_at) }
+      : undefined;
+    const span = tracing.start(`async ${row.owner}/${row.name}`, 'consumer', parseTraceparent(row.traceparent), attributes);
+    try {
+      return await withSpan(span, () => this.runRow(id, row, span));
+    } finally {
+      span.end();
+    }
+  }
+
+  /** A request read from the store, not yet done: claimed, run, and its answer stored. */
+  private async runRow(id: string, row: Selectable<AsyncRequestsTable>, span: Span): Promise<'done' | 'retry'> {
     const n = row.attempts + 1;
     // A queue that cannot give a request back (one process) makes every attempt the last.
     const last = !this.queue.durable || n >= this.options.maxAttempts;
@@ -224,6 +244,7 @@ export class AsyncCalls {
         stdout: row.stdout === 1,
         // Its token was taken when it was accepted (CallService.check).
         admitted: true,
+        trace: span,
       };
       const result = await this.calls.call(principal, req, this.log);
       if (!last && result.workerLost) return await this.giveBack(id, n);

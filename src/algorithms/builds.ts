@@ -18,6 +18,7 @@ import type { AlgorithmFiles } from './files.ts';
 import type { Language } from './manifest.ts';
 import { appendEvent, appendEvents, type NewEvent } from '../events/outbox.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
+import { currentSpan, NO_TRACING, withSpan, type Tracer } from '../tracing.ts';
 
 export interface Build {
   id: number;
@@ -128,6 +129,8 @@ export class BuildService {
     private readonly extractLimits: Partial<ExtractLimits>,
     /** Builds counted by result, with their time (docs/metrics.md). */
     private readonly metrics: Metrics = NO_METRICS,
+    /** Each build's span, a child of the request (a compile, a git push) that asked for it (docs/traces.md). */
+    private readonly tracing: Tracer = NO_TRACING,
   ) {
     this.db = store.db;
     this.store = store;
@@ -226,6 +229,22 @@ export class BuildService {
   }
 
   private async run(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {
+    const attributes = this.tracing.exporting ? { 'algohost.algorithm': `${algo.owner}/${algo.name}`, 'algohost.build': hash, 'algohost.language': algo.settings.language } : undefined;
+    const span = this.tracing.start(`build ${algo.owner}/${algo.name}`, 'internal', currentSpan(), attributes);
+    try {
+      const build = await withSpan(span, () => this.runBuild(algo, hash, sourceDir, existing));
+      span.set('algohost.result', build.status);
+      if (build.status !== 'succeeded') span.fail('the build failed');
+      return build;
+    } catch (err) {
+      span.fail(err instanceof Error ? err.message.slice(0, 200) : String(err));
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  private async runBuild(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {
     const now = Date.now();
     if (existing) {
       await this.db

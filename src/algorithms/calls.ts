@@ -9,6 +9,7 @@ import type { CallLog } from './callLog.ts';
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
+import { currentSpan, NO_TRACING, traceparentOf, type Attributes, type Span, type Tracer } from '../tracing.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -28,6 +29,8 @@ export interface CallRequest {
   stdout: boolean;
   /** Set when an algorithm makes this call through the SDK. */
   parent?: CallContext | undefined;
+  /** The span the call is made in (its request's, its async run's, its trigger run's): the job's trace (docs/traces.md). */
+  trace?: Span | undefined;
   /**
    * Not a request of its own to the limits (docs/limits.md): an async call run from its queue
    * (its rate was taken when it was accepted) or a trigger's run. No token is taken, and it
@@ -122,6 +125,25 @@ function callerQueueFull(): AppError {
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
+/** A call's attributes on its span. */
+function callAttributes(target: CallTarget, req: CallRequest, depth: number): Attributes {
+  return {
+    'algohost.algorithm': `${target.algorithm.owner}/${target.algorithm.name}`,
+    'algohost.version': target.version ?? undefined,
+    'algohost.build': target.build.hash,
+    'algohost.depth': depth,
+    'algohost.input_bytes': req.input.length,
+  };
+}
+
+/** What a call came to, on its span: an outcome other than a result marks it failed. */
+function spanOutcome(span: Span, outcome: Outcome): void {
+  span.set('algohost.outcome', outcome.kind);
+  span.set('algohost.duration_ms', outcome.durationMs);
+  if (outcome.kind === 'algorithm_error') span.fail(`${outcome.error.error_type}: ${outcome.error.message.slice(0, 200)}`);
+  else if (outcome.kind !== 'result') span.fail(outcome.kind);
+}
+
 function failure(error_type: string, message: string): Outcome {
   return { kind: 'algorithm_error', error: { error_type, message, stacktrace: '' }, stdout: '', stdoutTruncated: false, durationMs: 0 };
 }
@@ -147,6 +169,10 @@ export class CallService {
     private readonly limits?: Limits,
     /** Calls counted by outcome for Prometheus (docs/metrics.md). */
     private readonly metrics: Metrics = NO_METRICS,
+    /** The call's span (docs/traces.md), child of the request's (or async call's, trigger run's). */
+    private readonly tracing: Tracer = NO_TRACING,
+    /** Whether calls are sent to other nodes (an API node's NatsExecutor): each then has a client span of its own. */
+    private readonly dispatchSpans = false,
   ) {}
 
   /** `at`: the store's version the request read its key against (VersionedCache). */
@@ -290,11 +316,24 @@ export class CallService {
     if (timeoutMs <= 0) return this.done(principal, req, target, mine, TIMED_OUT);
     const started = performance.now();
     const context = new CallScope(principal, target.algorithm, (parent?.depth ?? 0) + 1, Date.now() + timeoutMs, target.settings.pipeline_enabled);
+    // The call's span (docs/traces.md): where calls are sent to worker nodes (an API node), a
+    // client span of its own, the dispatch; elsewhere the span the call runs in (its request's,
+    // its async run's, its trigger run's) takes its attributes, and is what its SDK requests'
+    // spans are children of: a warm call makes one span on one machine, not three.
+    const own = this.tracing.exporting && this.dispatchSpans;
+    const within = req.trace ?? currentSpan();
+    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within, callAttributes(target, req, context.depth)) : (within ?? NO_TRACING.start('', 'client', undefined));
+    if (!own && span.recording) {
+      const attributes = callAttributes(target, req, context.depth);
+      for (const k in attributes) span.set(k, attributes[k]);
+    }
     try {
-      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId) };
-      const outcome = await this.executor.run(job, this.internal.handler(context));
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
+      const outcome = await this.executor.run(job, this.internal.handler(context, span));
+      if (span.recording) spanOutcome(span, outcome);
       return this.done(principal, req, target, mine, outcome);
     } catch (err) {
+      if (span.recording) span.fail(err instanceof Error ? err.constructor.name : 'error');
       if (err instanceof BuildMissingError) {
         log?.warn({ algorithm: `${target.algorithm.owner}/${target.algorithm.name}`, build: target.build.hash }, 'the build is neither on this disk nor in the file store');
         return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started: its build is missing on this server; its owner can compile and publish again'));
@@ -319,6 +358,8 @@ export class CallService {
         return this.done(principal, req, target, mine, failure('InitializationError', 'the algorithm could not be started; if this persists, its owner should check that it loads'));
       }
       throw err;
+    } finally {
+      if (own) span.end();
     }
   }
 }

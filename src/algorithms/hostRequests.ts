@@ -3,6 +3,7 @@ import type { ErrorCode } from '../errors.ts';
 import { errorDocument } from '../http/answers.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { HostHandler } from '../runtime/contract.ts';
+import { parseTraceparent, traceparentOf, withSpan, type Span } from '../tracing.ts';
 
 /** Nested calls deeper than this are refused (a loop of algorithms calling each other). */
 export const MAX_CALL_DEPTH = 5;
@@ -125,8 +126,17 @@ export class InternalRequests {
     return this.live.get(id);
   }
 
-  /** The handler that serves one call's SDK requests. */
-  handler(ctx: CallContext): HostHandler {
+  /**
+   * The handler that serves one call's SDK requests, in the call's span (`span`): the request's
+   * own traceparent (the runner gives the run's, docs/traces.md) is kept, and one without gets
+   * the call's, so its handling is in the call's trace either way.
+   */
+  handler(ctx: CallContext, span?: Span): HostHandler {
+    const serve = this.serve(ctx, span === undefined ? undefined : traceparentOf(span));
+    return span === undefined ? serve : (header, body) => withSpan(span, serve, header, body);
+  }
+
+  private serve(ctx: CallContext, traceparent: string | undefined): HostHandler {
     return async (header, body) => {
       const method = typeof header.method === 'string' ? header.method.toUpperCase() : '';
       const url = typeof header.url === 'string' ? header.url : '';
@@ -141,6 +151,9 @@ export class InternalRequests {
         const v = given[name];
         if (typeof v === 'string') headers[name] = v.slice(0, 1000);
       }
+      const givenTrace = given.traceparent;
+      if (parseTraceparent(givenTrace) !== undefined) headers.traceparent = givenTrace as string;
+      else if (traceparent !== undefined) headers.traceparent = traceparent;
       const gateway = this.gateway;
       if (!gateway) return refuse('the server is not ready for requests from algorithms');
       const run = async (m: string, h: Record<string, string>, b: Buffer): Promise<GatewayResponse> => {

@@ -1,4 +1,5 @@
 import { targetKey, type AlgorithmErrorInfo, type ContentType, type Job, type Outcome, type RunnerKind, type RunTarget } from '../runtime/contract.ts';
+import { parseTraceparent } from '../tracing.ts';
 
 /**
  * The messages API nodes and worker nodes exchange over NATS (docs/cluster.md). Each is one
@@ -215,12 +216,15 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   // Whose turn the job waits for on the worker (absent from an API node of an older version: one shared line).
   const caller = job.caller === undefined ? undefined : str(job, 'caller');
   if (caller !== undefined && caller.length > 256) throw new MessageError('the caller is longer than 256 characters');
+  // The span that sent it (docs/traces.md; absent from an API node of an older version).
+  const traceparent = job.traceparent === undefined ? undefined : str(job, 'traceparent');
+  if (traceparent !== undefined && parseTraceparent(traceparent) === undefined) throw new MessageError('the traceparent is not a W3C traceparent');
   return {
     type: 'run',
     call: str(header, 'call'),
     api,
     sdk: header.sdk === true,
-    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting'), ...(caller === undefined ? {} : { caller }) },
+    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting'), ...(caller === undefined ? {} : { caller }), ...(traceparent === undefined ? {} : { traceparent }) },
   };
 }
 

@@ -21,6 +21,7 @@ import { Wire } from './wire.ts';
 import type { ClusterLog } from './log.ts';
 import type { ClusterKey } from './seal.ts';
 import { checkSubscriptions } from './nats.ts';
+import { parseTraceparent, traceBindings } from '../tracing.ts';
 
 /** How long past a call's deadline its SDK requests wait for the API node's answer (hostFor). */
 const HOST_GRACE_MS = 2_000;
@@ -120,7 +121,6 @@ export class WorkerNode {
 
   private async onJob(msg: Msg): Promise<void> {
     let request: RunRequest;
-    let reply: RunReply;
     this.running++;
     try {
       let data: Buffer;
@@ -155,38 +155,48 @@ export class WorkerNode {
         this.log.warn({ subject: msg.subject, reply: msg.reply ?? null }, 'refused a job whose answer would not go to its API node (a replayed or misdirected message on the bus)');
         return;
       }
-      const target = request.job.target;
-      if (target.network && !this.allowNetwork) {
-        request.job.target = { ...target, network: false, key: targetKey(target.build, false) };
-      }
-      if (this.draining) {
-        reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
-      } else {
-        // A job from the queue group: its API node learns who took it (one routed here knows).
-        if (msg.subject === RUN_SUBJECT) {
-          try {
-            this.wire.send(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
-          } catch (err) {
-            this.log.warn({ err }, 'could not say which worker took a job');
-          }
-        }
-        try {
-          reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
-        } catch (err) {
-          reply = refusalOf(err);
-          if (reply.reason === 'internal') this.log.warn({ err }, 'a job failed');
-        }
-      }
-      const { data: answer, ref } = this.wire.pack(encodeRunReply(reply, { call: request.call, worker: this.node }), BODY_TTL_MS);
-      try {
-        this.wire.respond(msg, answer);
-      } catch (err) {
-        this.wire.withdraw(ref);
-        this.log.warn({ err }, 'could not answer a job');
-      }
+      // Its log lines carry its call's trace (docs/traces.md); the run's own span is the runtime's.
+      const trace = parseTraceparent(request.job.traceparent);
+      await this.runJob(msg, request, trace !== undefined && this.log.child ? this.log.child(traceBindings(trace)) : this.log);
     } finally {
       this.running--;
       if (this.running === 0) this.idle?.();
+    }
+  }
+
+  /** A job read and checked: run (or refused as draining) and answered. */
+  private async runJob(msg: Msg, request: RunRequest, log: ClusterLog): Promise<void> {
+    let reply: RunReply;
+    const target = request.job.target;
+    if (target.network && !this.allowNetwork) {
+      request.job.target = { ...target, network: false, key: targetKey(target.build, false) };
+    }
+    if (this.draining) {
+      reply = { type: 'refused', reason: 'draining', message: 'this worker node is stopping' };
+    } else {
+      // A job from the queue group: its API node learns who took it (one routed here knows).
+      if (msg.subject === RUN_SUBJECT) {
+        try {
+          this.wire.send(request.api, encodeTaken({ type: 'taken', call: request.call, worker: this.node }));
+        } catch (err) {
+          log.warn({ err }, 'could not say which worker took a job');
+        }
+      }
+      try {
+        reply = { type: 'outcome', outcome: await this.executor.run(request.job, request.sdk ? this.hostFor(request) : undefined) };
+      } catch (err) {
+        reply = refusalOf(err);
+        if (reply.reason === 'internal') log.warn({ err }, 'a job failed');
+      }
+    }
+    // One line per job at debug level, in the job's trace (docs/traces.md).
+    log.debug?.({ call: request.call, answer: reply.type === 'outcome' ? reply.outcome.kind : reply.reason }, 'ran a job');
+    const { data: answer, ref } = this.wire.pack(encodeRunReply(reply, { call: request.call, worker: this.node }), BODY_TTL_MS);
+    try {
+      this.wire.respond(msg, answer);
+    } catch (err) {
+      this.wire.withdraw(ref);
+      log.warn({ err }, 'could not answer a job');
     }
   }
 

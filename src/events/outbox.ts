@@ -3,6 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Db } from '../store/db.ts';
 import type { EventsTable } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
+import { currentTraceparent } from '../tracing.ts';
 
 /**
  * The outbox of events (docs/events.md): an event is a row written in the same transaction as
@@ -84,10 +85,12 @@ export async function appendEvents(trx: Db, events: NewEvent[]): Promise<string[
     next.set(userId, Number(row?.seq ?? 0) + 1);
   }
   const now = Date.now();
+  // The change's trace (docs/traces.md): its deliveries and trigger runs continue it.
+  const traceparent = currentTraceparent();
   const rows = events.map((e) => {
     const seq = next.get(e.userId)!;
     next.set(e.userId, seq + 1);
-    return { event_id: newEventId(), user_id: e.userId, seq, type: e.type, subject: e.subject, time: e.time ?? now, data: JSON.stringify(e.data) };
+    return { event_id: newEventId(), user_id: e.userId, seq, type: e.type, subject: e.subject, time: e.time ?? now, data: JSON.stringify(e.data), traceparent };
   });
   // In slices: SQLite takes at most 32,766 parameters in one statement.
   for (let i = 0; i < rows.length; i += 500) await trx.insertInto('events').values(rows.slice(i, i + 500)).execute();
@@ -124,7 +127,7 @@ export function eventsAfter(db: Db, after: number, limit: number, userId?: numbe
   let q = db
     .selectFrom('events')
     .innerJoin('users', 'users.id', 'events.user_id')
-    .select(['events.id', 'events.event_id', 'events.user_id', 'events.seq', 'events.type', 'events.subject', 'events.time', 'events.data', 'users.username'])
+    .select(['events.id', 'events.event_id', 'events.user_id', 'events.seq', 'events.type', 'events.subject', 'events.time', 'events.data', 'events.traceparent', 'users.username'])
     .where('events.id', '>', after);
   if (userId !== undefined) q = q.where('events.user_id', '=', userId);
   return q.orderBy('events.id').limit(limit).execute();

@@ -20,8 +20,9 @@ import { parseFilter, type EventFilter } from './filter.ts';
 import { appendEvent, cloudEvent, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 import { checkTemplate, render, renderText } from './template.ts';
 import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
-import type { ExpressionBuilder } from 'kysely';
+import type { ExpressionBuilder, Selectable } from 'kysely';
 import type { Trigger, TriggerRun } from '../../client/src/types.ts';
+import { NO_TRACING, parseTraceparent, withSpan, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -79,6 +80,8 @@ export interface TriggerOptions {
   pressure?: Pressure;
   /** Runs one node has under way at once (IN_FLIGHT). */
   inFlight?: number;
+  /** Each run's span (docs/traces.md). */
+  tracing?: Tracer;
 }
 
 interface Log {
@@ -87,7 +90,7 @@ interface Log {
 }
 
 type TriggerRow = TriggersTable;
-type RunRow = TriggerRunsTable;
+type RunRow = Selectable<TriggerRunsTable>;
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(Number(ms)).toISOString());
 const newId = (prefix: string) => `${prefix}_${crypto.randomBytes(12).toString('hex')}`;
@@ -97,6 +100,7 @@ export class Triggers {
   private readonly now: () => number;
   private readonly inFlightMax: number;
   private readonly pacer: Pacer;
+  private readonly tracing: Tracer;
 
   constructor(
     private readonly store: MetadataStore,
@@ -108,6 +112,7 @@ export class Triggers {
     this.now = options.now ?? Date.now;
     this.inFlightMax = options.inFlight ?? IN_FLIGHT;
     this.pacer = new Pacer(options.pressure);
+    this.tracing = options.tracing ?? NO_TRACING;
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -353,7 +358,7 @@ export class Triggers {
     const chain = [...(from?.chain ?? []), t.id];
     const id = newId('run');
     const now = this.now();
-    const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null };
+    const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null, traceparent: e.traceparent };
     let error: string | null = null;
     let rendered: { contentType: 'json' | 'text'; input: Buffer; output: string | null } | undefined;
     if (depth > MAX_DEPTH) {
@@ -475,8 +480,19 @@ export class Triggers {
     return claimed;
   }
 
+  /**
+   * One run, in its span: a child of the span that made the event (an upload's request, say),
+   * so the run and its call are in the change's trace (docs/traces.md).
+   */
+  private execute(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }): Promise<void> {
+    const tracing = this.tracing;
+    const attributes = tracing.exporting ? { 'algohost.trigger': c.trigger.id, 'algohost.trigger_run': c.run.id, 'algohost.event_type': c.run.event_type, 'algohost.attempt': c.run.attempts } : undefined;
+    const span = tracing.start('trigger run', 'consumer', parseTraceparent(c.run.traceparent), attributes);
+    return withSpan(span, () => this.executeRun(c, span)).finally(() => span.end());
+  }
+
   /** One run: the call as the trigger's key, its output written, its end recorded. */
-  private async execute(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }): Promise<void> {
+  private async executeRun(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }, span: Span): Promise<void> {
     const { run, trigger: t } = c;
     const chain = JSON.parse(run.chain) as string[];
     const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
@@ -493,7 +509,7 @@ export class Triggers {
         throw e;
       }
       const ref = splitAlgorithm(t.algorithm);
-      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true }, this.log);
+      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true, trace: span }, this.log);
       if (result.workerLost && run.attempts < MAX_ATTEMPTS) {
         // Its node was lost mid-call: started again by whichever node claims it next.
         await this.store.db.updateTable('trigger_runs').set({ status: 'queued', claimed_until: 0 }).where('id', '=', run.id).where('claimed_until', '=', c.lease).execute();

@@ -12,6 +12,7 @@ import { parseFilter, type EventFilter } from './filter.ts';
 import { cloudEvent, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 import { newSecret, webhookHeaders } from './signing.ts';
 import type { Delivery, Subscription } from '../../client/src/types.ts';
+import { currentTraceparent, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * Webhooks (docs/events.md): a user's subscriptions, and the delivery of their events to them
@@ -97,6 +98,8 @@ export interface WebhookOptions {
   pressure?: Pressure;
   /** Delivery attempts counted for Prometheus (docs/metrics.md). */
   metrics?: Metrics;
+  /** Each attempt's client span, in the trace of the change that made the event (docs/traces.md). */
+  tracing?: Tracer;
 }
 
 interface Log {
@@ -117,6 +120,16 @@ interface Claimed extends Sent {
   payload: string;
   url: string;
   secrets: string;
+  traceparent: string | null;
+}
+
+/** The endpoint's host, for its span (never the whole URL: a query may hold a token). */
+function hostOf(url: string): string | undefined {
+  try {
+    return new URL(url).hostname;
+  } catch {
+    return undefined;
+  }
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -251,7 +264,7 @@ export class Webhooks {
       };
       await trx
         .insertInto('deliveries')
-        .values({ id: deliveryId, subscription_id: id, event_id: eventId, event_type: 'webhook.test', payload: JSON.stringify(event), status: 'pending', attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null })
+        .values({ id: deliveryId, subscription_id: id, event_id: eventId, event_type: 'webhook.test', payload: JSON.stringify(event), status: 'pending', attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null, traceparent: currentTraceparent() })
         .execute();
     });
     this.wake(true);
@@ -457,7 +470,7 @@ export class Webhooks {
               // One event's body is the same for every subscription: made once.
               let payload = payloads.get(e);
               if (payload === undefined) payloads.set(e, (payload = JSON.stringify(cloudEvent(e, e.username))));
-              rows.push({ id: webhookDeliveryId(e.time, e.event_id, s.id), subscription_id: s.id, event_id: e.event_id, event_type: e.type, payload, status: 'pending' as const, attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null });
+              rows.push({ id: webhookDeliveryId(e.time, e.event_id, s.id), subscription_id: s.id, event_id: e.event_id, event_type: e.type, payload, status: 'pending' as const, attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null, traceparent: e.traceparent });
             }
           }
           await this.insertDeliveries(trx, rows);
@@ -609,7 +622,7 @@ export class Webhooks {
         ...(await trx
           .selectFrom('deliveries')
           .innerJoin('subscriptions', 'subscriptions.id', 'deliveries.subscription_id')
-          .select(['deliveries.id', 'deliveries.subscription_id', 'deliveries.payload', 'deliveries.attempts', 'subscriptions.url', 'subscriptions.secrets'])
+          .select(['deliveries.id', 'deliveries.subscription_id', 'deliveries.payload', 'deliveries.attempts', 'deliveries.traceparent', 'subscriptions.url', 'subscriptions.secrets'])
           .where('deliveries.subscription_id', '=', sub)
           .where('deliveries.status', '=', 'pending')
           .where('deliveries.next_at', '<=', now)
@@ -625,7 +638,18 @@ export class Webhooks {
     return due.map((d) => ({ ...d, lease }));
   }
 
-  private async send(d: Claimed): Promise<void> {
+  /**
+   * One attempt, in its client span: a child of the span that made the event (an upload's
+   * request, say), whose traceparent the request carries to the endpoint (docs/traces.md).
+   */
+  private send(d: Claimed): Promise<void> {
+    const tracing = this.options.tracing ?? NO_TRACING;
+    const attributes = tracing.exporting ? { 'http.request.method': 'POST', 'server.address': hostOf(d.url), 'algohost.subscription': d.subscription_id, 'algohost.delivery': d.id, 'algohost.attempt': d.attempts + 1 } : undefined;
+    const span = tracing.start('webhook delivery', 'client', parseTraceparent(d.traceparent), attributes);
+    return withSpan(span, () => this.attempt(d, span)).finally(() => span.end());
+  }
+
+  private async attempt(d: Claimed, span: Span): Promise<void> {
     const started = this.now();
     let status: number | null = null;
     let error: string | null = null;
@@ -636,7 +660,7 @@ export class Webhooks {
       if (this.options.network === 'public') await checkPublicEndpoint(d.url, `the endpoint of subscription ${d.subscription_id}`);
       const answer = await httpRequest(d.url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'user-agent': 'algohost-webhooks/1', ...webhookHeaders(secrets, d.id, Math.floor(started / 1000), d.payload) },
+        headers: { 'content-type': 'application/json', 'user-agent': 'algohost-webhooks/1', traceparent: traceparentOf(span), ...webhookHeaders(secrets, d.id, Math.floor(started / 1000), d.payload) },
         body: d.payload,
         signal,
         ...(this.options.network === 'public' ? { lookup: publicOnlyLookup } : {}),
@@ -650,6 +674,8 @@ export class Webhooks {
     }
     const latency = this.now() - started;
     this.options.metrics?.delivery(error === null);
+    if (status !== null) span.set('http.response.status_code', status);
+    if (error !== null) span.fail(error.slice(0, 200));
     try {
       await this.record(d, started, status, latency, error);
     } catch (err) {

@@ -11,6 +11,7 @@ import { readLimited } from './body.ts';
 import { describeFailure, envelope, resultJson } from '../algorithms/envelope.ts';
 import type { AsyncCallAccepted } from '../../client/src/types.ts';
 import { bodyDigest, idempotencyKey, type IdempotencyKeys } from './idempotency.ts';
+import { requestSpan } from '../tracing.ts';
 
 /** Spec 8: the largest call input. Larger inputs go through the data API. */
 export const MAX_INPUT_BYTES = 10 * 1024 * 1024;
@@ -172,7 +173,7 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
     // An async call may carry an Idempotency-Key (idempotency.ts); other calls ignore it.
     const key = options.output === 'void' && opts.idempotency ? idempotencyKey(req.headers) : undefined;
     const input = await callInput(req.headers, req.raw, options.contentType);
-    const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, parent: req.callContext };
+    const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, parent: req.callContext, trace: requestSpan(req.raw) };
     if (key !== undefined) {
       // The request row and the key's answer are written in one transaction (AcceptedWith); a
       // replay of a request whose accepting process died before queueing it queues it now.

@@ -6,6 +6,7 @@ import type { CallRequest, CallService } from '../algorithms/calls.ts';
 import { bufferedBody } from './body.ts';
 import type { Metrics } from '../metrics.ts';
 import { errorAnswer } from './answers.ts';
+import { requestSpan, traceBindings } from '../tracing.ts';
 import { callAnswer, callOptions, checkedInput, JSON_UTF8, MAX_INPUT_BYTES, parseAlgoRef, readInput, type CallOptions } from './callRoutes.ts';
 
 /*
@@ -44,8 +45,6 @@ export interface DirectCallsOptions {
   metrics: Metrics;
 }
 
-/** The route pattern fastify would have matched (callRoutes.ts), for the metrics. */
-const CALL_ROUTE = '/v1/algo/*';
 
 /**
  * Warm calls without fastify's per-request machinery (DESIGN.md's call-latency target; see
@@ -57,6 +56,9 @@ const CALL_ROUTE = '/v1/algo/*';
  * a too large input): fastify then answers it exactly as it always did.
  */
 export class DirectCalls {
+  /** The route pattern fastify would have matched (callRoutes.ts), for metrics and spans. */
+  static readonly ROUTE = '/v1/algo/*';
+
   /** Requests this path answered itself (the rest went to fastify). */
   answered = 0;
 
@@ -105,7 +107,7 @@ export class DirectCalls {
       const input = checkedInput(bufferedBody(req, MAX_INPUT_BYTES) ?? (await readInput(req.headers, req)), options.contentType);
       // Fields one by one: `{ ...ref, … }` here cost ~10 µs per call in place (V8's object
       // spread takes a slow path for this object; timed along the call path, 2026-11-22).
-      const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout };
+      const request: CallRequest = { owner: ref.owner, name: ref.name, version: ref.version, contentType: options.contentType, input, timeoutS: options.timeoutS, stdout: options.stdout, trace: requestSpan(req) };
       const r = await this.o.calls.call(principal, request, log, at);
       const a = callAnswer(r, options);
       const head = r.rateLimit?.flat() ?? [];
@@ -129,7 +131,7 @@ export class DirectCalls {
     headers.push('x-content-type-options', 'nosniff', 'content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.length));
     res.writeHead(status, headers);
     res.end(body);
-    this.o.metrics.http(CALL_ROUTE, 'POST', status, (performance.now() - began) / 1000);
+    this.o.metrics.http(DirectCalls.ROUTE, 'POST', status, (performance.now() - began) / 1000);
   }
 }
 
@@ -145,7 +147,7 @@ class RequestLog {
   constructor(
     private readonly parent: FastifyBaseLogger,
     readonly id: string,
-    req: IncomingMessage,
+    private readonly req: IncomingMessage,
     res: ServerResponse,
     trusted: ((address: string, hop: number) => boolean) | undefined,
   ) {
@@ -170,7 +172,9 @@ class RequestLog {
   }
 
   private logger(): FastifyBaseLogger {
-    return (this.child ??= this.parent.child({ reqId: this.id }));
+    // As fastify's request logger (app.ts childLoggerFactory): the request's trace in its lines.
+    const span = requestSpan(this.req);
+    return (this.child ??= this.parent.child(span === undefined ? { reqId: this.id } : { reqId: this.id, ...traceBindings(span) }));
   }
 
   warn(obj: object, msg: string): void {

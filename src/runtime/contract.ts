@@ -91,6 +91,11 @@ export interface Job {
    * and are served in turns across callers (docs/limits.md, "Fair shares"). None: one shared line.
    */
   caller?: string | undefined;
+  /**
+   * The W3C traceparent of the span that sent the job (docs/traces.md): the run's span on the
+   * worker is its child, and the algorithm's SDK requests carry the run's on.
+   */
+  traceparent?: string | undefined;
 }
 
 export interface Executor {

@@ -35,12 +35,15 @@ function frameOf(text: string, body: Buffer, ascii = false): Buffer {
 }
 
 /**
- * A `call` frame, the same bytes as `encodeFrame({ type: 'call', id, content_type }, input)`
- * with its header written by hand: one is sent for every call. `id` is an integer and
- * `contentType` one of the input types (plain ASCII words), so the text is JSON as it stands.
+ * A `call` frame, the same bytes as `encodeFrame({ type: 'call', id, content_type, traceparent }, input)`
+ * with its header written by hand: one is sent for every call. `id` is an integer, `contentType`
+ * one of the input types (plain ASCII words) and `traceparent` a W3C traceparent (lowercase hex
+ * and dashes: the caller checked it), so the text is JSON as it stands. Without a traceparent the
+ * field is left out.
  */
-export function encodeCall(id: number, contentType: 'json' | 'text' | 'binary', input: Buffer): Buffer {
-  return frameOf(`{"type":"call","id":${id},"content_type":"${contentType}"}`, input, true);
+export function encodeCall(id: number, contentType: 'json' | 'text' | 'binary', input: Buffer, traceparent?: string): Buffer {
+  const trace = traceparent === undefined ? '' : `,"traceparent":"${traceparent}"`;
+  return frameOf(`{"type":"call","id":${id},"content_type":"${contentType}"${trace}}`, input, true);
 }
 
 export class ProtocolError extends Error {}

@@ -5,6 +5,7 @@ import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
 import { Spares, type SpareLog, type SpareOptions } from './spares.ts';
+import { currentSpan, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -44,6 +45,13 @@ export interface RuntimeOptions {
   spares?: SpareOptions | undefined;
   /** Where a spare that failed to start is reported. */
   log?: SpareLog | undefined;
+  /** The run's span (docs/traces.md): the wait for a worker, the algorithm's run. */
+  tracing?: Tracer | undefined;
+  /**
+   * Whether each run has a span of its own (a worker node's, a child of the API node's call
+   * span); otherwise the span the call runs in takes the wait's attributes.
+   */
+  runSpans?: boolean | undefined;
 }
 
 export const DEFAULT_RUNTIME: RuntimeOptions = {
@@ -80,25 +88,68 @@ export class AlgorithmRuntime implements Executor {
   }
 
   run(job: Job, host?: HostHandler): Promise<Outcome> {
+    const tracing = this.options.tracing ?? NO_TRACING;
+    // Not exporting, or no span of its own: the job's traceparent goes on to the runner as it came.
+    if (!tracing.exporting) return this.runJob(job, host, undefined);
+    if (!this.options.runSpans) {
+      const span = currentSpan();
+      return this.runJob(job, host, span?.recording ? span : undefined, job.traceparent);
+    }
+    const span = tracing.start('run', 'server', parseTraceparent(job.traceparent), {
+      'algohost.algorithm_id': job.target.build.algorithmId,
+      'algohost.build': job.target.build.hash,
+      'algohost.runner': job.target.runner,
+      'algohost.timeout_ms': job.timeoutMs,
+      'algohost.depth': job.nesting + 1,
+    });
+    return withSpan(span, () => this.runJob(job, host, span)).then(
+      (outcome) => {
+        span.set('algohost.outcome', outcome.kind);
+        span.set('algohost.duration_ms', outcome.durationMs);
+        if (outcome.kind !== 'result' && outcome.kind !== 'algorithm_error') span.fail(outcome.kind);
+        span.end();
+        return outcome;
+      },
+      (err: unknown) => {
+        span.fail(err instanceof Error ? `${err.constructor.name}: ${err.message}` : String(err));
+        span.end();
+        throw err;
+      },
+    );
+  }
+
+  /** `span`: where the wait's attributes go; `traceparent`: what the runner gives SDK requests (the span's own by default). */
+  private runJob(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent = span === undefined ? job.traceparent : traceparentOf(span)): Promise<Outcome> {
     const { build } = job.target;
-    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host);
+    if (this.builds.isPresent(build.algorithmId, 'build', build.hash)) return this.runPresent(job, host, span, traceparent);
+    span?.set('algohost.build_fetched', true);
     return this.builds.ensure(build.algorithmId, 'build', build.hash).then((found) => {
       if (!found) throw new BuildMissingError(build);
-      return this.runPresent(job, host);
+      return this.runPresent(job, host, span, traceparent);
     });
   }
 
-  private async runPresent(job: Job, host: HostHandler | undefined): Promise<Outcome> {
+  /**
+   * On the pool. With a span: the wait for a worker (`algohost.worker_wait_ms`, a cold start
+   * included: `algohost.cold_start`) set on it. The runner is given `traceparent` for the SDK
+   * requests. An outcome of a call that had a worker started for it says so (`coldStart`).
+   */
+  private async runPresent(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent: string | undefined): Promise<Outcome> {
     const deadline = performance.now() + job.timeoutMs;
+    const asked = span === undefined ? 0 : performance.now();
     // Whether this call had a worker started for it (a cold start), rather than a warm one.
     let cold = false;
     const outcome = await this.pool.with(
       job.target.key,
       () => {
         cold = true;
+        span?.set('algohost.cold_start', true);
         return this.start(job, deadline);
       },
-      (worker) => worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host),
+      (worker) => {
+        span?.set('algohost.worker_wait_ms', performance.now() - asked);
+        return worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host, traceparent);
+      },
       job.nesting,
       job.timeoutMs,
       job.caller,

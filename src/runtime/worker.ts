@@ -209,7 +209,8 @@ export class Worker {
   }
 
   /** Runs one call. Never throws for anything the algorithm does. */
-  async call(contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler): Promise<Outcome> {
+  /** `traceparent`: the run's, which the runner gives the algorithm's SDK requests (docs/traces.md). */
+  async call(contentType: ContentType, input: Buffer, timeoutMs: number, host?: HostHandler, traceparent?: string): Promise<Outcome> {
     if (this.busy || this.dead) throw new Error('worker is busy or dead');
     this.busy = true;
     this.host = host;
@@ -220,7 +221,7 @@ export class Worker {
     const id = this.nextId++;
     this.callId = id;
     try {
-      this.channel.write(encodeCall(id, contentType, input));
+      this.channel.write(encodeCall(id, contentType, input, traceparent));
       const answer = await this.next(timeoutMs);
       const elapsed = performance.now() - started;
       if (answer === 'timeout') {

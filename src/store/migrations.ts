@@ -810,6 +810,23 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE TABLE limit_holds (scope TEXT COLLATE "C" NOT NULL, instance TEXT COLLATE "C" NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (scope, instance));
   `,
   },
+  // Traces (src/tracing.ts, docs/traces.md): the W3C traceparent of the span that made a row
+  // whose work runs later, so that work continues the trace: an async call's run, an event's
+  // webhook deliveries and trigger runs.
+  {
+    sqlite: `
+  ALTER TABLE async_requests ADD COLUMN traceparent TEXT;
+  ALTER TABLE events ADD COLUMN traceparent TEXT;
+  ALTER TABLE deliveries ADD COLUMN traceparent TEXT;
+  ALTER TABLE trigger_runs ADD COLUMN traceparent TEXT;
+  `,
+    postgres: `
+  ALTER TABLE async_requests ADD COLUMN traceparent TEXT COLLATE "C";
+  ALTER TABLE events ADD COLUMN traceparent TEXT COLLATE "C";
+  ALTER TABLE deliveries ADD COLUMN traceparent TEXT COLLATE "C";
+  ALTER TABLE trigger_runs ADD COLUMN traceparent TEXT COLLATE "C";
+  `,
+  },
 ];
 
 /**

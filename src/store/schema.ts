@@ -1,4 +1,4 @@
-import type { Generated } from 'kysely';
+import type { ColumnType, Generated } from 'kysely';
 
 /**
  * Table types for Kysely. Times are integer milliseconds since the epoch (portable between
@@ -228,6 +228,8 @@ export interface AsyncRequestsTable {
   created_at: number;
   started_at: number | null;
   finished_at: number | null;
+  /** The W3C traceparent of the span that made it (docs/traces.md): what carries its trace on; null: none (made before traces). */
+  traceparent: Traceparent;
 }
 
 /**
@@ -277,6 +279,9 @@ export interface UsageTable {
  * tells of. `id` orders them across users (writes are serialised, so ids commit in order);
  * `seq` counts a user's own events from 1.
  */
+/** A traceparent column: optional when a row is written (old rows have none). */
+type Traceparent = ColumnType<string | null, string | null | undefined, string | null>;
+
 export interface EventsTable {
   id: Generated<number>;
   /** The CloudEvent's id (`evt_…`), what a consumer sees and resumes from. */
@@ -290,6 +295,8 @@ export interface EventsTable {
   time: number;
   /** The event's `data`, JSON. */
   data: string;
+  /** The W3C traceparent of the span that made it (docs/traces.md): what carries its trace on; null: none (made before traces). */
+  traceparent: Traceparent;
 }
 
 /** A user's webhook subscription (src/events/webhooks.ts). */
@@ -333,6 +340,8 @@ export interface DeliveriesTable {
   last_error: string | null;
   created_at: number;
   finished_at: number | null;
+  /** The W3C traceparent of the span that made it (docs/traces.md): what carries its trace on; null: none (made before traces). */
+  traceparent: Traceparent;
 }
 
 export interface DeliveryAttemptsTable {
@@ -398,6 +407,8 @@ export interface TriggerRunsTable {
   created_at: number;
   started_at: number | null;
   finished_at: number | null;
+  /** The W3C traceparent of the span that made it (docs/traces.md): what carries its trace on; null: none (made before traces). */
+  traceparent: Traceparent;
 }
 
 /** An `Idempotency-Key` and the answer it stands for (src/http/idempotency.ts), kept 24 h. */

@@ -77,9 +77,13 @@ function request(method, url, headers, body) {
   return new Promise((resolve) => {
     const rid = nextRid++;
     pending.set(rid, resolve);
+    // The call's trace (docs/traces.md): the server's span for the request is the run's child.
+    if (traceparent !== undefined) headers = { ...headers, traceparent };
     send({ type: 'request', rid, method, url, headers }, body);
   });
 }
+/** The traceparent of the call in progress, as its `call` frame gave it. */
+let traceparent;
 const client = createClient(request);
 globalThis.algohost = Object.freeze({ client: () => client });
 
@@ -278,6 +282,7 @@ function handleCall(header, body) {
     return answered({ type: 'error', id, duration_ms: 0, error: { ...describe(err, 'InputError'), error_type: 'InputError' } });
   }
   stdoutBytes = 0;
+  traceparent = typeof header.traceparent === 'string' ? header.traceparent : undefined;
   new Call(id).run(input);
 }
 
@@ -345,7 +350,10 @@ function onChannelRead(buf, n) {
 
 const CALL_START = Buffer.from('{"type":"call","id":', 'latin1');
 const CALL_TYPE = Buffer.from(',"content_type":"', 'latin1');
-const INPUT_TYPES = ['json', 'text', 'binary'].map((t) => [t, Buffer.from(`${t}"}`, 'latin1')]);
+const INPUT_TYPES = ['json', 'text', 'binary'].map((t) => [t, Buffer.from(`${t}"`, 'latin1')]);
+const CALL_TRACE = Buffer.from(',"traceparent":"', 'latin1');
+/** A version-00 traceparent: 55 characters. */
+const TRACEPARENT_LENGTH = 55;
 
 function bytesAt(buf, pos, end, lit) {
   if (pos + lit.length > end) return false;
@@ -356,6 +364,7 @@ function bytesAt(buf, pos, end, lit) {
 /**
  * The header `buf[start, end)` when it is a `call` header in the exact form the server writes
  * for every call (protocol.ts `encodeCall`): `{"type":"call","id":<int>,"content_type":"<type>"}`,
+ * with `,"traceparent":"<traceparent>"` before the closing brace when the call has one,
  * read without a string and JSON.parse (which take several µs with the caches cold, as they are
  * when a call wakes the worker); undefined for anything else, which JSON.parse reads.
  */
@@ -369,7 +378,13 @@ function callHeader(buf, start, end) {
   if (p === first || p - first > 15 || (buf[first] === 0x30 && p - first > 1) || !bytesAt(buf, p, end, CALL_TYPE)) return undefined;
   p += CALL_TYPE.length;
   for (const [type, bytes] of INPUT_TYPES) {
-    if (p + bytes.length === end && bytesAt(buf, p, end, bytes)) return { type: 'call', id, content_type: type };
+    if (!bytesAt(buf, p, end, bytes)) continue;
+    p += bytes.length;
+    if (p + 1 === end && buf[p] === 0x7d) return { type: 'call', id, content_type: type };
+    // `,"traceparent":"<55 characters>"}`: lowercase hex and dashes, as the server writes it.
+    if (end - p !== CALL_TRACE.length + TRACEPARENT_LENGTH + 2 || !bytesAt(buf, p, end, CALL_TRACE) || buf[end - 2] !== 0x22 || buf[end - 1] !== 0x7d) return undefined;
+    const trace = buf.toString('latin1', p + CALL_TRACE.length, end - 2);
+    return /^[0-9a-f-]+$/.test(trace) ? { type: 'call', id, content_type: type, traceparent: trace } : undefined;
   }
   return undefined;
 }

@@ -85,14 +85,20 @@ _CALL_TYPES = {b'text': 'text', b'json': 'json', b'binary': 'binary'}
 
 
 def _call_header(raw):
-    """The header of a call as the server writes it, `{"type":"call","id":N,"content_type":"T"}`,
-    read without json; None for anything else (then json reads it)."""
+    """The header of a call as the server writes it, `{"type":"call","id":N,"content_type":"T"}`
+    (with `,"traceparent":"…"` before the brace when the call has one), read without json; None
+    for anything else (then json reads it)."""
     if not raw.startswith(_CALL_PREFIX) or not raw.endswith(b'"}'):
         return None
     digits, sep, rest = bytes(raw[len(_CALL_PREFIX):-2]).partition(b',"content_type":"')
+    rest, traced, trace = rest.partition(b'","traceparent":"')
     content_type = _CALL_TYPES.get(rest)
     if not sep or content_type is None or not digits.isdigit():
         return None
+    if traced:
+        if len(trace) != 55 or trace.strip(b'0123456789abcdef-'):
+            return None
+        return {'type': 'call', 'id': int(digits), 'content_type': content_type, 'traceparent': trace.decode('ascii')}
     return {'type': 'call', 'id': int(digits), 'content_type': content_type}
 
 
@@ -381,6 +387,8 @@ _stdout = _CountingStdout()
 
 # The SDK's transport: algohost.py takes it from here when it is imported after start-up.
 _algohost_request = None
+# The traceparent of the call in progress, as its `call` frame gave it (sent with SDK requests).
+_traceparent = [None]
 
 
 def _install_sdk(channel):
@@ -391,6 +399,9 @@ def _install_sdk(channel):
     next_rid = [0]
 
     def request(method, url, headers, body):
+        # The call's trace (docs/traces.md): the server's span for the request is the run's child.
+        if _traceparent[0] is not None:
+            headers = dict(headers, traceparent=_traceparent[0])
         next_rid[0] += 1
         rid = next_rid[0]
         channel.send({'type': 'request', 'rid': rid, 'method': method, 'url': url, 'headers': headers}, body)
@@ -411,6 +422,8 @@ def _install_sdk(channel):
 def handle_call(channel, algo, header, body, perf_counter):
     call_id = header.get('id')
     _stdout.count = 0
+    trace = header.get('traceparent')
+    _traceparent[0] = trace if type(trace) is str else None
 
     def fail(error, duration_ms=0):
         _flush_output()

@@ -1,0 +1,351 @@
+/**
+ * Traces (issue 25; docs/traces.md): a caller's W3C traceparent is continued (or one made),
+ * carried through the API node, across NATS to the worker, into the algorithm's SDK requests,
+ * async calls, builds and webhook deliveries; spans are exported over OTLP/HTTP (JSON) to a
+ * receiver on loopback, which checks their parent/child chain; log lines carry the trace id.
+ *
+ * Under test:cluster the server is two API nodes behind a balancer and two worker nodes, every
+ * one of them exporting to the same receiver: the chain then crosses processes and NATS.
+ */
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
+import { callAlgo, release, upload } from './helpers/algorithms.ts';
+import { startServerProcess } from './helpers/process.ts';
+import { CLUSTER } from './helpers/backends.ts';
+import { parseTraceparent } from '../src/tracing.ts';
+
+interface ExportedSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  /** OTLP's SpanKind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer. */
+  kind: number;
+  attributes: Record<string, unknown>;
+  /** The exporting node's resource attributes. */
+  resource: Record<string, unknown>;
+  status: number;
+}
+
+const SERVER = 2;
+const CLIENT = 3;
+const CONSUMER = 5;
+
+type OtlpValue = { stringValue?: string; intValue?: string | number; doubleValue?: number; boolValue?: boolean };
+function attrs(list: Array<{ key: string; value: OtlpValue }> | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const { key, value } of list ?? []) out[key] = value.stringValue ?? (value.intValue !== undefined ? Number(value.intValue) : undefined) ?? value.doubleValue ?? value.boolValue;
+  return out;
+}
+
+/** An OTLP/HTTP receiver: takes POST /v1/traces with a JSON body (ExportTraceServiceRequest) and keeps every span. */
+async function otlpReceiver() {
+  const spans: ExportedSpan[] = [];
+  const contentTypes = new Set<string>();
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (c: string) => (body += c));
+    req.on('end', () => {
+      if (req.method !== 'POST' || req.url !== '/v1/traces') return void res.writeHead(404).end();
+      contentTypes.add(String(req.headers['content-type']));
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- OTLP JSON, read field by field
+      const doc = JSON.parse(body) as any;
+      for (const rs of doc.resourceSpans ?? []) {
+        const resource = attrs(rs.resource?.attributes);
+        for (const ss of rs.scopeSpans ?? []) {
+          for (const sp of ss.spans ?? []) {
+            spans.push({ traceId: sp.traceId, spanId: sp.spanId, parentSpanId: sp.parentSpanId ?? '', name: sp.name, kind: sp.kind, attributes: attrs(sp.attributes), resource, status: sp.status?.code ?? 0 });
+          }
+        }
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    spans,
+    contentTypes,
+    /** The spans of `traceId` once `done` says they are all there (batches come every 100 ms). */
+    async until(traceId: string, done: (spans: ExportedSpan[]) => boolean, ms = 20_000): Promise<ExportedSpan[]> {
+      const end = Date.now() + ms;
+      for (;;) {
+        const mine = spans.filter((s) => s.traceId === traceId);
+        if (done(mine)) return mine;
+        if (Date.now() > end) throw new Error(`the spans of trace ${traceId} did not all arrive; got:\n${mine.map((s) => `${s.name} ${s.spanId} <- ${s.parentSpanId}`).join('\n')}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+/** A caller's own trace: its traceparent and ids. */
+function callerTrace() {
+  const traceId = crypto.randomBytes(16).toString('hex');
+  const spanId = crypto.randomBytes(8).toString('hex');
+  return { traceId, spanId, header: `00-${traceId}-${spanId}-01` };
+}
+
+/** A webhook endpoint on loopback that records the headers it gets. */
+async function hookReceiver() {
+  const got: http.IncomingHttpHeaders[] = [];
+  const server = http.createServer((req, res) => {
+    req.resume().on('end', () => {
+      got.push(req.headers);
+      res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+/** An algorithm that writes its input to a file through the SDK, and reads it back. */
+const SDK_ALGO = `export async function apply(input, ctx) {
+  await ctx.client.file('data://.my/traced/in.txt').put(String(input));
+  return 'wrote ' + (await ctx.client.file('data://.my/traced/in.txt').getString());
+}
+`;
+/** The same in Python, through the runner's own SDK (algohost.py). */
+const SDK_PY = `import algohost
+
+def apply(input):
+    client = algohost.client()
+    client.file('data://.my/traced/py.txt').put(str(input))
+    return 'wrote ' + client.file('data://.my/traced/py.txt').getString()
+`;
+
+const byId = (spans: ExportedSpan[]) => new Map(spans.map((s) => [s.spanId, s]));
+
+let otlp: Awaited<ReturnType<typeof otlpReceiver>>;
+let s: TestServer;
+let alice: ReturnType<typeof api>;
+
+before(async () => {
+  otlp = await otlpReceiver();
+  s = await startServer({
+    env: { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_SERVICE_NAME: 'algohost-test', ALGOHOST_CONNECTOR_NETWORK: 'any', ALGOHOST_LOG_LEVEL: 'debug' },
+    webhooks: { schedule: [0, 100, 200], timeoutMs: 2000 },
+  });
+  alice = api(s.url, await s.user('alice'));
+  await alice('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'traced' }) });
+  await release(alice, 'alice', 'Traced', { 'src/index.js': SDK_ALGO }, { settings: { language: 'javascript' } });
+});
+after(async () => {
+  await s?.close();
+  await otlp?.close();
+});
+
+describe('traces exported over OTLP/HTTP', () => {
+  test('a call continues the caller\'s trace: HTTP server span → (on a cluster: call → run on a worker) → the SDK requests\' server spans', async () => {
+    const caller = callerTrace();
+    const r = await callAlgo(alice, 'alice/Traced', 'hello', 'text/plain');
+    assert.equal(r.status, 200);
+    const traced = await alice('/v1/algo/alice/Traced', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'traced' });
+    const body = await json(traced);
+    assert.equal(body.result, 'wrote traced', JSON.stringify(body));
+
+    // The request's span, (on a cluster) the call's and the run's, and three SDK requests (the put; a HEAD and a GET for the read).
+    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
+    const ids = byId(spans);
+    const request = spans.find((x) => x.kind === SERVER && x.attributes['algohost.sdk'] === undefined && x.name === 'POST /v1/algo/*');
+    assert.ok(request, `no server span for the request in ${spans.map((x) => x.name).join(', ')}`);
+    assert.equal(request.parentSpanId, caller.spanId, 'the server span is the caller\'s span\'s child');
+    assert.equal(request.attributes['http.route'], '/v1/algo/*');
+    assert.equal(request.attributes['http.response.status_code'], 200);
+    assert.equal(request.resource['service.name'], 'algohost-test');
+
+    // The span the SDK requests are children of: the run on the worker node, or, on one machine, the request's own.
+    let parentOfSdk: ExportedSpan;
+    if (CLUSTER) {
+      const call = spans.find((x) => x.name === 'call alice/Traced');
+      assert.ok(call);
+      assert.equal(call.kind, CLIENT);
+      assert.equal(call.parentSpanId, request.spanId);
+      assert.equal(call.attributes['algohost.outcome'], 'result');
+      assert.equal(call.attributes['algohost.algorithm'], 'alice/Traced');
+      const run = spans.find((x) => x.name === 'run');
+      assert.ok(run);
+      assert.equal(run.kind, SERVER);
+      assert.equal(run.parentSpanId, call.spanId, 'the run is the call\'s child');
+      assert.equal(typeof run.attributes['algohost.worker_wait_ms'], 'number');
+      // Exported by a worker node, another process than the API node that made the call.
+      assert.equal(run.resource['algohost.role'], 'worker');
+      assert.equal(call.resource['algohost.role'], 'api');
+      assert.notEqual(run.resource['service.instance.id'], call.resource['service.instance.id']);
+      parentOfSdk = run;
+    } else {
+      // One machine: the request's span is the call's; no span of their own for the dispatch and the run.
+      assert.equal(request.resource['algohost.role'], 'all');
+      assert.equal(request.attributes['algohost.algorithm'], 'alice/Traced');
+      assert.equal(request.attributes['algohost.outcome'], 'result');
+      assert.equal(typeof request.attributes['algohost.worker_wait_ms'], 'number');
+      assert.equal(spans.some((x) => x.name === 'run' || x.name.startsWith('call ')), false);
+      parentOfSdk = request;
+    }
+
+    // The algorithm's SDK requests, handled back on an API node, are the call's children.
+    const sdk = spans.filter((x) => x.attributes['algohost.sdk'] === true);
+    for (const x of sdk) {
+      assert.equal(x.kind, SERVER);
+      assert.equal(x.parentSpanId, parentOfSdk.spanId, `${x.name}'s parent is the ${parentOfSdk.name}`);
+      assert.match(x.name, /^(PUT|GET|HEAD) \/v1\/connector\/\*$/);
+    }
+    // Every span but the first has its parent in the trace: one chain, nothing orphaned.
+    for (const x of spans) if (x !== request) assert.ok(ids.has(x.parentSpanId), `${x.name}'s parent ${x.parentSpanId} is in the trace`);
+    assert.deepEqual([...otlp.contentTypes], ['application/json']);
+  });
+
+  test('a Python algorithm\'s SDK requests carry the call\'s trace too', async () => {
+    await release(alice, 'alice', 'TracedPy', { 'src/TracedPy.py': SDK_PY }, { settings: { language: 'python3' } });
+    const caller = callerTrace();
+    const body = await json(await alice('/v1/algo/alice/TracedPy', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'snake' }));
+    assert.equal(body.result, 'wrote snake', JSON.stringify(body));
+    const spans = await otlp.until(caller.traceId, (t) => t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
+    const parent = CLUSTER ? spans.find((x) => x.name === 'run')! : spans.find((x) => x.parentSpanId === caller.spanId)!;
+    const sdk = spans.filter((x) => x.attributes['algohost.sdk'] === true);
+    for (const x of sdk) assert.equal(x.parentSpanId, parent.spanId, `${x.name}'s parent is the ${parent.name}`);
+  });
+
+  test('a request without a traceparent starts a trace of its own', async () => {
+    const before = new Set(otlp.spans.map((x) => x.traceId));
+    const r = await alice('/v1/algorithms/alice/Traced');
+    assert.equal(r.status, 200);
+    const end = Date.now() + 10_000;
+    let mine: ExportedSpan | undefined;
+    while (!mine && Date.now() < end) {
+      mine = otlp.spans.find((x) => !before.has(x.traceId) && x.name === 'GET /v1/algorithms/:owner/:name');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(mine, 'the request was traced');
+    assert.equal(mine.parentSpanId, '');
+    assert.match(mine.traceId, /^[0-9a-f]{32}$/);
+  });
+
+  test('an async call (output=void) runs in the caller\'s trace', async () => {
+    const caller = callerTrace();
+    const r = await alice('/v1/algo/alice/Traced?output=void', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'later' });
+    const accepted = await json(r);
+    assert.equal(accepted.async, true, JSON.stringify(accepted));
+    const spans = await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'async alice/Traced') && t.filter((x) => x.attributes['algohost.sdk'] === true).length >= 3 && (!CLUSTER || t.some((x) => x.name === 'run')));
+    const ids = byId(spans);
+    const request = spans.find((x) => x.parentSpanId === caller.spanId)!;
+    const consumer = spans.find((x) => x.name === 'async alice/Traced')!;
+    assert.equal(consumer.kind, CONSUMER);
+    assert.equal(consumer.parentSpanId, request.spanId, 'the async run is the accepting request\'s child');
+    assert.equal(consumer.attributes['algohost.request_id'], accepted.request_id);
+    if (CLUSTER) {
+      const call = spans.find((x) => x.name === 'call alice/Traced')!;
+      assert.equal(call.parentSpanId, consumer.spanId);
+      assert.equal(ids.get(spans.find((x) => x.name === 'run')!.parentSpanId), call);
+    } else assert.equal(consumer.attributes['algohost.outcome'], 'result');
+    // Its SDK requests are in the trace too, under the run.
+    for (const x of spans.filter((y) => y.attributes['algohost.sdk'] === true)) assert.ok(ids.has(x.parentSpanId));
+  });
+
+  test('a build is a span of the compile request\'s trace', async () => {
+    await upload(alice, 'alice', 'Traced', { 'src/index.js': SDK_ALGO.replace("'wrote '", "'wrote: '") });
+    const caller = callerTrace();
+    const r = await alice('/v1/algorithms/alice/Traced/compile', { method: 'POST', headers: { traceparent: caller.header } });
+    assert.equal(r.status, 200, await r.text());
+    const spans = await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'build alice/Traced') && t.some((x) => x.kind === SERVER));
+    const request = spans.find((x) => x.kind === SERVER)!;
+    assert.equal(request.parentSpanId, caller.spanId);
+    const build = spans.find((x) => x.name === 'build alice/Traced')!;
+    assert.equal(build.parentSpanId, request.spanId);
+    assert.equal(build.attributes['algohost.result'], 'succeeded');
+  });
+
+  test('a webhook delivery carries a traceparent of the upload\'s trace, and is a client span in it', async () => {
+    const hook = await hookReceiver();
+    try {
+      const sub = await json(await alice('/v1/users/alice/subscriptions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: hook.url, types: ['data.file.created'] }) }));
+      assert.ok(sub.id, JSON.stringify(sub));
+      const caller = callerTrace();
+      const put = await alice('/v1/data/.my/traced/hooked.txt', { method: 'PUT', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'x' });
+      assert.equal(put.status, 200);
+      const end = Date.now() + 20_000;
+      while (hook.got.length === 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(hook.got.length >= 1, true, 'the delivery arrived');
+      const sent = parseTraceparent(hook.got[0]!.traceparent);
+      assert.ok(sent, `the delivery's traceparent: ${hook.got[0]!.traceparent}`);
+      assert.equal(sent.traceId, caller.traceId, 'the delivery is in the upload\'s trace');
+      const spans = await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'webhook delivery'));
+      const delivery = spans.find((x) => x.name === 'webhook delivery')!;
+      assert.equal(delivery.kind, CLIENT);
+      assert.equal(delivery.spanId, sent.spanId, 'the receiver\'s parent is the delivery\'s span');
+      const upload = spans.find((x) => x.kind === SERVER && x.parentSpanId === caller.spanId)!;
+      assert.equal(delivery.parentSpanId, upload.spanId, 'the delivery is the upload\'s child');
+      assert.equal(delivery.attributes['http.response.status_code'], 200);
+      await alice(`/v1/users/alice/subscriptions/${sub.id}`, { method: 'DELETE' });
+    } finally {
+      await hook.close();
+    }
+  });
+
+  test('on the cluster, the worker node and the other API node log the trace id of the calls they serve', { skip: !CLUSTER && 'only under test:cluster (the in-process node of the other runs logs nowhere)' }, async () => {
+    const worked = new Map<string, string>();
+    // Enough calls that both API nodes (the balancer alternates) and a worker have served some.
+    for (let i = 0; i < 4; i++) {
+      const caller = callerTrace();
+      const r = await alice('/v1/algo/alice/Traced', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: `n${i}` });
+      assert.equal(r.status, 200);
+      worked.set(caller.traceId, `n${i}`);
+    }
+    const lines = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const end = Date.now() + 5000;
+    let workerLines: Record<string, unknown>[] = [];
+    while (Date.now() < end) {
+      workerLines = s.cluster!.workers.flatMap((w) => lines(w.output())).filter((l) => l.msg === 'ran a job' && worked.has(String(l.trace_id)));
+      if (workerLines.length === worked.size) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(workerLines.length, worked.size, 'each call\'s job is logged on its worker with the call\'s trace id');
+    const second = lines(s.cluster!.second!.stdout()).filter((l) => worked.has(String(l.trace_id)));
+    assert.ok(second.some((l) => l.msg === 'incoming request'), 'the other API node logs its requests with their trace id');
+    assert.ok(second.some((l) => l.msg === 'request completed'));
+  });
+});
+
+describe('log lines carry the trace id', () => {
+  test('every line of a request on `algohost serve` carries its trace_id, continued from the caller, without exporting', async () => {
+    // A server of its own that exports nothing: the trace context is carried all the same.
+    const server = await startServerProcess({ home: tempHome(), env: { ALGOHOST_LOG_LEVEL: 'info' } });
+    try {
+      const caller = callerTrace();
+      const r = await fetch(`${server.url}/v1/algorithms/nobody/Nothing`, { headers: { authorization: 'Simple simNOTAKEYNOTAKEYNOTAKEY12345', traceparent: caller.header } });
+      assert.equal(r.status, 401);
+      const other = await fetch(`${server.url}/health`);
+      assert.equal(other.status, 200);
+      await server.waitFor('stdout', /request completed[\s\S]*request completed/);
+      const lines = server
+        .stdout()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      const mine = lines.filter((l) => l.reqId !== undefined && lines.some((m) => m.reqId === l.reqId && m.req && (m.req as { url: string }).url === '/v1/algorithms/nobody/Nothing'));
+      assert.ok(mine.length >= 2, `the request's lines: ${JSON.stringify(mine)}`);
+      for (const l of mine) {
+        assert.equal(l.trace_id, caller.traceId, `${l.msg} carries the caller's trace id`);
+        // Not exporting, the caller's span is the parent of whatever comes next.
+        assert.equal(l.span_id, caller.spanId);
+      }
+      // A request without a traceparent gets a trace of its own.
+      const health = lines.filter((l) => l.req && (l.req as { url: string }).url === '/health');
+      assert.match(String(health[0]?.trace_id), /^[0-9a-f]{32}$/);
+      assert.notEqual(health[0]?.trace_id, caller.traceId);
+      // Lines outside any request (the start) carry none.
+      assert.ok(lines.some((l) => l.trace_id === undefined));
+    } finally {
+      await server.kill();
+    }
+  });
+});
