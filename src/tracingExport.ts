@@ -2,7 +2,7 @@ import { ROOT_CONTEXT, SpanKind as OtelKind, SpanStatusCode, trace, TraceFlags, 
 import { AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type Sampler } from '@opentelemetry/sdk-trace-base';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracing.ts';
+import type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracingTypes.ts';
 
 /*
  * Spans exported over OTLP/HTTP (JSON) with the OpenTelemetry JS SDK (docs/traces.md). Loaded
