@@ -248,11 +248,12 @@ function report(results: Result[], capacity: number): string[] {
   );
   for (const r of results) {
     const perWindow = (r.setting.perMin / 60) * WINDOW_S;
+    const lastS = r.elapsedS - (r.windows.length - 1) * WINDOW_S;
     const others = new Map<string, number>();
     for (const a of r.other) others.set(`${a.status} ${a.code ?? ''}`.trim(), (others.get(`${a.status} ${a.code ?? ''}`.trim()) ?? 0) + 1);
     lines.push(
       `- **${fmt(r.setting.perMin, 0)}/min** (the rate is ${pct(r.setting.perMin / 60 / capacity)} of the capacity)**:** admitted by node A ${r.perNode[0]!.admitted} (${pct(r.perNode[0]!.admitted / Math.max(1, r.admitted))}) of ${r.perNode[0]!.sent} sent to it, by node B ${r.perNode[1]!.admitted} (${pct(r.perNode[1]!.admitted / Math.max(1, r.admitted))}) of ${r.perNode[1]!.sent}; ` +
-        `admitted per ${WINDOW_S} s window (the rate gives ${fmt(perWindow, 0)}; the last window is partial): ${r.windows.join(', ')}; ` +
+        `admitted per ${WINDOW_S} s window (the rate gives ${fmt(perWindow, 0)} a window, the burst once): ${r.windows.join(', ')}${lastS < WINDOW_S - 0.05 ? ` (the last window ${fmt(lastS, 2)} s)` : ''}; ` +
         `429 answered in p50 ${fmt(percentile(r.ms429, 50), 1)} ms, p99 ${fmt(percentile(r.ms429, 99), 1)} ms; 200 in p50 ${fmt(percentile(r.ms200, 50), 1)} ms, p99 ${fmt(percentile(r.ms200, 99), 1)} ms` +
         (others.size > 0 ? `; other answers: ${[...others].map(([k, n]) => `${n} × ${k}`).join(', ')}` : '') +
         '.',
