@@ -41,7 +41,7 @@ import { release } from '../test/helpers/algorithms.ts';
 import { createDatabase, postgresAvailable, startPostgres } from '../test/helpers/postgres.ts';
 import { S3RVER_KEY, startS3 } from '../test/helpers/s3.ts';
 import { api } from '../test/helpers/server.ts';
-import { argOf } from './baseTree.ts';
+import { numArg } from './baseTree.ts';
 import { createBench, fmt, noiseMeter, pct, QUICK, sleep, verdict, waitForQuiet, writeReport } from './common.ts';
 import { percentile, timed } from './load.ts';
 import { treeCpuAll } from './procTree.ts';
@@ -49,12 +49,11 @@ import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('ratelimit');
 const { log } = bench;
-const num = (name: string, fallback: number) => Number(argOf(name) ?? fallback);
-const SECONDS = QUICK ? 10 : num('--seconds', 60);
+const SECONDS = QUICK ? 10 : numArg('--seconds', 60);
 /** The load offered, in multiples of the rate. */
-const OFFER = num('--offer', 4);
+const OFFER = numArg('--offer', 4);
 /** Concurrent clients, each alternating between the nodes, each paced to OFFER × rate ÷ CLIENTS. */
-const CLIENTS = num('--clients', 32);
+const CLIENTS = numArg('--clients', 32);
 const TARGET = 1.05;
 const WINDOW_S = 10;
 /** How long the nodes' capacity is measured. */
