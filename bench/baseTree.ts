@@ -14,6 +14,9 @@ export function argOf(name: string): string | undefined {
   return i > 0 ? process.argv[i + 1] : undefined;
 }
 
+/** The number given after `name` on the command line, else `fallback`. */
+export const numArg = (name: string, fallback: number): number => Number(argOf(name) ?? fallback);
+
 export function baseTree(): string {
   const given = argOf('--base');
   if (given) return path.resolve(given);

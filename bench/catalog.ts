@@ -35,23 +35,22 @@ import { Worker } from '../src/runtime/worker.ts';
 import type { RunnerKind } from '../src/runtime/contract.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
-import { argOf } from './baseTree.ts';
+import { numArg } from './baseTree.ts';
 import { createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
 import { median, percentile } from './load.ts';
 import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('catalog');
 const { log } = bench;
-const num = (name: string, fallback: number) => Number(argOf(name) ?? fallback);
-const ALGORITHMS = QUICK ? 20 : num('--algorithms', 200);
-const WORKERS = num('--workers', 20);
-const CLIENTS = num('--clients', 8);
-const SECONDS = QUICK ? 4 : num('--seconds', 20);
-const REPS = QUICK ? 1 : num('--reps', 2);
+const ALGORITHMS = QUICK ? 20 : numArg('--algorithms', 200);
+const WORKERS = numArg('--workers', 20);
+const CLIENTS = numArg('--clients', 8);
+const SECONDS = QUICK ? 4 : numArg('--seconds', 20);
+const REPS = QUICK ? 1 : numArg('--reps', 2);
 /** Cold calls one at a time per language and server. */
-const ALONE = QUICK ? 3 : num('--alone', 10);
+const ALONE = QUICK ? 3 : numArg('--alone', 10);
 /** Rounds of the in-process phase split per language. */
-const ROUNDS = QUICK ? 3 : num('--rounds', 10);
+const ROUNDS = QUICK ? 3 : numArg('--rounds', 10);
 const ZIPF_S = 1.1;
 const SECTION = '## Cold starts';
 const HOME = path.join(bench.work, 'home');

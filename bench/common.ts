@@ -44,9 +44,11 @@ export interface Bench {
   work: string;
   /** The servers started; cleanup() stops them. */
   procs: ServerProc[];
+  /** What else to stop at cleanup (a database, an S3 server): after the servers, last deferred first. */
+  defer(stop: () => unknown): void;
   /** A progress line on stderr: `[bench:<name> HH:MM:SS] line`. */
   log(line: string): void;
-  /** Stops the servers and removes the work directory (and bench/.work/ when empty); runs once. */
+  /** Stops the servers and what was deferred, and removes the work directory (and bench/.work/ when empty); runs once. */
   cleanup(): Promise<void>;
   /** Runs `main`, cleaning up on SIGINT and at the end; a failure sets exit code 1. */
   run(main: () => Promise<void>): Promise<void>;
@@ -55,12 +57,20 @@ export interface Bench {
 export function createBench(name: string): Bench {
   const work = path.join(WORK_ROOT, `${name}-${process.pid}`);
   const procs: ServerProc[] = [];
+  const deferred: (() => unknown)[] = [];
   let cleaned = false;
 
   async function cleanup(): Promise<void> {
     if (cleaned) return;
     cleaned = true;
     for (const p of procs) await p.stop().catch(() => undefined);
+    for (const stop of deferred.reverse()) {
+      try {
+        await stop();
+      } catch (err) {
+        log(`stopping: ${(err as Error).message}`);
+      }
+    }
     fs.rmSync(work, { recursive: true, force: true });
     try {
       fs.rmdirSync(WORK_ROOT);
@@ -87,7 +97,7 @@ export function createBench(name: string): Bench {
     }
   }
 
-  return { name, work, procs, log, cleanup, run };
+  return { name, work, procs, defer: (stop) => void deferred.push(stop), log, cleanup, run };
 }
 
 /** Runs `fn` for each item, `reps` times, rotating the order every repetition. */

@@ -36,25 +36,24 @@ import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
-import { argOf, baseTree } from './baseTree.ts';
+import { argOf, baseTree, numArg } from './baseTree.ts';
 import { codeVersion, createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
 import { median, percentile } from './load.ts';
 import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('tenants');
 const { log } = bench;
-const num = (name: string, fallback: number) => Number(argOf(name) ?? fallback);
 const CALLERS = 50;
-const WORKERS = num('--workers', 8);
+const WORKERS = numArg('--workers', 8);
 /** The well-behaved callers' load, a fraction of the capacity measured. */
-const LOAD = num('--load', 0.9);
+const LOAD = numArg('--load', 0.9);
 /** The flooder's rate, in fair shares of the capacity (C / CALLERS). */
-const FLOOD = num('--flood', 10);
-const SECONDS = QUICK ? 4 : num('--seconds', 20);
-const REPS = QUICK ? 1 : num('--reps', 2);
+const FLOOD = numArg('--flood', 10);
+const SECONDS = QUICK ? 4 : numArg('--seconds', 20);
+const REPS = QUICK ? 1 : numArg('--reps', 2);
 /** A caller's calls waiting at most (ALGOHOST_QUEUE_PER_CALLER): low enough that a flood on a slow machine reaches it within a phase. */
-const PER_CALLER = num('--per-caller', WORKERS);
-const QUEUE = num('--queue', 1000);
+const PER_CALLER = numArg('--per-caller', WORKERS);
+const QUEUE = numArg('--queue', 1000);
 /** A call not answered in this long is counted as timed out. */
 const CALL_TIMEOUT_MS = 60_000;
 const SECTION = '## Tenants';

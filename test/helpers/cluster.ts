@@ -55,11 +55,21 @@ function killAll(): void {
   }
 }
 process.once('exit', killAll);
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => {
-    killAll();
-    process.exit(128 + (signal === 'SIGTERM' ? 15 : 2));
-  });
+let onSignals = false;
+/**
+ * On SIGTERM and SIGINT, kill what clusters started and exit: installed by the first cluster
+ * started, not on import, so that a process that only imports these helpers (a benchmark,
+ * through server.ts) keeps its own signal handling.
+ */
+function killAllOnSignals(): void {
+  if (onSignals) return;
+  onSignals = true;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      killAll();
+      process.exit(128 + (signal === 'SIGTERM' ? 15 : 2));
+    });
+  }
 }
 
 function detach(child: ChildProcess): void {
@@ -160,6 +170,7 @@ export interface TestCluster {
  * workers and, unless `single`, a second API node on a home of its own with the same backends.
  */
 export async function startTestCluster(config: Config, env: Record<string, string>, secondHome: string, single: boolean): Promise<TestCluster> {
+  killAllOnSignals();
   // As docs/cluster.md says to run one: each role signs in as its own user, over TLS, and every
   // message is sealed with the cluster's secret.
   const nats = await startNats({ secure: true });
