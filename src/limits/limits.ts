@@ -79,6 +79,8 @@ interface Scope {
   inFlight: number;
   /** When it was last used (ms): idle scopes are forgotten. */
   used: number;
+  /** With shared limits, the take from the database on its way: calls that find no token wait for it. */
+  taking?: Promise<void> | undefined;
 }
 
 /** The state of one user's calls, for GET /v1/users/:user/limits. */
@@ -171,31 +173,32 @@ export class CallLimiter {
    */
   private async admitShared(scopes: { s: Scope; limits: CallLimits; who: string; id: string }[], concurrent: boolean, now: number): Promise<() => void> {
     const { store, instance } = this.shared!;
-    for (const x of scopes) {
-      const l = x.limits;
-      if (l.callsPerMin === 0 || leased(x.s, now)) continue;
-      const want = Math.max(1, Math.min(l.burst, Math.ceil((l.callsPerMin / 60) * LEASE_S)));
-      const got = await store.take(x.id, want, l, now);
-      const at = this.now();
-      x.s.lease = { tokens: got.granted, until: at + LEASE_MS, left: got.tokens, perMin: l.callsPerMin, burst: l.burst, at };
-      if (got.granted === 0) throw rateError(x.who, l, Math.max(1, Math.ceil(((1 - got.tokens) * 60) / l.callsPerMin)));
-    }
+    // A token is spent as soon as it is found (between finding it and spending it other calls
+    // would find the same one while this one waits for the database), and given back on a refusal.
+    const spent: Lease[] = [];
     const held: string[] = [];
     const giveBack = () => {
       for (const id of held.splice(0)) this.releaseShared(id);
+      for (const lease of spent.splice(0)) lease.tokens++;
     };
-    if (concurrent) {
+    try {
       for (const x of scopes) {
-        if (x.limits.concurrency === 0) continue;
-        if (!(await store.hold(x.id, x.limits.concurrency, instance))) {
-          giveBack();
-          throw concurrencyError(x.who, x.limits.concurrency, x.limits);
-        }
-        held.push(x.id);
-        x.s.inFlight++;
+        if (x.limits.callsPerMin === 0) continue;
+        spent.push(await this.leaseOf(x, now));
       }
+      if (concurrent) {
+        for (const x of scopes) {
+          if (x.limits.concurrency === 0) continue;
+          if (!(await store.hold(x.id, x.limits.concurrency, instance))) throw concurrencyError(x.who, x.limits.concurrency, x.limits);
+          held.push(x.id);
+          x.s.inFlight++;
+        }
+      }
+    } catch (err) {
+      for (const x of scopes) if (held.includes(x.id)) x.s.inFlight--;
+      giveBack();
+      throw err;
     }
-    for (const x of scopes) if (x.limits.callsPerMin > 0) x.s.lease!.tokens--;
     if (held.length === 0) return NOTHING;
     const mine = scopes.filter((x) => held.includes(x.id));
     let released = false;
@@ -203,8 +206,56 @@ export class CallLimiter {
       if (released) return;
       released = true;
       for (const x of mine) x.s.inFlight--;
-      giveBack();
+      for (const id of held.splice(0)) this.releaseShared(id);
     };
+  }
+
+  /**
+   * A token of the scope's, spent (given back by the caller on a refusal: `tokens++` on the lease
+   * answered): from this node's lease, or from one taken from the database (one
+   * take at a time per scope: a call that finds the tokens spent while a take is on its way
+   * waits for that take, then takes again if the bucket had more than it brought, and is
+   * refused without asking again if the bucket was empty). A new lease keeps the tokens of the
+   * one it replaces that have not expired.
+   */
+  private async leaseOf(x: { s: Scope; limits: CallLimits; who: string; id: string }, now: number): Promise<Lease> {
+    const l = x.limits;
+    const refused = (left: number) => rateError(x.who, l, Math.max(1, Math.ceil(((1 - left) * 60) / l.callsPerMin)));
+    // Found and spent in one step (no turn of the event loop between): two calls never spend one token.
+    const spend = (): Lease | undefined => {
+      if (!leased(x.s, this.now())) return undefined;
+      x.s.lease!.tokens--;
+      return x.s.lease!;
+    };
+    const here = spend();
+    if (here !== undefined) return here;
+    if (x.s.taking !== undefined) {
+      await x.s.taking.catch(() => undefined);
+      const after = spend();
+      if (after !== undefined) return after;
+      // Its tokens went to the calls before this one: another take if the bucket had more.
+      const left = x.s.lease?.left ?? 0;
+      if (left >= 1) return this.leaseOf(x, now);
+      throw refused(left);
+    }
+    const want = Math.max(1, Math.min(l.burst, Math.ceil((l.callsPerMin / 60) * LEASE_S)));
+    let left = 0;
+    const taking = this.shared!.store.take(x.id, want, l, now).then((got) => {
+      const at = this.now();
+      const old = x.s.lease;
+      const kept = old !== undefined && at < old.until ? Math.max(0, old.tokens) : 0;
+      left = got.tokens;
+      x.s.lease = { tokens: kept + got.granted, until: at + LEASE_MS, left: got.tokens, perMin: l.callsPerMin, burst: l.burst, at };
+    });
+    x.s.taking = taking;
+    try {
+      await taking;
+    } finally {
+      if (x.s.taking === taking) x.s.taking = undefined;
+    }
+    const got = spend();
+    if (got === undefined) throw refused(left);
+    return got;
   }
 
   /** Gives a call under way back to the database, trying again a few times (a lost release would hold the slot until this node is gone). */
