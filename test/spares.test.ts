@@ -118,10 +118,14 @@ describe('pre-started workers', { skip }, () => {
       } else {
         assert.match(r.file, /^\/algo\/src\/A\d+\.py$/);
       }
-      const again = await call(alice, first.ref, 'y');
-      assert.equal(again.cold, 'false');
-      assert.equal(again.result.id, r.id, 'the same process answered, warm');
-      assert.equal(again.result.loaded, 1);
+      // (On a cluster the next call may land on the other worker node, cold there: an API node
+      // learns which node holds a warm worker from beats sent once a second.)
+      if (!CLUSTER) {
+        const again = await call(alice, first.ref, 'y');
+        assert.equal(again.cold, 'false');
+        assert.equal(again.result.id, r.id, 'the same process answered, warm');
+        assert.equal(again.result.loaded, 1);
+      }
     });
   }
 
