@@ -1,5 +1,5 @@
 import type { MetadataStore } from '../store/db.ts';
-import { eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
+import { DISPATCH_CURSORS, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 
 /** How often the outbox is read for events this process did not write (another node, the admin CLI). */
 export const FEED_POLL_MS = 200;
@@ -199,12 +199,28 @@ export class EventFeed {
   }
 }
 
-/** Removes the events older than `before` (ms), 5,000 at a time; how many went. */
+/**
+ * Removes the events older than `before` (ms), 5,000 at a time; how many went. Kept past their
+ * time: the events the webhook and trigger dispatchers have still to turn into deliveries and
+ * runs (after their cursors, of a user with an enabled subscription or trigger). A dispatcher
+ * holds its fan-out back while requests saturate its node (webhooks.ts, PACED_FAN_OUT_EVENTS),
+ * and what it has not read yet must wait for it, not expire unsaid.
+ */
 export async function sweepEvents(store: MetadataStore, before: number): Promise<number> {
   let removed = 0;
   for (;;) {
     const n = await store.write(async (trx) => {
-      const ids = (await trx.selectFrom('events').select('id').where('time', '<', before).orderBy('id').limit(5000).execute()).map((r) => r.id);
+      const cursors = await trx.selectFrom('meta').select(['key', 'value']).where('key', 'in', [DISPATCH_CURSORS.webhooks, DISPATCH_CURSORS.triggers]).execute();
+      let q = trx.selectFrom('events').select('id').where('time', '<', before);
+      for (const [key, table] of [
+        [DISPATCH_CURSORS.webhooks, 'subscriptions'],
+        [DISPATCH_CURSORS.triggers, 'triggers'],
+      ] as const) {
+        const cursor = cursors.find((c) => c.key === key);
+        if (cursor === undefined) continue;
+        q = q.where((eb) => eb.or([eb('id', '<=', Number(cursor.value)), eb('user_id', 'not in', eb.selectFrom(table).select('user_id').where('enabled', '=', 1))]));
+      }
+      const ids = (await q.orderBy('id').limit(5000).execute()).map((r) => r.id);
       for (let i = 0; i < ids.length; i += 500) await trx.deleteFrom('events').where('id', 'in', ids.slice(i, i + 500)).execute();
       return ids.length;
     });

@@ -110,6 +110,9 @@ export function appendEvent(trx: Db, event: NewEvent): Promise<string[]> {
   return appendEvents(trx, [event]);
 }
 
+/** Where the webhook and trigger dispatchers keep how far they have read the outbox (the `meta` table's keys). */
+export const DISPATCH_CURSORS = { webhooks: 'webhooks.cursor', triggers: 'triggers.cursor' } as const;
+
 /** An event as the readers of the outbox take it: with its user's name. */
 export type NamedEvent = EventRow & { username: string };
 

@@ -17,7 +17,7 @@ import { errorDocument, toAppError } from '../http/answers.ts';
 import type { DataService } from '../data/dataService.ts';
 import { parseDataPath } from '../data/paths.ts';
 import { parseFilter, type EventFilter } from './filter.ts';
-import { appendEvent, cloudEvent, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
+import { appendEvent, cloudEvent, DISPATCH_CURSORS, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 import { checkTemplate, render, renderText } from './template.ts';
 import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
 import type { ExpressionBuilder, Selectable } from 'kysely';
@@ -67,7 +67,7 @@ const POLL_MS = 1_000;
 const LEASE_MARGIN_MS = 15_000;
 /** Finished runs are kept this long for `GET …/runs`. */
 export const RUN_KEEP_MS = 7 * 24 * 3_600_000;
-const CURSOR_KEY = 'triggers.cursor';
+const CURSOR_KEY = DISPATCH_CURSORS.triggers;
 const DEFAULT_TIMEOUT_S = 300;
 
 /** A trigger and a run as their owner sees them: the wire's types (client/src/types.ts). */
