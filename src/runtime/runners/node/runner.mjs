@@ -447,6 +447,8 @@ if (process.argv[2] === '--check') {
 
 if (process.argv[2] === '--spare') {
   spareRoot = process.argv[3];
+  // The loader's first import of a file, paid now rather than in the cold call's load (warm.mjs).
+  await import('./warm.mjs');
   send({ type: 'spare', pid: process.pid });
 } else {
   await load(process.argv[2]);
