@@ -11,6 +11,8 @@
  *
  * BENCH_METRICS=1 in the environment: with Prometheus metrics counted (as with ALGOHOST_METRICS_ADDR
  * or ALGOHOST_METRICS_TOKEN; docs/metrics.md), for comparing a warm call with them on and off.
+ * BENCH_LIMITS=1: with call limits per user that never refuse (ALGOHOST_LIMIT_CALLS_PER_MIN and
+ * _BURST 10,000,000, _CONCURRENCY 1,000; docs/limits.md), for comparing a warm call with them on and off.
  * BENCH_OTLP=URL: spans exported over OTLP/HTTP to URL (as OTEL_EXPORTER_OTLP_ENDPOINT=URL;
  * docs/traces.md), for comparing a warm call with tracing exported and off; with BENCH_OTLP_RATIO=R
  * too, one trace in 1/R sampled (OTEL_TRACES_SAMPLER=parentbased_traceidratio).
@@ -37,7 +39,8 @@ const perVersion = i > 0 ? Number(process.argv[i + 1]) : undefined;
 const otlp = process.env.BENCH_OTLP;
 const ratio = process.env.BENCH_OTLP_RATIO;
 const sampler = ratio ? { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: ratio } : {};
-const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent', ...(otlp ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlp, ...sampler } : {}) });
+const limits = process.env.BENCH_LIMITS === '1' ? { ALGOHOST_LIMIT_CALLS_PER_MIN: '10000000', ALGOHOST_LIMIT_BURST: '10000000', ALGOHOST_LIMIT_CONCURRENCY: '1000' } : {};
+const config = loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, { ALGOHOST_LOG_LEVEL: 'silent', ...limits, ...(otlp ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlp, ...sampler } : {}) });
 const options: ServiceOptions = perVersion ? { runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: perVersion } } } : {};
 if (process.env.BENCH_METRICS === '1') options.metrics = new PromMetrics();
 const services = await createServices(config, options);
@@ -46,6 +49,7 @@ const app = buildApp(services, { logger: pino({ level: 'silent', ...LOG_OPTIONS 
 const url = await app.listen({ port: 0, host: '127.0.0.1' });
 process.stderr.write(`algo${perVersion ? ` (maxPerVersion ${perVersion})` : ''} is ready at ${url}\n`);
 if (options.metrics) process.stderr.write('metrics: on (BENCH_METRICS=1)\n');
+if (process.env.BENCH_LIMITS === '1') process.stderr.write(`limits: ${config.limitCallsPerMin} calls a minute, burst ${config.limitBurst}, ${config.limitConcurrency} at once (BENCH_LIMITS=1)\n`);
 if (services.tracing.exporting) process.stderr.write(`tracing: exported to ${otlp} (BENCH_OTLP)\n`);
 process.stderr.write(`sandbox: ${services.sandbox.available ? 'bubblewrap' : `NONE (${services.sandbox.reason})`}\n`);
 
