@@ -36,7 +36,7 @@ import type { RunnerKind } from '../src/runtime/contract.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
 import { numArg } from './baseTree.ts';
-import { createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
+import { catalogFiles, createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport, zipfCatalog, type CatalogAlgo } from './common.ts';
 import { median, percentile } from './load.ts';
 import { spawnServer, type ServerProc } from './procs.ts';
 
@@ -57,37 +57,14 @@ const HOME = path.join(bench.work, 'home');
 
 // ---- the catalogue --------------------------------------------------------------------------
 
-interface Algo {
-  name: string;
-  runner: RunnerKind;
-  sleepMs: number;
-  weight: number;
-}
+type Algo = CatalogAlgo;
 
-/** Algorithm i: Node when even, Python when odd; sleeping 5–50 ms; popularity of rank i + 1 (ranks shuffled over languages and sleeps). */
-const CATALOG: Algo[] = Array.from({ length: ALGORITHMS }, (_, i) => ({
-  name: `A${String(i).padStart(3, '0')}`,
-  runner: i % 2 === 0 ? 'node' : 'python',
-  sleepMs: 5 + ((i * 37) % 46),
-  weight: 0,
-}));
-{
-  const ranks = CATALOG.map((_, i) => i);
-  for (let i = ranks.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [ranks[i], ranks[j]] = [ranks[j]!, ranks[i]!];
-  }
-  CATALOG.forEach((a, i) => (a.weight = 1 / (ranks[i]! + 1) ** ZIPF_S));
-}
+const CATALOG = zipfCatalog(ALGORITHMS, ZIPF_S);
 const pick = picker(CATALOG);
 /** Echo algorithms for the cold calls alone (no sleep: what is measured is the platform's), ALONE per language. */
 const ECHOES: Algo[] = Array.from({ length: 2 * ALONE }, (_, i) => ({ name: `E${String(i).padStart(3, '0')}`, runner: i % 2 === 0 ? 'node' : 'python', sleepMs: 0, weight: 0 }));
 
-const SOURCE = {
-  node: (ms: number) => (ms === 0 ? 'export function apply(input) { return input; }\n' : `export async function apply(input) { await new Promise((r) => setTimeout(r, ${ms})); return input; }\n`),
-  python: (ms: number) => (ms === 0 ? 'def apply(input):\n    return input\n' : `import time\n\ndef apply(input):\n    time.sleep(${ms / 1000})\n    return input\n`),
-};
-const files = (a: Algo): Record<string, string> => (a.runner === 'node' ? { 'src/index.js': SOURCE.node(a.sleepMs) } : { [`src/${a.name}.py`]: SOURCE.python(a.sleepMs) });
+const files = catalogFiles;
 
 // ---- servers --------------------------------------------------------------------------------
 

@@ -33,6 +33,36 @@ export function picker<T extends { weight: number }>(items: T[]): () => T {
   };
 }
 
+/** An algorithm of a benchmark's catalogue: its language, how long it sleeps, how popular it is. */
+export interface CatalogAlgo {
+  name: string;
+  runner: 'node' | 'python';
+  sleepMs: number;
+  weight: number;
+}
+
+/**
+ * A marketplace's catalogue (issue 24): `n` algorithms, Node when even, Python when odd,
+ * sleeping 5–50 ms, of Zipf popularity with exponent `s` (algorithm of rank r: 1 / r^s; ranks
+ * shuffled over languages and sleeps), named A000, A001…
+ */
+export function zipfCatalog(n: number, s: number): CatalogAlgo[] {
+  const catalog: CatalogAlgo[] = Array.from({ length: n }, (_, i) => ({ name: `A${String(i).padStart(3, '0')}`, runner: i % 2 === 0 ? 'node' : 'python', sleepMs: 5 + ((i * 37) % 46), weight: 0 }));
+  const ranks = catalog.map((_, i) => i);
+  for (let i = ranks.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [ranks[i], ranks[j]] = [ranks[j]!, ranks[i]!];
+  }
+  catalog.forEach((a, i) => (a.weight = 1 / (ranks[i]! + 1) ** s));
+  return catalog;
+}
+
+/** A catalogue algorithm's files: its sleep, then its input back. */
+export function catalogFiles(a: Pick<CatalogAlgo, 'name' | 'runner' | 'sleepMs'>): Record<string, string> {
+  if (a.runner === 'node') return { 'src/index.js': a.sleepMs === 0 ? 'export function apply(input) { return input; }\n' : `export async function apply(input) { await new Promise((r) => setTimeout(r, ${a.sleepMs})); return input; }\n` };
+  return { [`src/${a.name}.py`]: a.sleepMs === 0 ? 'def apply(input):\n    return input\n' : `import time\n\ndef apply(input):\n    time.sleep(${a.sleepMs / 1000})\n    return input\n` };
+}
+
 export const perRep = (label: string, xs: number[], digits = 0) => `${label}: ${xs.map((x) => fmt(x, digits)).join(', ')}`;
 
 // ---- the run -------------------------------------------------------------------------------

@@ -15,9 +15,10 @@
  * timeout or a 503). With `--rev REV` (or `--base DIR`; bench/baseTree.ts) the same phases run
  * against that tree's server afterwards, as a reference (e.g. the commit before fair shares).
  *
- * The algorithm set is one `Mix` (name, sleep, weight): the cold-start part of issue 24 (200
- * algorithms, Zipf popularity, a memory cap on warm workers) extends it with more algorithms
- * and its own phases; `pick` draws an algorithm by weight.
+ * The algorithms are a marketplace's catalogue (issue 24): 200 (`--algorithms`), half Node and
+ * half Python, sleeping 5–50 ms, of Zipf popularity (s = 1.1), on a pool of 20 warm workers at
+ * most (`--workers`; 4 per version), so that the long tail starts cold as it would
+ * (bench/catalog.ts measures those cold starts); `pick` draws an algorithm by popularity.
  *
  * The per-caller bound of the pool is the number of workers by default (`--per-caller`): with
  * it a flood of 10 shares reaches its bound within a phase even where a shared machine's noise
@@ -37,14 +38,17 @@ import { createServices } from '../src/services.ts';
 import { release } from '../test/helpers/algorithms.ts';
 import { api } from '../test/helpers/server.ts';
 import { argOf, baseTree, numArg } from './baseTree.ts';
-import { codeVersion, createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport } from './common.ts';
+import { catalogFiles, codeVersion, createBench, fmt, noiseMeter, picker, QUICK, sleep, waitForQuiet, writeReport, zipfCatalog } from './common.ts';
 import { median, percentile } from './load.ts';
 import { spawnServer, type ServerProc } from './procs.ts';
 
 const bench = createBench('tenants');
 const { log } = bench;
 const CALLERS = 50;
-const WORKERS = numArg('--workers', 8);
+const WORKERS = numArg('--workers', 20);
+const PER_VERSION = numArg('--per-version', 4);
+const ALGORITHMS = QUICK ? 20 : numArg('--algorithms', 200);
+const ZIPF_S = 1.1;
 /** The well-behaved callers' load, a fraction of the capacity measured. */
 const LOAD = numArg('--load', 0.9);
 /** The flooder's rate, in fair shares of the capacity (C / CALLERS). */
@@ -61,17 +65,8 @@ const HOME = path.join(bench.work, 'home');
 
 // ---- the algorithms ------------------------------------------------------------------------
 
-interface Algo {
-  name: string;
-  sleepMs: number;
-  /** Relative popularity. */
-  weight: number;
-}
-
-/** The mix: four algorithms sleeping 5, 20, 35 and 50 ms, equally popular. */
-const MIX: Algo[] = [5, 20, 35, 50].map((sleepMs) => ({ name: `Sleep${sleepMs}`, sleepMs, weight: 1 }));
-const SOURCE = (ms: number) => `export async function apply(input) { await new Promise((r) => setTimeout(r, ${ms})); return input; }\n`;
-
+/** The catalogue. */
+const MIX = zipfCatalog(ALGORITHMS, ZIPF_S);
 const pick = picker(MIX);
 
 // ---- setup ---------------------------------------------------------------------------------
@@ -89,7 +84,7 @@ async function createUsers(): Promise<string[]> {
 }
 
 async function startServer(label: string, tree?: string): Promise<ServerProc> {
-  const args = ['bench/tenantsServer.ts', HOME, '--workers', String(WORKERS), '--per-version', String(WORKERS), '--queue', String(QUEUE), '--per-caller', String(PER_CALLER)];
+  const args = ['bench/tenantsServer.ts', HOME, '--workers', String(WORKERS), '--per-version', String(PER_VERSION), '--queue', String(QUEUE), '--per-caller', String(PER_CALLER)];
   if (tree) args.push('--tree', tree);
   const server = await spawnServer(label, { args, logFile: path.join(bench.work, `${label.replace(/\W+/g, '-')}.log`) });
   bench.procs.push(server);
@@ -242,7 +237,7 @@ async function main(): Promise<void> {
     // Publish with a server of this tree (the algorithms are the home's, whichever tree runs later).
     const server = await startServer('publish');
     const owner = api(`http://127.0.0.1:${server.port}`, keys[0]!);
-    for (const a of MIX) await release(owner, 'caller00', a.name, { 'src/index.js': SOURCE(a.sleepMs) }, { settings: { language: 'javascript' } });
+    for (const a of MIX) await release(owner, 'caller00', a.name, catalogFiles(a), { settings: { language: a.runner === 'node' ? 'javascript' : 'python3' } });
     await server.stop();
   }
   const idleAtStart = await waitForQuiet(QUICK ? 2000 : 60_000, log);
@@ -281,8 +276,8 @@ async function main(): Promise<void> {
     heading: '### Tenants (`npm run bench:tenants`)',
     lines,
     setup: [
-      `- **Setup:** one server (bench/tenantsServer.ts), ${WORKERS} workers (${WORKERS} per version), queue ${QUEUE} in all and ${PER_CALLER} per caller; ${CALLERS} users with a key each; ` +
-        `algorithms ${MIX.map((a) => `${a.name} (${a.sleepMs} ms, weight ${a.weight})`).join(', ')}, Node, each call picking one by weight.`,
+      `- **Setup:** one server (bench/tenantsServer.ts), ${WORKERS} warm workers at most (${PER_VERSION} per version), pre-started workers as by default, queue ${QUEUE} in all and ${PER_CALLER} per caller; ${CALLERS} users with a key each; ` +
+        `${MIX.length} algorithms (half Node, half Python, sleeping 5–50 ms) of Zipf popularity (s = ${ZIPF_S}), each call picking one by popularity: the long tail starts cold.`,
       `- **Load:** 49 well-behaved callers, each sending open-loop (Poisson) at ${fmt(LOAD * 100, 0)} % of the measured capacity ÷ 49; in the flood phases the 50th caller sends at ${FLOOD} × capacity ÷ ${CALLERS}. ` +
         `Quiet and flood phases of ${SECONDS} s alternate, ${REPS} of each (order rotated), 2 s apart; percentiles pooled over a side's phases; latency from the request to the end of the answer (fetch, keep-alive).`,
     ],
