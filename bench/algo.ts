@@ -86,7 +86,9 @@ import { argOf, baseTree } from './baseTree.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-const PROFILE = process.env.BENCH_PROFILE === '1';
+const PROFILE = process.env.BENCH_PROFILE === '1' || process.env.BENCH_PROFILE === 'tracing';
+/** BENCH_PROFILE=tracing: the default pool profiled with tracing off and exported, rather than the two pools. */
+const PROFILE_TRACING = process.env.BENCH_PROFILE === 'tracing';
 const TRACING_ONLY = process.env.BENCH_ONLY === 'tracing';
 const COSTS_ONLY = process.env.BENCH_ONLY === 'costs';
 const CONNECTIONS = 64;
@@ -491,12 +493,19 @@ async function profileMode(apiKey: string): Promise<void> {
   const prof = path.join(WORK_ROOT, 'profiles');
   fs.mkdirSync(prof, { recursive: true });
   const out: string[] = [];
-  for (const [label, extra] of [
-    ['default pool (4 per version)', []],
-    ['maxPerVersion 1', ['--per-version', '1']],
-  ] as const) {
-    const file = path.join(prof, `${extra.length ? 'pool1' : 'pool4'}`);
-    const server = await spawnServer(`ours, ${label}, profiled`, { args: ['bench/algoServer.ts', HOME, ...extra, '--profile-to', file], logFile: path.join(WORK, 'profiled.log') });
+  const sink = PROFILE_TRACING ? await otlpSink() : undefined;
+  const variants: [string, string[], string, Record<string, string>][] = sink
+    ? [
+        ['tracing off', [], 'traces-off', {}],
+        ['tracing exported', [], 'traces-on', { BENCH_OTLP: sink.url }],
+      ]
+    : [
+        ['default pool (4 per version)', [], 'pool4', {}],
+        ['maxPerVersion 1', ['--per-version', '1'], 'pool1', {}],
+      ];
+  for (const [label, extra, name, env] of variants) {
+    const file = path.join(prof, name);
+    const server = await spawnServer(`ours, ${label}, profiled`, { args: ['bench/algoServer.ts', HOME, ...extra, '--profile-to', file], env, logFile: path.join(WORK, 'profiled.log') });
     procs.push(server);
     const t = ourTarget(label, server, apiKey, 'Echo');
     await checkTarget(t);
@@ -535,6 +544,7 @@ async function profileMode(apiKey: string): Promise<void> {
     }
     await server.stop();
   }
+  await sink?.close();
   process.stdout.write(out.join('\n') + '\n');
 }
 
