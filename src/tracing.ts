@@ -178,5 +178,5 @@ export async function openTracer(settings: ExportSettings | undefined, resource:
   if (settings === undefined) return NO_TRACING;
   keeping = true;
   const { OtelTracer } = await import('./tracingExport.ts');
-  return OtelTracer.open(settings, resource);
+  return OtelTracer.open(settings, resource, { newTraceId, newSpanId });
 }
