@@ -101,7 +101,6 @@ export const LOG_OPTIONS = {
   },
 };
 
-/** Ends a request's server span when its answer has gone (or the connection closed first). */
 /**
  * The principal of one request, acting in its span: a copy carrying the span's traceparent
  * (the principal authentication answers is cached and shared between requests), which the
@@ -112,6 +111,7 @@ function traced(principal: Principal, req: IncomingMessage): Principal {
   return span === undefined ? principal : tracedPrincipal(principal, traceparentOf(span));
 }
 
+/** Ends a request's server span when its answer has gone (or the connection closed first). */
 function serverSpan(span: Span, req: IncomingMessage, res: ServerResponse): void {
   span.set('http.request.method', req.method);
   if (req.headers[INTERNAL_HEADER] !== undefined) span.set('algohost.sdk', true);
