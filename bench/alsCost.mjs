@@ -1,5 +1,5 @@
 /**
- * What an AsyncLocalStorage costs on this Node once entered (src/tracing.ts, `keeping`): an async
+ * What an AsyncLocalStorage costs on this Node once entered (why src/tracing.ts keeps none): an async
  * function of 20 awaits, timed with none ever entered, then with one run per call, then with it
  * entered but not run. On Node 20 an entered AsyncLocalStorage hooks every promise made.
  *

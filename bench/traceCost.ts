@@ -22,7 +22,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { currentSpan, NO_TRACING, openTracer, parseTraceparent, requestSpan, setRequestSpan, traceBindings, traceparentOf, withSpan, type ExportSettings, type Tracer } from '../src/tracing.ts';
+import { NO_TRACING, openTracer, parseTraceparent, requestSpan, setRequestSpan, traceBindings, traceparentOf, type ExportSettings, type Tracer } from '../src/tracing.ts';
 import { argOf } from './baseTree.ts';
 import { median } from './load.ts';
 
@@ -78,10 +78,10 @@ function oneCall(tracer: Tracer, header: string | undefined, apiNode: boolean): 
   const request = tracer.start('HTTP', 'server', parseTraceparent(header));
   setRequestSpan(REQ, request);
   if (request.recording) request.set('http.request.method', 'POST');
-  withSpan(request, () => {
+  {
     request.route = '/v1/algo/*';
     const own = tracer.exporting && apiNode;
-    const within = requestSpan(REQ) ?? currentSpan();
+    const within = requestSpan(REQ);
     const call = own ? tracer.start('call bench/Echo', 'client', within, CALL_ATTRIBUTES) : (within ?? NO_TRACING.start('', 'client', undefined));
     if (!own && call.recording) for (const k in CALL_ATTRIBUTES) call.set(k, CALL_ATTRIBUTES[k as keyof typeof CALL_ATTRIBUTES]);
     traceparentOf(call);
@@ -93,7 +93,7 @@ function oneCall(tracer: Tracer, header: string | undefined, apiNode: boolean): 
     if (own) call.end();
     // The request logger's bindings (made when the request logs: fastify's child logger, the direct path's when it logs).
     traceBindings(request);
-  });
+  }
   if (request.recording) {
     request.rename('POST /v1/algo/*');
     request.set('http.route', '/v1/algo/*');
@@ -130,8 +130,8 @@ const variants: [string, Sampler | undefined, string | undefined, boolean][] = [
   ['exported, parentbased_traceidratio 0.1, one machine', TENTH, undefined, false],
 ];
 const results = new Map<string, { ns: number; spans: number }[]>(variants.map(([n]) => [n, []]));
-// Tracing off first, every repetition: once a tracer exports, the process keeps the current
-// span in an AsyncLocalStorage (src/tracing.ts), which a node that does not export never does.
+// Tracing off first, every repetition: once a tracer exports, the OpenTelemetry SDK is loaded
+// and its batch processor's timer runs, which a node that does not export never has.
 for (const group of [variants.filter(([, s]) => s === undefined), variants.filter(([, s]) => s !== undefined)]) {
   for (const [, sampler, h, a] of group) await run(sampler, h, a);
   for (let r = 0; r < REPS; r++) {

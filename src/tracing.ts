@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import crypto from 'node:crypto';
 
 /*
@@ -8,9 +7,9 @@ import crypto from 'node:crypto';
  * spans exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
  *
  * Below the domain: imports nothing of algohost. Off (the default), a span is only its ids: no
- * OpenTelemetry code is loaded (tracingExport.ts is imported only when exporting), no
- * AsyncLocalStorage is entered (see `keeping`), and a request costs a traceparent parsed or
- * made and a child logger's two bindings.
+ * OpenTelemetry code is loaded (tracingExport.ts is imported only when exporting), and a
+ * request costs a traceparent parsed or made and a child logger's two bindings. On or off, no
+ * AsyncLocalStorage (below, "where the context is carried").
  */
 
 export type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracingTypes.ts';
@@ -65,38 +64,21 @@ export function traceparentOf(ctx: TraceContext): string {
   return `00-${ctx.traceId}-${ctx.spanId}-${ctx.sampled ? '01' : '00'}`;
 }
 
-// ---- the current span of this async flow --------------------------------------------------------
+// ---- where the context is carried ---------------------------------------------------------------
 
-/**
- * The span the code running now belongs to, when exporting: set for each HTTP request (app.ts),
- * each async call, build, delivery and trigger run; what they start (a call, an event's row)
- * is its child.
+/*
+ * There is no ambient "current span": the context goes where it must by hand (docs/traces.md,
+ * "What is carried where"). A request's span is on its IncomingMessage (requestSpan), in its
+ * logger's bindings, in its CallRequest (`trace`) and its job's traceparent, and on the copy of
+ * its principal that its changes' events read (`Principal.traceparent`); an async run's, a
+ * build's, a delivery's and a trigger run's span is handed down as an argument.
+ *
+ * Not an AsyncLocalStorage: on Node 20 one, once entered anywhere, keeps async hooks on for
+ * the whole process, and every promise and async resource then pays about 0.13 µs. Measured
+ * with spans exported (bench:algo, warm echo calls), that was most of exporting's cost: 202 µs
+ * of server CPU per call sampling one trace in ten against 161 µs not exporting, when the SDK's
+ * own work per span is 20–27 µs (bench/traceCost.ts).
  */
-const current = new AsyncLocalStorage<Span>();
-
-/**
- * Whether the current span is kept at all: only once a tracer exports. On Node 20 an
- * AsyncLocalStorage, once entered, runs a hook for every promise and async resource the
- * process makes (about 0.13 µs each, measured: 10–20 % of a warm call's CPU), so with tracing
- * off none is entered, and the context goes where it must by hand: a request's span on its
- * IncomingMessage (requestSpan), in its logger's bindings, in the CallRequest, in a job.
- */
-let keeping = false;
-
-export function currentSpan(): Span | undefined {
-  return keeping ? current.getStore() : undefined;
-}
-
-/** The traceparent of the span running now, for a row whose work continues the trace later; null outside spans (and when not exporting). */
-export function currentTraceparent(): string | null {
-  const span = currentSpan();
-  return span === undefined ? null : traceparentOf(span);
-}
-
-/** Runs `fn` with `span` as the current span (when spans are exported; otherwise just runs it). */
-export function withSpan<A extends unknown[], R>(span: Span, fn: (...args: A) => R, ...args: A): R {
-  return keeping ? current.run(span, fn, ...args) : fn(...args);
-}
 
 const REQUEST_SPAN = Symbol('algohost.span');
 
@@ -113,14 +95,6 @@ export function requestSpan(req: object): Span | undefined {
 /** A logger's bindings for the lines of a span: its `trace_id` and `span_id`. */
 export function traceBindings(span: TraceContext): { trace_id: string; span_id: string } {
   return { trace_id: span.traceId, span_id: span.spanId };
-}
-
-/**
- * Runs `fn` outside any request's span: for what lives longer than the request that happens to
- * start it (a worker process, a connection), whose callbacks would otherwise log as that request.
- */
-export function outsideSpans<R>(fn: () => R): R {
-  return current.exit(fn);
 }
 
 // ---- spans when not exporting -------------------------------------------------------------------
@@ -176,7 +150,6 @@ export function spanFromHeader(tracer: Tracer, header: unknown, name: string, ki
  */
 export async function openTracer(settings: ExportSettings | undefined, resource: Attributes = {}): Promise<Tracer> {
   if (settings === undefined) return NO_TRACING;
-  keeping = true;
   const { OtelTracer } = await import('./tracingExport.ts');
   return OtelTracer.open(settings, resource, { newTraceId, newSpanId });
 }

@@ -10,8 +10,9 @@ import type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceC
  * set: a node that does not export never loads this module or the SDK.
  *
  * No global provider, context manager or propagator is registered: algohost carries the
- * context itself (tracing.ts's AsyncLocalStorage, the traceparent on each hop) and gives each
- * span its parent explicitly, so nothing else in the process is instrumented behind its back.
+ * context itself, by hand (tracing.ts: no AsyncLocalStorage, the traceparent on each hop), and
+ * gives each span its parent explicitly, so nothing else in the process is instrumented behind
+ * its back.
  */
 
 const KINDS: Record<SpanKind, OtelKind> = {

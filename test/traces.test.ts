@@ -94,14 +94,49 @@ function callerTrace() {
 /** A webhook endpoint on loopback that records the headers it gets. */
 async function hookReceiver() {
   const got: http.IncomingHttpHeaders[] = [];
+  /** Each delivery's event (type, subject) and the traceparent it came with. */
+  const events: { type: string; subject: string; traceparent: string }[] = [];
   const server = http.createServer((req, res) => {
-    req.resume().on('end', () => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (c: string) => (body += c));
+    req.on('end', () => {
       got.push(req.headers);
+      const e = JSON.parse(body) as { type: string; subject: string };
+      events.push({ type: e.type, subject: e.subject, traceparent: String(req.headers.traceparent) });
       res.writeHead(200).end('ok');
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, events, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+/**
+ * The webhook delivery of the event `type` about `subject` (received by `hook` within 20 s):
+ * the span it names in its traceparent, as exported, which must be in `traceId`.
+ */
+async function deliverySpan(hook: Awaited<ReturnType<typeof hookReceiver>>, type: string, subject: RegExp, traceId: string): Promise<ExportedSpan> {
+  const end = Date.now() + 20_000;
+  let got: { traceparent: string } | undefined;
+  while (!(got = hook.events.find((e) => e.type === type && subject.test(e.subject))) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  assert.ok(got, `a delivery of ${type} ${subject}; got ${JSON.stringify(hook.events)}`);
+  const sent = parseTraceparent(got.traceparent);
+  assert.ok(sent, got.traceparent);
+  assert.equal(sent.traceId, traceId, `the delivery of ${type} ${subject} is in the trace of the change that made it`);
+  const spans = await otlp.until(traceId, (t) => t.some((x) => x.spanId === sent.spanId));
+  return spans.find((x) => x.spanId === sent.spanId)!;
+}
+
+/** Runs `fn` with a webhook subscription of alice's for `types`, deleted after. */
+async function subscribed(types: string[], fn: (hook: Awaited<ReturnType<typeof hookReceiver>>) => Promise<void>): Promise<void> {
+  const hook = await hookReceiver();
+  const sub = await json(await alice('/v1/users/alice/subscriptions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: hook.url, types }) }));
+  assert.ok(sub.id, JSON.stringify(sub));
+  try {
+    await fn(hook);
+  } finally {
+    await alice(`/v1/users/alice/subscriptions/${sub.id}`, { method: 'DELETE' });
+    await hook.close();
+  }
 }
 
 /** An algorithm that writes its input to a file through the SDK, and reads it back. */
@@ -287,6 +322,58 @@ describe('traces exported over OTLP/HTTP', () => {
     } finally {
       await hook.close();
     }
+  });
+
+  test('the events of an algorithm\'s SDK writes, a trigger\'s run and its call continue their traces', async () => {
+    await subscribed(['data.file.*', 'call.completed'], async (hook) => {
+      const trigger = await json(
+        await alice('/v1/users/alice/triggers', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ types: ['data.file.created'], path: 'data://.my/traced/trig/**', algorithm: 'alice/Traced', input: '{{name}}', output: 'data://.my/traced/trigout/{{name}}' }),
+        }),
+      );
+      assert.ok(trigger.id, JSON.stringify(trigger));
+      try {
+        assert.equal((await alice('/v1/data/.my/traced', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'trig' }) })).status, 200);
+        const caller = callerTrace();
+        const put = await alice('/v1/data/.my/traced/trig/t1.txt', { method: 'PUT', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'x' });
+        assert.equal(put.status, 200);
+        const upload = (await otlp.until(caller.traceId, (t) => t.some((x) => x.kind === SERVER && x.parentSpanId === caller.spanId))).find((x) => x.parentSpanId === caller.spanId)!;
+        // The trigger's run is the upload's child (the event's traceparent).
+        const run = (await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'trigger run'))).find((x) => x.name === 'trigger run')!;
+        assert.equal(run.kind, CONSUMER);
+        assert.equal(run.parentSpanId, upload.spanId, 'the trigger run is the upload\'s child');
+        // Its output's event: the trigger run's (its principal carries the run's trace).
+        assert.equal((await deliverySpan(hook, 'data.file.created', /\/traced\/trigout\/t1\.txt$/, caller.traceId)).parentSpanId, run.spanId, 'the output\'s event continues the trigger run');
+        // Its call.completed: the trigger run's.
+        assert.equal((await deliverySpan(hook, 'call.completed', /alice\/Traced/, caller.traceId)).parentSpanId, run.spanId, 'call.completed continues the trigger run');
+        // What the algorithm wrote through the SDK: the SDK request's (its own server span, in the run's trace).
+        const sdkWrite = await deliverySpan(hook, 'data.file.updated', /\/traced\/in\.txt$/, caller.traceId);
+        const sdkPut = (await otlp.until(caller.traceId, (t) => t.some((x) => x.spanId === sdkWrite.parentSpanId))).find((x) => x.spanId === sdkWrite.parentSpanId)!;
+        assert.equal(sdkPut.attributes['algohost.sdk'], true, `the SDK write's event is the SDK request's child, not ${sdkPut.name}'s`);
+        assert.equal(sdkPut.name, 'PUT /v1/connector/*');
+      } finally {
+        await alice(`/v1/users/alice/triggers/${trigger.id}`, { method: 'DELETE' });
+      }
+    });
+  });
+
+  test('an async call\'s call.completed and a build\'s event continue the async run\'s and the build\'s spans', async () => {
+    await subscribed(['call.completed', 'algorithm.build.succeeded'], async (hook) => {
+      const caller = callerTrace();
+      const accepted = await json(await alice('/v1/algo/alice/Traced?output=void', { method: 'POST', headers: { 'content-type': 'text/plain', traceparent: caller.header }, body: 'evented' }));
+      assert.equal(accepted.async, true, JSON.stringify(accepted));
+      const consumer = (await otlp.until(caller.traceId, (t) => t.some((x) => x.name === 'async alice/Traced'))).find((x) => x.name === 'async alice/Traced')!;
+      assert.equal((await deliverySpan(hook, 'call.completed', /alice\/Traced/, caller.traceId)).parentSpanId, consumer.spanId, 'call.completed continues the async run');
+
+      await upload(alice, 'alice', 'Traced', { 'src/index.js': SDK_ALGO.replace("'wrote '", "'wrote (evented) '") });
+      const compiler = callerTrace();
+      const r = await alice('/v1/algorithms/alice/Traced/compile', { method: 'POST', headers: { traceparent: compiler.header } });
+      assert.equal(r.status, 200, await r.text());
+      const build = (await otlp.until(compiler.traceId, (t) => t.some((x) => x.name === 'build alice/Traced'))).find((x) => x.name === 'build alice/Traced')!;
+      assert.equal((await deliverySpan(hook, 'algorithm.build.succeeded', /^algo:\/\/alice\/Traced\//, compiler.traceId)).parentSpanId, build.spanId, 'the build\'s event continues the build');
+    });
   });
 
   test('on the cluster, the worker node and the other API node log the trace id of the calls they serve', { skip: !CLUSTER && 'only under test:cluster (the in-process node of the other runs logs nowhere)' }, async () => {

@@ -12,7 +12,7 @@ import type { CallLog } from './callLog.ts';
 import type { AsyncRequest } from '../../client/src/types.ts';
 import { appendEvent, type NewEvent } from '../events/outbox.ts';
 import { FairQueue } from '../fairQueue.ts';
-import { currentTraceparent, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * How a queue runs an accepted request: 'done' once its answer is stored (or it was done
@@ -124,7 +124,7 @@ export class AsyncCalls {
       started_at: null,
       finished_at: null,
       // Its run continues the request's trace, on whichever node runs it (docs/traces.md).
-      traceparent: req.trace === undefined ? currentTraceparent() : traceparentOf(req.trace),
+      traceparent: req.trace === undefined ? (principal.traceparent ?? null) : traceparentOf(req.trace),
     };
     if (along) {
       await this.store.write(async (trx) => {
@@ -201,6 +201,7 @@ export class AsyncCalls {
           error: { message: `the call was started ${row.attempts} times and each time the node running it was lost; it is not tried again`, error_type: 'WorkerLostError' },
           metadata: { duration: 0 },
         }),
+        row.traceparent,
       );
       return 'done';
     }
@@ -210,7 +211,7 @@ export class AsyncCalls {
       : undefined;
     const span = tracing.start(`async ${row.owner}/${row.name}`, 'consumer', parseTraceparent(row.traceparent), attributes);
     try {
-      return await withSpan(span, () => this.runRow(id, row, span));
+      return await this.runRow(id, row, span);
     } finally {
       span.end();
     }
@@ -261,7 +262,7 @@ export class AsyncCalls {
     } finally {
       this.running.delete(id);
     }
-    await this.finish(row, status, body);
+    await this.finish(row, status, body, traceparentOf(span));
     return 'done';
   }
 
@@ -281,7 +282,7 @@ export class AsyncCalls {
    * Stores the answer, unless another run stored one first (that one stands), and tells the
    * caller with `call.completed`, in the same transaction (events/outbox.ts): once per request.
    */
-  private async finish(row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number }, status: number, body: string): Promise<void> {
+  private async finish(row: { id: string; user_id: number; owner: string; name: string; version: string | null; created_at: number }, status: number, body: string, traceparent: string | null): Promise<void> {
     await this.store.write(async (trx) => {
       const now = Date.now();
       const done = await trx
@@ -291,7 +292,7 @@ export class AsyncCalls {
         .where('status', '<>', 'done')
         .executeTakeFirst();
       if (Number(done.numUpdatedRows) !== 1) return;
-      await appendEvent(trx, callCompleted(row, status, body, now));
+      await appendEvent(trx, { ...callCompleted(row, status, body, now), traceparent });
     });
   }
 

@@ -18,7 +18,7 @@ import type { AlgorithmFiles } from './files.ts';
 import type { Language } from './manifest.ts';
 import { appendEvent, appendEvents, type NewEvent } from '../events/outbox.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
-import { currentSpan, NO_TRACING, withSpan, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, type Tracer } from '../tracing.ts';
 
 export interface Build {
   id: number;
@@ -199,7 +199,7 @@ export class BuildService {
         const hash = buildHash(algo, sourceHash);
         const existing = await this.find(algo.id, hash);
         const reusable = existing?.status === 'succeeded' && (await this.artifacts.ensure(algo.id, 'build', hash));
-        const build = reusable ? existing : await this.run(algo, hash, sourceDir, existing);
+        const build = reusable ? existing : await this.run(algo, hash, sourceDir, existing, principal.traceparent);
         // A failed compile leaves nothing to publish: what the owner has now does not build.
         await this.registry.setBuild(algo.id, build.status === 'succeeded' ? build.hash : null);
         return { algorithm: { ...algo, build_hash: build.status === 'succeeded' ? build.hash : null }, build };
@@ -228,11 +228,15 @@ export class BuildService {
     }
   }
 
-  private async run(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {
+  /**
+   * A build, in its span: a child of the request that asked for it (`traceparent`: the compile's
+   * or git push's, carried on its principal; docs/traces.md), and the parent of its event's trace.
+   */
+  private async run(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined, traceparent: string | undefined): Promise<Build> {
     const attributes = this.tracing.exporting ? { 'algohost.algorithm': `${algo.owner}/${algo.name}`, 'algohost.build': hash, 'algohost.language': algo.settings.language } : undefined;
-    const span = this.tracing.start(`build ${algo.owner}/${algo.name}`, 'internal', currentSpan(), attributes);
+    const span = this.tracing.start(`build ${algo.owner}/${algo.name}`, 'internal', parseTraceparent(traceparent), attributes);
     try {
-      const build = await withSpan(span, () => this.runBuild(algo, hash, sourceDir, existing));
+      const build = await this.runBuild(algo, hash, sourceDir, existing, traceparentOf(span));
       span.set('algohost.result', build.status);
       if (build.status !== 'succeeded') span.fail('the build failed');
       return build;
@@ -244,7 +248,7 @@ export class BuildService {
     }
   }
 
-  private async runBuild(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined): Promise<Build> {
+  private async runBuild(algo: Algorithm, hash: string, sourceDir: string, existing: Build | undefined, traceparent: string): Promise<Build> {
     const now = Date.now();
     if (existing) {
       await this.db
@@ -308,7 +312,7 @@ export class BuildService {
         .where('algorithm_id', '=', algo.id)
         .where('hash', '=', hash)
         .execute();
-      await appendEvent(trx, buildEvent(await ownerId(trx, algo.id), algo, hash, result.ok, algo.settings.language, finished - now, finished));
+      await appendEvent(trx, { ...buildEvent(await ownerId(trx, algo.id), algo, hash, result.ok, algo.settings.language, finished - now, finished), traceparent });
     });
     return (await this.find(algo.id, hash))!;
   }

@@ -9,7 +9,7 @@ import type { CallLog } from './callLog.ts';
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
-import { currentSpan, NO_TRACING, traceparentOf, type Attributes, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, traceparentOf, type Attributes, type Span, type Tracer } from '../tracing.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -321,7 +321,7 @@ export class CallService {
     // its async run's, its trigger run's) takes its attributes, and is what its SDK requests'
     // spans are children of: a warm call makes one span on one machine, not three.
     const own = this.tracing.exporting && this.dispatchSpans;
-    const within = req.trace ?? currentSpan();
+    const within = req.trace;
     const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within, callAttributes(target, req, context.depth)) : (within ?? NO_TRACING.start('', 'client', undefined));
     if (!own && span.recording) {
       const attributes = callAttributes(target, req, context.depth);
@@ -329,7 +329,7 @@ export class CallService {
     }
     try {
       const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
-      const outcome = await this.executor.run(job, this.internal.handler(context, span));
+      const outcome = await this.executor.run(job, this.internal.handler(context, span), span);
       if (span.recording) spanOutcome(span, outcome);
       return this.done(principal, req, target, mine, outcome);
     } catch (err) {

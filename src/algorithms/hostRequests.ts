@@ -3,7 +3,7 @@ import type { ErrorCode } from '../errors.ts';
 import { errorDocument } from '../http/answers.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { HostHandler } from '../runtime/contract.ts';
-import { parseTraceparent, traceparentOf, withSpan, type Span } from '../tracing.ts';
+import { parseTraceparent, traceparentOf, type Span } from '../tracing.ts';
 
 /** Nested calls deeper than this are refused (a loop of algorithms calling each other). */
 export const MAX_CALL_DEPTH = 5;
@@ -127,13 +127,13 @@ export class InternalRequests {
   }
 
   /**
-   * The handler that serves one call's SDK requests, in the call's span (`span`): the request's
+   * The handler that serves one call's SDK requests, in the call's trace (`span`): the request's
    * own traceparent (the runner gives the run's, docs/traces.md) is kept, and one without gets
-   * the call's, so its handling is in the call's trace either way.
+   * the call's. Each goes through the HTTP API (the gateway) with it as its `traceparent`
+   * header, so its own server span, its log lines and its changes' events continue the trace.
    */
   handler(ctx: CallContext, span?: Span): HostHandler {
-    const serve = this.serve(ctx, span === undefined ? undefined : traceparentOf(span));
-    return span === undefined ? serve : (header, body) => withSpan(span, serve, header, body);
+    return this.serve(ctx, span === undefined ? undefined : traceparentOf(span));
   }
 
   private serve(ctx: CallContext, traceparent: string | undefined): HostHandler {

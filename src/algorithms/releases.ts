@@ -160,6 +160,7 @@ export class ReleaseService {
             subject: `algo://${algo.owner}/${algo.name}/${version}`,
             data: { algorithm: `${algo.owner}/${algo.name}`, version, build: build.hash, callability: visibility, by: principal.username },
             time: now,
+            traceparent: principal.traceparent,
           });
         });
       } catch (err) {

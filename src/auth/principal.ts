@@ -20,6 +20,18 @@ export interface Principal {
   origin?: TriggerOrigin;
   /** The user's own call limits (user_limits; docs/limits.md), read with the key; absent: the operator's defaults. */
   limits?: LimitSettings | null;
+  /**
+   * The W3C traceparent of the span acting (the request's, a trigger run's; docs/traces.md):
+   * the events its changes raise store it, so their deliveries and trigger runs continue its
+   * trace. Set on a copy made for the one request (app.ts): a principal as authentication
+   * answers it is cached and shared between requests, and has none.
+   */
+  traceparent?: string;
+}
+
+/** `principal` acting in the span whose traceparent is `traceparent`: a copy (the principal may be shared). */
+export function tracedPrincipal(principal: Principal, traceparent: string): Principal {
+  return { ...principal, traceparent };
 }
 
 /** The trigger run a request is made for. */

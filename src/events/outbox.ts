@@ -3,7 +3,6 @@ import type { Selectable } from 'kysely';
 import type { Db } from '../store/db.ts';
 import type { EventsTable } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
-import { currentTraceparent } from '../tracing.ts';
 
 /**
  * The outbox of events (docs/events.md): an event is a row written in the same transaction as
@@ -41,6 +40,12 @@ export interface NewEvent {
   data: Record<string, unknown>;
   /** When the change was made (ms); now by default. */
   time?: number;
+  /**
+   * The W3C traceparent of the span that made the change (docs/traces.md): the event's webhook
+   * deliveries and trigger runs continue its trace. Given by the writer (a principal's, a
+   * build's span's, a run's); none: they begin traces of their own.
+   */
+  traceparent?: string | null | undefined;
 }
 
 /** An event as stored. */
@@ -85,12 +90,11 @@ export async function appendEvents(trx: Db, events: NewEvent[]): Promise<string[
     next.set(userId, Number(row?.seq ?? 0) + 1);
   }
   const now = Date.now();
-  // The change's trace (docs/traces.md): its deliveries and trigger runs continue it.
-  const traceparent = currentTraceparent();
   const rows = events.map((e) => {
     const seq = next.get(e.userId)!;
     next.set(e.userId, seq + 1);
-    return { event_id: newEventId(), user_id: e.userId, seq, type: e.type, subject: e.subject, time: e.time ?? now, data: JSON.stringify(e.data), traceparent };
+    // The change's trace (docs/traces.md): its deliveries and trigger runs continue it.
+    return { event_id: newEventId(), user_id: e.userId, seq, type: e.type, subject: e.subject, time: e.time ?? now, data: JSON.stringify(e.data), traceparent: e.traceparent ?? null };
   });
   // In slices: SQLite takes at most 32,766 parameters in one statement.
   for (let i = 0; i < rows.length; i += 500) await trx.insertInto('events').values(rows.slice(i, i + 500)).execute();

@@ -22,7 +22,7 @@ import { checkTemplate, render, renderText } from './template.ts';
 import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts';
 import type { ExpressionBuilder, Selectable } from 'kysely';
 import type { Trigger, TriggerRun } from '../../client/src/types.ts';
-import { NO_TRACING, parseTraceparent, withSpan, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -384,7 +384,7 @@ export class Triggers {
         .values({ ...base, status: 'failed', content_type: 'text', input: null, output: null, error, finished_at: now })
         .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
         .executeTakeFirst();
-      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain }, now));
+      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, { ...triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain }, now), traceparent: e.traceparent });
       return true;
     }
     await trx
@@ -475,7 +475,7 @@ export class Triggers {
     for (const c of claimed) this.busy.set(c.trigger.id, (this.busy.get(c.trigger.id) ?? 0) + 1);
     for (const g of given) {
       const error = `started ${g.run.attempts} times and each time the node running it was lost; not tried again`;
-      await this.finish(g.run, g.trigger, g.run.claimed_until, 200, JSON.stringify({ error: { message: error, error_type: 'WorkerLostError' }, metadata: { duration: 0 } }), error);
+      await this.finish(g.run, g.trigger, g.run.claimed_until, 200, JSON.stringify({ error: { message: error, error_type: 'WorkerLostError' }, metadata: { duration: 0 } }), error, g.run.traceparent);
     }
     return claimed;
   }
@@ -488,7 +488,7 @@ export class Triggers {
     const tracing = this.tracing;
     const attributes = tracing.exporting ? { 'algohost.trigger': c.trigger.id, 'algohost.trigger_run': c.run.id, 'algohost.event_type': c.run.event_type, 'algohost.attempt': c.run.attempts } : undefined;
     const span = tracing.start('trigger run', 'consumer', parseTraceparent(c.run.traceparent), attributes);
-    return withSpan(span, () => this.executeRun(c, span)).finally(() => span.end());
+    return this.executeRun(c, span).finally(() => span.end());
   }
 
   /** One run: the call as the trigger's key, its output written, its end recorded. */
@@ -502,7 +502,8 @@ export class Triggers {
     try {
       let principal: Principal;
       try {
-        principal = { ...(await this.keys.principalById(t.key_id, t.user_id)), origin };
+        // Its writes' events continue the run's trace (docs/traces.md).
+        principal = { ...(await this.keys.principalById(t.key_id, t.user_id)), origin, traceparent: traceparentOf(span) };
       } catch (err) {
         const e = toAppError(err);
         if (e.code === 'invalid_api_key' || e.code === 'api_key_revoked' || e.code === 'unknown_user') await this.turnOff(t.id, `turned off ${iso(this.now())}: its key ${t.key_id} was revoked or deleted; name another key (PATCH {"key": "…", "enabled": true})`);
@@ -534,7 +535,7 @@ export class Triggers {
       body = errorDocument(e.code, e.message);
       error = e.message;
     }
-    await this.finish(run, t, c.lease, status, body, error);
+    await this.finish(run, t, c.lease, status, body, error, traceparentOf(span));
   }
 
   /** Writes a run's result to its output path: text as UTF-8, JSON as its text, bytes as they are. */
@@ -567,7 +568,7 @@ export class Triggers {
    * Records a run's end, if it is still this start's (its lease): the run, its request (for
    * `GET /v1/requests/:id`), `call.completed`, and `trigger.failed` when it failed, at once.
    */
-  private async finish(run: RunRow, t: TriggerRow, lease: number, status: number, body: string, error: string | null): Promise<void> {
+  private async finish(run: RunRow, t: TriggerRow, lease: number, status: number, body: string, error: string | null, traceparent: string | null): Promise<void> {
     const chain = JSON.parse(run.chain) as string[];
     const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
     await this.store.write(async (trx) => {
@@ -587,8 +588,8 @@ export class Triggers {
         .values({ ...request, key_id: t.key_id, content_type: run.content_type, input: null, timeout_s: t.timeout_s, stdout: 0, status: 'done', attempts: run.attempts, holder: null, response_status: status, response: body, started_at: run.started_at, finished_at: now })
         .onConflict((oc) => oc.column('id').doNothing())
         .execute();
-      await appendEvent(trx, callCompleted(request, status, body, now, origin));
-      if (error !== null) await appendEvent(trx, triggerFailed(t, run, error, origin, now));
+      await appendEvent(trx, { ...callCompleted(request, status, body, now, origin), traceparent });
+      if (error !== null) await appendEvent(trx, { ...triggerFailed(t, run, error, origin, now), traceparent });
     });
   }
 

@@ -12,7 +12,7 @@ import { parseFilter, type EventFilter } from './filter.ts';
 import { cloudEvent, DISPATCH_CURSORS, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
 import { newSecret, webhookHeaders } from './signing.ts';
 import type { Delivery, Subscription } from '../../client/src/types.ts';
-import { currentTraceparent, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 
 /**
  * Webhooks (docs/events.md): a user's subscriptions, and the delivery of their events to them
@@ -253,8 +253,11 @@ export class Webhooks {
     return { subscription: await this.get(userId, id), secret };
   }
 
-  /** Queues a `webhook.test` event for this subscription alone; the delivery, as `deliveries` will show it. */
-  async test(user: { id: number; username: string }, id: string): Promise<DeliveryView> {
+  /**
+   * Queues a `webhook.test` event for this subscription alone; the delivery, as `deliveries`
+   * will show it. `traceparent`: the asking request's (docs/traces.md), which the delivery continues.
+   */
+  async test(user: { id: number; username: string }, id: string, traceparent?: string): Promise<DeliveryView> {
     const eventId = `evt_${crypto.randomBytes(12).toString('hex')}`;
     const deliveryId = webhookDeliveryId(this.now(), eventId, id);
     await this.store.write(async (trx) => {
@@ -272,7 +275,7 @@ export class Webhooks {
       };
       await trx
         .insertInto('deliveries')
-        .values({ id: deliveryId, subscription_id: id, event_id: eventId, event_type: 'webhook.test', payload: JSON.stringify(event), status: 'pending', attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null, traceparent: currentTraceparent() })
+        .values({ id: deliveryId, subscription_id: id, event_id: eventId, event_type: 'webhook.test', payload: JSON.stringify(event), status: 'pending', attempts: 0, next_at: now, claimed_until: 0, last_status: null, last_error: null, created_at: now, finished_at: null, traceparent: traceparent ?? null })
         .execute();
     });
     this.wake(true);
@@ -662,7 +665,7 @@ export class Webhooks {
     const tracing = this.options.tracing ?? NO_TRACING;
     const attributes = tracing.exporting ? { 'http.request.method': 'POST', 'server.address': hostOf(d.url), 'algohost.subscription': d.subscription_id, 'algohost.delivery': d.id, 'algohost.attempt': d.attempts + 1 } : undefined;
     const span = tracing.start('webhook delivery', 'client', parseTraceparent(d.traceparent), attributes);
-    return withSpan(span, () => this.attempt(d, span)).finally(() => span.end());
+    return this.attempt(d, span).finally(() => span.end());
   }
 
   private async attempt(d: Claimed, span: Span): Promise<void> {

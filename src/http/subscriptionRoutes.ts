@@ -50,7 +50,8 @@ export async function subscriptionRoutes(app: FastifyInstance, opts: { webhooks:
   });
   app.post<{ Params: SubParams }>(`${base}/:id/test`, async (req, reply) => {
     reply.code(202);
-    return webhooks.test(await owner(req), req.params.id);
+    // Its delivery continues the request's trace (docs/traces.md).
+    return webhooks.test(await owner(req), req.params.id, req.principal?.traceparent);
   });
   app.get<{ Params: SubParams; Querystring: Record<string, unknown> }>(`${base}/:id/deliveries`, async (req) => {
     const limit = req.query.limit === undefined ? 50 : Number(req.query.limit);

@@ -6,6 +6,8 @@
  * boundary: a target names a build (any node can fetch it), never a directory of this one.
  */
 
+import type { Span } from '../tracing.ts';
+
 export type ContentType = 'json' | 'text' | 'binary';
 
 /** The language runtime a build runs on. */
@@ -102,8 +104,12 @@ export interface Executor {
   /**
    * Runs `job`; `host` answers the algorithm's requests. Resolves with the outcome, whatever the
    * algorithm did; rejects with one of the errors below when the job could not be run at all.
+   * `span`: the span the call runs in on this node (its request's, its async run's, its trigger
+   * run's; docs/traces.md), for an executor that runs it here and records no span of its own
+   * to put the wait's attributes on. An executor that sends the job elsewhere ignores it (the
+   * job's `traceparent` is what crosses).
    */
-  run(job: Job, host?: HostHandler): Promise<Outcome>;
+  run(job: Job, host?: HostHandler, span?: Span): Promise<Outcome>;
   close(): Promise<void>;
 }
 

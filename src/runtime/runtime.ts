@@ -5,7 +5,7 @@ import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
 import { Spares, type SpareLog, type SpareOptions } from './spares.ts';
-import { currentSpan, NO_TRACING, parseTraceparent, traceparentOf, withSpan, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
@@ -87,14 +87,12 @@ export class AlgorithmRuntime implements Executor {
     }
   }
 
-  run(job: Job, host?: HostHandler): Promise<Outcome> {
+  run(job: Job, host?: HostHandler, within?: Span): Promise<Outcome> {
     const tracing = this.options.tracing ?? NO_TRACING;
-    // Not exporting, or no span of its own: the job's traceparent goes on to the runner as it came.
+    // Not exporting, or no span of its own: the job's traceparent goes on to the runner as it
+    // came, and the wait's attributes go on the span the call runs in (given by the caller).
     if (!tracing.exporting) return this.runJob(job, host, undefined);
-    if (!this.options.runSpans) {
-      const span = currentSpan();
-      return this.runJob(job, host, span?.recording ? span : undefined, job.traceparent);
-    }
+    if (!this.options.runSpans) return this.runJob(job, host, within?.recording ? within : undefined, job.traceparent);
     const span = tracing.start('run', 'server', parseTraceparent(job.traceparent), {
       'algohost.algorithm_id': job.target.build.algorithmId,
       'algohost.build': job.target.build.hash,
@@ -102,7 +100,7 @@ export class AlgorithmRuntime implements Executor {
       'algohost.timeout_ms': job.timeoutMs,
       'algohost.depth': job.nesting + 1,
     });
-    return withSpan(span, () => this.runJob(job, host, span)).then(
+    return this.runJob(job, host, span).then(
       (outcome) => {
         span.set('algohost.outcome', outcome.kind);
         span.set('algohost.duration_ms', outcome.durationMs);

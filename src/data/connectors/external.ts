@@ -84,13 +84,13 @@ export class ExternalConnector implements Connector {
    * Writes the events of a change the provider has made. A failure is answered (503), saying
    * the change itself was made: the caller must not take it for one that was not.
    */
-  private async raise(what: string, events: { type: EventType; path: string[]; data: Record<string, unknown> }[]): Promise<void> {
+  private async raise(principal: Principal, what: string, events: { type: EventType; path: string[]; data: Record<string, unknown> }[]): Promise<void> {
     const sink = this.options.events;
     if (!sink || events.length === 0) return;
     const now = Date.now();
     try {
       for (let i = 0; i < events.length; i += EVENT_BATCH) {
-        await sink(events.slice(i, i + EVENT_BATCH).map((e) => ({ userId: this.account.userId, type: e.type, subject: this.canonical(e.path), data: e.data, time: now })));
+        await sink(events.slice(i, i + EVENT_BATCH).map((e) => ({ userId: this.account.userId, type: e.type, subject: this.canonical(e.path), data: e.data, time: now, traceparent: principal.traceparent })));
       }
     } catch (err) {
       throw new AppError('storage_unavailable', `${what} in ${this.describe()}, but its event could not be recorded (the server's database failed); no event tells of it`, undefined, err);
@@ -280,7 +280,7 @@ export class ExternalConnector implements Connector {
     }
     // Created or updated as the stat above saw it: that costs nothing more (it is needed to
     // refuse replacing a directory), but a file made by someone else in between is "created".
-    await this.raise(`${this.uri(segments)} was written`, [
+    await this.raise(principal, `${this.uri(segments)} was written`, [
       {
         type: existing ? 'data.file.updated' : 'data.file.created',
         path: segments,
@@ -305,7 +305,7 @@ export class ExternalConnector implements Connector {
     const existing = await this.stat(target);
     if (existing) throw new AppError('already_exists', `${this.uri(target)} already exists`);
     await this.remote(target, (signal) => this.storage.mkdir(target, signal));
-    await this.raise(`${this.uri(target)} was made`, [{ type: 'data.directory.created', path: target, data: { ...writtenBy(principal) } }]);
+    await this.raise(principal, `${this.uri(target)} was made`, [{ type: 'data.directory.created', path: target, data: { ...writtenBy(principal) } }]);
     return this.uri(target);
   }
 
@@ -320,7 +320,7 @@ export class ExternalConnector implements Connector {
     if (!found) throw new AppError('not_found', `${this.uri(segments)} does not exist`);
     if (found.kind === 'file') {
       await this.remote(segments, (signal) => this.storage.deleteFile(segments, signal));
-      await this.raise(`${this.uri(segments)} was deleted`, [
+      await this.raise(principal, `${this.uri(segments)} was deleted`, [
         { type: 'data.file.deleted', path: segments, data: { size: found.size, etag: httpEtag(found.etag), ...writtenBy(principal) } },
       ]);
       return 1;
@@ -338,6 +338,7 @@ export class ExternalConnector implements Connector {
     const by = writtenBy(principal);
     const told = (entries: DeletedEntry[]) =>
       this.raise(
+        principal,
         `part of ${this.uri(segments)} was deleted`,
         entries.map((e) =>
           e.kind === 'file'

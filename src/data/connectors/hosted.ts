@@ -322,6 +322,7 @@ export class HostedConnector implements Connector {
           subject: uri(owner, rel),
           data: { size, content_type: contentTypeFor(name), etag: `"${blobId}"`, ...writtenBy(principal) },
           time: now,
+          traceparent: principal.traceparent,
         });
         if (existing) {
           await trx.updateTable('nodes').set({ blob_id: blobId, size, modified_at: now }).where('id', '=', existing.id).execute();
@@ -389,7 +390,7 @@ export class HostedConnector implements Connector {
         .insertInto('nodes')
         .values({ owner_id: owner.id, dir: parentRel.join('/'), name, kind: 'dir', acl, blob_id: null, size: 0, created_at: now, modified_at: now })
         .execute();
-      await appendEvent(trx, { userId: owner.id, type: 'data.directory.created', subject: uri(owner, rel), data: { ...writtenBy(principal) }, time: now });
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.created', subject: uri(owner, rel), data: { ...writtenBy(principal) }, time: now, traceparent: principal.traceparent });
     });
     return uri(owner, rel);
   }
@@ -426,7 +427,7 @@ export class HostedConnector implements Connector {
         await trx.insertInto('pending_blobs').values({ blob_id: current.blob_id!, created_at: Date.now(), holder: this.store.instance }).execute();
         await trx.deleteFrom('nodes').where('id', '=', current.id).execute();
         await addStored(trx, owner.id, -current.size);
-        await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, ...writtenBy(principal) } });
+        await appendEvent(trx, { userId: owner.id, type: 'data.file.deleted', subject: uri(owner, rel), data: { size: current.size, etag: `"${current.blob_id}"`, ...writtenBy(principal) }, traceparent: principal.traceparent });
         return current.blob_id!;
       });
       await this.releaseBlobs([blob]);
@@ -450,7 +451,7 @@ export class HostedConnector implements Connector {
         .where('kind', '=', 'dir')
         .executeTakeFirst();
       if (Number(res.numDeletedRows) === 0) throw notFound(uri(owner, rel));
-      await appendEvent(trx, { userId: owner.id, type: 'data.directory.deleted', subject: uri(owner, rel), data: { ...writtenBy(principal) } });
+      await appendEvent(trx, { userId: owner.id, type: 'data.directory.deleted', subject: uri(owner, rel), data: { ...writtenBy(principal) }, traceparent: principal.traceparent });
     });
     return 0;
   }
@@ -487,7 +488,7 @@ export class HostedConnector implements Connector {
             // The directories, deepest first, then the one named.
             const gone = dirs.map((d) => relOf(d.dir, d.name)).sort((a, b) => b.length - a.length);
             if (Number(top.numDeletedRows) > 0) gone.push(rel);
-            await appendEvents(trx, gone.map((r) => ({ userId: owner.id, type: 'data.directory.deleted' as const, subject: uri(owner, r), data: { ...writtenBy(principal) } })));
+            await appendEvents(trx, gone.map((r) => ({ userId: owner.id, type: 'data.directory.deleted' as const, subject: uri(owner, r), data: { ...writtenBy(principal) }, traceparent: principal.traceparent })));
             return null;
           }
           const now = Date.now();
@@ -496,7 +497,7 @@ export class HostedConnector implements Connector {
           await addStored(trx, owner.id, -files.reduce((n, f) => n + f.size, 0));
           await appendEvents(
             trx,
-            files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, ...writtenBy(principal) }, time: now })),
+            files.map((f) => ({ userId: owner.id, type: 'data.file.deleted' as const, subject: uri(owner, relOf(f.dir, f.name)), data: { size: f.size, etag: `"${f.blob_id}"`, ...writtenBy(principal) }, time: now, traceparent: principal.traceparent })),
           );
           return files.map((f) => f.blob_id!);
         });
