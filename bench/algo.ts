@@ -82,7 +82,7 @@ import { summarize, type ProfileSummary } from './cpuProfile.ts';
 import { median, percentile, rawRequest, runLoad, timed } from './load.ts';
 import { childrenOf, descendants, procMem, treeCpu, treeCpuAll, treeMem, type ProcMem } from './procTree.ts';
 import { REPO, spawnServer, type ServerProc } from './procs.ts';
-import { argOf, baseTree } from './baseTree.ts';
+import { argOf, baseTree, numArg } from './baseTree.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -735,6 +735,8 @@ const COSTS = {
 async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const started = performance.now();
   const load0 = os.loadavg()[0]!;
+  // More rounds than the tracing comparison's: a 3 % difference in rounds whose rate varies by a third on a shared machine.
+  const ROUNDS = QUICK ? 1 : numArg('--rounds', 24);
   const variants: { label: string; env: Record<string, string>; target: number; what: string }[] = [
     { label: 'metrics on (BENCH_METRICS=1: prom-client, as with ALGOHOST_METRICS_ADDR)', env: { BENCH_METRICS: '1' }, target: TARGET.metricsOn, what: 'metrics on' },
     { label: 'limits on (BENCH_LIMITS=1: a rate, a burst and a concurrency per user that never refuse)', env: { BENCH_LIMITS: '1' }, target: TARGET.limitsOn, what: 'limits on' },
@@ -754,8 +756,8 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
   log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
   for (const t of targets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
-  log(`throughput: ${CONNECTIONS} connections, ${RATE_REPS} x ${RATE_MS / 1000} s per server, interleaved`);
-  const rates = await interleaved(RATE_REPS, targets, (t) => rateRun(t, RATE_MS));
+  log(`throughput: ${CONNECTIONS} connections, ${ROUNDS} x ${RATE_MS / 1000} s per server, interleaved`);
+  const rates = await interleaved(ROUNDS, targets, (t) => rateRun(t, RATE_MS));
   log(`latency: 1 connection, ${LAT_REPS} x ${LAT_MS / 1000} s per server, interleaved`);
   const lats = await interleaved(LAT_REPS, targets, (t) => latencyRun(t, LAT_MS));
   const noise = noiseSince();
@@ -765,7 +767,7 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const p50Ratio = (a: Target) => m(lats.get(a)!.map((x, i) => x.p50 / lats.get(tOff)![i]!.p50));
   const rows: Row[] = ts.flatMap(({ t, v }) => [
     {
-      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${RATE_REPS} × ${RATE_MS / 1000} s): ${v.what} vs neither`,
+      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${ROUNDS} × ${RATE_MS / 1000} s): ${v.what} vs neither`,
       ours: fmt(m(rates.get(t)!.map((x) => x.rate)), 0),
       base: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
       ratio: pct(rateRatio(t), 1),
@@ -798,7 +800,7 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
     ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise }),
     `- **Machine:** ${machine()}.`,
     `- **Code:** ${codeVersion()}.`,
-    `- **Command:** \`BENCH_ONLY=costs npm run bench:algo\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
+    `- **Command:** \`BENCH_ONLY=costs npm run bench:algo${argOf('--rounds') ? ` -- --rounds ${ROUNDS}` : ''}\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
     '',
     resultsTable(rows),
     '',
