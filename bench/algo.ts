@@ -86,9 +86,12 @@ import { argOf, baseTree, numArg } from './baseTree.ts';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-const PROFILE = process.env.BENCH_PROFILE === '1' || process.env.BENCH_PROFILE === 'tracing';
-/** BENCH_PROFILE=tracing: the default pool profiled with tracing off and exported, rather than the two pools. */
-const PROFILE_TRACING = process.env.BENCH_PROFILE === 'tracing';
+const PROFILE = ['1', 'tracing', 'metrics', 'limits'].includes(process.env.BENCH_PROFILE ?? '');
+/**
+ * BENCH_PROFILE=tracing (metrics, limits): the default pool profiled with tracing off and
+ * exported (without and with metrics, limits), rather than the two pools.
+ */
+const PROFILE_WHAT = process.env.BENCH_PROFILE === '1' ? undefined : process.env.BENCH_PROFILE;
 const TRACING_ONLY = process.env.BENCH_ONLY === 'tracing';
 const COSTS_ONLY = process.env.BENCH_ONLY === 'costs';
 const CONNECTIONS = 64;
@@ -493,11 +496,16 @@ async function profileMode(apiKey: string): Promise<void> {
   const prof = path.join(WORK_ROOT, 'profiles');
   fs.mkdirSync(prof, { recursive: true });
   const out: string[] = [];
-  const sink = PROFILE_TRACING ? await otlpSink() : undefined;
+  const sink = PROFILE_WHAT === 'tracing' ? await otlpSink() : undefined;
   const variants: [string, string[], string, Record<string, string>][] = sink
     ? [
         ['tracing off', [], 'traces-off', {}],
         ['tracing exported', [], 'traces-on', { BENCH_OTLP: sink.url }],
+      ]
+    : PROFILE_WHAT === 'metrics' || PROFILE_WHAT === 'limits'
+    ? [
+        [`${PROFILE_WHAT} off`, [], `${PROFILE_WHAT}-off`, {}],
+        [`${PROFILE_WHAT} on`, [], `${PROFILE_WHAT}-on`, PROFILE_WHAT === 'metrics' ? { BENCH_METRICS: '1' } : { BENCH_LIMITS: '1' }],
       ]
     : [
         ['default pool (4 per version)', [], 'pool4', {}],
@@ -738,6 +746,8 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   // More rounds than the tracing comparison's: a 3 % difference in rounds whose rate varies by a third on a shared machine.
   const ROUNDS = QUICK ? 1 : numArg('--rounds', 24);
   const variants: { label: string; env: Record<string, string>; target: number; what: string }[] = [
+    // A second server of the same code: how far two processes of one configuration differ here (the noise floor).
+    { label: 'neither, a second server (A/A: the same code and settings)', env: {}, target: TARGET.metricsOn, what: 'a second server of neither' },
     { label: 'metrics on (BENCH_METRICS=1: prom-client, as with ALGOHOST_METRICS_ADDR)', env: { BENCH_METRICS: '1' }, target: TARGET.metricsOn, what: 'metrics on' },
     { label: 'limits on (BENCH_LIMITS=1: a rate, a burst and a concurrency per user that never refuse)', env: { BENCH_LIMITS: '1' }, target: TARGET.limitsOn, what: 'limits on' },
   ];
