@@ -590,6 +590,66 @@ const TRACING = {
   end: '<!-- bench:algo-tracing:end -->',
 };
 
+/** Servers of the same home compared in interleaved rounds (BENCH_ONLY=tracing, =costs): throughput at CONNECTIONS, then p50 at one connection. */
+async function compareRounds(targets: Target[], rateRounds: number, beforeRates?: () => void) {
+  for (const t of targets) await checkTarget(t);
+  const idleAtStart = await waitForQuiet(QUIET_MAX_MS, log);
+  const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
+  log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
+  for (const t of targets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
+  beforeRates?.();
+  log(`throughput: ${CONNECTIONS} connections, ${rateRounds} x ${RATE_MS / 1000} s per server, interleaved`);
+  const rates = await interleaved(rateRounds, targets, (t) => rateRun(t, RATE_MS));
+  log(`latency: 1 connection, ${LAT_REPS} x ${LAT_MS / 1000} s per server, interleaved`);
+  const lats = await interleaved(LAT_REPS, targets, (t) => latencyRun(t, LAT_MS));
+  return { rates, lats, idleAtStart, noiseSince };
+}
+
+/** A comparison's block for docs/performance.md between `markers`, its per-round figures after the table; printed and written. */
+function writeComparison(o: {
+  markers: { begin: string; end: string };
+  title: string;
+  section: string;
+  command: string;
+  started: number;
+  load0: number;
+  idleAtStart: number;
+  noise: ReturnType<ReturnType<typeof noiseMeter>>;
+  extra: string[];
+  rows: Row[];
+  targets: Target[];
+  rates: Map<Target, Rate[]>;
+  lats: Map<Target, Latency[]>;
+}): void {
+  const seconds = (performance.now() - o.started) / 1000;
+  const block = [
+    o.markers.begin,
+    '',
+    o.title,
+    '',
+    ...runLines({ seconds, load0: o.load0, load1: os.loadavg()[0]!, idleAtStart: o.idleAtStart, noise: o.noise }),
+    `- **Machine:** ${machine()}.`,
+    `- **Code:** ${codeVersion()}.`,
+    `- **Command:** \`${o.command}\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
+    ...o.extra,
+    '',
+    resultsTable(o.rows),
+    '',
+    'Every server is `bench/algoServer.ts` (default pool, pino silent) on one home, the same echo; paired ratios (within each round, then the median), rounds interleaved with the order rotated.',
+    '',
+    '```',
+    ...o.targets.map((t) => perRep(`calls/s ${t.label}`, o.rates.get(t)!.map((x) => x.rate))),
+    ...o.targets.map((t) => perRep(`p50 ms ${t.label}`, o.lats.get(t)!.map((x) => x.p50), 3)),
+    ...o.targets.map((t) => perRep(`server CPU µs per call ${t.label}`, o.rates.get(t)!.map((x) => x.serverUs), 0)),
+    '```',
+    '',
+    o.markers.end,
+  ].join('\n');
+  process.stdout.write('\n' + block + '\n');
+  writeDocBlock(block, { begin: o.markers.begin, end: o.markers.end, initial: '# Performance\n', section: o.section });
+  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+}
+
 /** BENCH_ONLY=tracing: tracing off vs exported (and another tree's server, with --rev/--base), short. */
 async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const started = performance.now();
@@ -610,16 +670,8 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
   const tTenth = ourTarget('tracing exported, one trace in ten (OTEL_TRACES_SAMPLER=parentbased_traceidratio, 0.1)', tenth, apiKey, 'Echo');
   const tBase = baseP ? ourTarget(`before traces (${argOf('--rev') ?? argOf('--base')})`, baseP, apiKey, 'Echo') : undefined;
   const targets = [tOff, tOn, tTenth, ...(tBase ? [tBase] : [])];
-  for (const t of targets) await checkTarget(t);
-  const idleAtStart = await waitForQuiet(QUIET_MAX_MS, log);
-  const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
-  log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
-  for (const t of targets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
-  const spans0 = sink.spans();
-  log(`throughput: ${CONNECTIONS} connections, ${RATE_REPS} x ${RATE_MS / 1000} s per server, interleaved`);
-  const rates = await interleaved(RATE_REPS, targets, (t) => rateRun(t, RATE_MS));
-  log(`latency: 1 connection, ${LAT_REPS} x ${LAT_MS / 1000} s per server, interleaved`);
-  const lats = await interleaved(LAT_REPS, targets, (t) => latencyRun(t, LAT_MS));
+  let spans0 = 0;
+  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, RATE_REPS, () => (spans0 = sink.spans()));
   // The last batches (sent every 5 s by default).
   await sleep(6000);
   const exported = sink.spans() - spans0;
@@ -700,33 +752,21 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
       : []),
   ];
   await sink.close();
-  const seconds = (performance.now() - started) / 1000;
-  const block = [
-    TRACING.begin,
-    '',
-    '### Tracing (`BENCH_ONLY=tracing npm run bench:algo`) — latest run',
-    '',
-    ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise }),
-    `- **Machine:** ${machine()}.`,
-    `- **Code:** ${codeVersion()}.`,
-    `- **Command:** \`BENCH_ONLY=tracing npm run bench:algo${withBase ? ` -- ${argOf('--rev') ? `--rev ${argOf('--rev')}` : `--base ${argOf('--base')}`}` : ''}\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
-    `- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the one keeping every trace (a warm call on one machine makes one span: the request's; the batch processor drops what overflows its queue of 2,048 spans).`,
-    '',
-    resultsTable(rows),
-    '',
-    'Every server is `bench/algoServer.ts` (default pool, pino silent) on one home, the same echo; paired ratios (within each round, then the median), rounds interleaved with the order rotated.',
-    '',
-    '```',
-    ...targets.map((t) => perRep(`calls/s ${t.label}`, rates.get(t)!.map((x) => x.rate))),
-    ...targets.map((t) => perRep(`p50 ms ${t.label}`, lats.get(t)!.map((x) => x.p50), 3)),
-    ...targets.map((t) => perRep(`server CPU µs per call ${t.label}`, rates.get(t)!.map((x) => x.serverUs), 0)),
-    '```',
-    '',
-    TRACING.end,
-  ].join('\n');
-  process.stdout.write('\n' + block + '\n');
-  writeDocBlock(block, { begin: TRACING.begin, end: TRACING.end, initial: '# Performance\n', section: '## Traces (issue 25)' });
-  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+  writeComparison({
+    markers: TRACING,
+    title: '### Tracing (`BENCH_ONLY=tracing npm run bench:algo`) — latest run',
+    section: '## Traces (issue 25)',
+    command: `BENCH_ONLY=tracing npm run bench:algo${withBase ? ` -- ${argOf('--rev') ? `--rev ${argOf('--rev')}` : `--base ${argOf('--base')}`}` : ''}`,
+    started,
+    load0,
+    idleAtStart,
+    noise,
+    extra: [`- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the one keeping every trace (a warm call on one machine makes one span: the request's; the batch processor drops what overflows its queue of 2,048 spans).`],
+    rows,
+    targets,
+    rates,
+    lats,
+  });
 }
 
 /** The costs block's markers in docs/performance.md (BENCH_ONLY=costs). */
@@ -745,9 +785,9 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const load0 = os.loadavg()[0]!;
   // More rounds than the tracing comparison's: a 3 % difference in rounds whose rate varies by a third on a shared machine.
   const ROUNDS = QUICK ? 1 : numArg('--rounds', 24);
-  const variants: { label: string; env: Record<string, string>; target: number; what: string }[] = [
+  const variants: { label: string; env: Record<string, string>; target: number | undefined; what: string }[] = [
     // A second server of the same code: how far two processes of one configuration differ here (the noise floor).
-    { label: 'neither, a second server (A/A: the same code and settings)', env: {}, target: TARGET.metricsOn, what: 'a second server of neither' },
+    { label: 'neither, a second server (A/A: the same code and settings)', env: {}, target: undefined, what: 'a second server of neither' },
     { label: 'metrics on (BENCH_METRICS=1: prom-client, as with ALGOHOST_METRICS_ADDR)', env: { BENCH_METRICS: '1' }, target: TARGET.metricsOn, what: 'metrics on' },
     { label: 'limits on (BENCH_LIMITS=1: a rate, a burst and a concurrency per user that never refuse)', env: { BENCH_LIMITS: '1' }, target: TARGET.limitsOn, what: 'limits on' },
   ];
@@ -761,15 +801,7 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
     ts.push({ t: ourTarget(v.label, proc, apiKey, 'Echo'), v });
   }
   const targets = [tOff, ...ts.map((x) => x.t)];
-  for (const t of targets) await checkTarget(t);
-  const idleAtStart = await waitForQuiet(QUIET_MAX_MS, log);
-  const noiseSince = noiseMeter(() => treeCpuAll(process.pid));
-  log(`warm-up: ${RATE_WARMUP_MS / 1000} s at ${CONNECTIONS} connections per server`);
-  for (const t of targets) await runLoad(t.proc.port, t.requests, CONNECTIONS, RATE_WARMUP_MS);
-  log(`throughput: ${CONNECTIONS} connections, ${ROUNDS} x ${RATE_MS / 1000} s per server, interleaved`);
-  const rates = await interleaved(ROUNDS, targets, (t) => rateRun(t, RATE_MS));
-  log(`latency: 1 connection, ${LAT_REPS} x ${LAT_MS / 1000} s per server, interleaved`);
-  const lats = await interleaved(LAT_REPS, targets, (t) => latencyRun(t, LAT_MS));
+  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, ROUNDS);
   const noise = noiseSince();
   const m = median;
   const rateRatio = (a: Target) => m(rates.get(a)!.map((x, i) => x.rate / rates.get(tOff)![i]!.rate));
@@ -781,8 +813,8 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
       ours: fmt(m(rates.get(t)!.map((x) => x.rate)), 0),
       base: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
       ratio: pct(rateRatio(t), 1),
-      target: `≥ ${fmt(v.target * 100, 0)} %`,
-      result: verdict(rateRatio(t) >= v.target),
+      target: v.target === undefined ? '— (the noise floor)' : `≥ ${fmt(v.target * 100, 0)} %`,
+      result: v.target === undefined ? '—' : verdict(rateRatio(t) >= v.target),
     },
     {
       measure: `same, server process CPU µs per call (paired ratio)`,
@@ -801,32 +833,21 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
       result: '—',
     },
   ]);
-  const seconds = (performance.now() - started) / 1000;
-  const block = [
-    COSTS.begin,
-    '',
-    '### Metrics and limits on the warm path (`BENCH_ONLY=costs npm run bench:algo`) — latest run',
-    '',
-    ...runLines({ seconds, load0, load1: os.loadavg()[0]!, idleAtStart, noise }),
-    `- **Machine:** ${machine()}.`,
-    `- **Code:** ${codeVersion()}.`,
-    `- **Command:** \`BENCH_ONLY=costs npm run bench:algo${argOf('--rounds') ? ` -- --rounds ${ROUNDS}` : ''}\`${QUICK ? ' with BENCH_QUICK=1 (shortened: not for quoting)' : ''}.`,
-    '',
-    resultsTable(rows),
-    '',
-    'Every server is `bench/algoServer.ts` (default pool, pino silent) on one home, the same echo; paired ratios (within each round, then the median), rounds interleaved with the order rotated.',
-    '',
-    '```',
-    ...targets.map((t) => perRep(`calls/s ${t.label}`, rates.get(t)!.map((x) => x.rate))),
-    ...targets.map((t) => perRep(`p50 ms ${t.label}`, lats.get(t)!.map((x) => x.p50), 3)),
-    ...targets.map((t) => perRep(`server CPU µs per call ${t.label}`, rates.get(t)!.map((x) => x.serverUs), 0)),
-    '```',
-    '',
-    COSTS.end,
-  ].join('\n');
-  process.stdout.write('\n' + block + '\n');
-  writeDocBlock(block, { begin: COSTS.begin, end: COSTS.end, initial: '# Performance\n', section: '## Metrics (issue 25)' });
-  log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
+  writeComparison({
+    markers: COSTS,
+    title: '### Metrics and limits on the warm path (`BENCH_ONLY=costs npm run bench:algo`) — latest run',
+    section: '## Metrics (issue 25)',
+    command: `BENCH_ONLY=costs npm run bench:algo${argOf('--rounds') ? ` -- --rounds ${ROUNDS}` : ''}`,
+    started,
+    load0,
+    idleAtStart,
+    noise,
+    extra: [],
+    rows,
+    targets,
+    rates,
+    lats,
+  });
 }
 
 async function main(): Promise<void> {
