@@ -53,6 +53,8 @@ export interface Config {
   workerIdleMs: number;
   /** ALGOHOST_PRESTART: pre-started workers kept ready per language, for cold starts (0: none). */
   prestart: number;
+  /** ALGOHOST_PRESTART_MAX_CPU: spares are started only while the host's CPUs are busy less than this percent of their time (100: whatever the load). */
+  prestartMaxCpu: number;
   /** ALGOHOST_QUEUE: calls waiting for a worker on a node at once, all callers together (more: 503). */
   queue: number;
   /** ALGOHOST_QUEUE_PER_CALLER: calls of one caller waiting for a worker on a node at once (more: 429 queue_full). */
@@ -252,6 +254,7 @@ export const DEFAULTS = {
   workersPerVersion: 4,
   workerIdleMs: 5 * 60_000,
   prestart: 2,
+  prestartMaxCpu: 90,
   queue: 1000,
   queuePerCaller: 100,
   workerMemoryMb: 512,
@@ -768,6 +771,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_PRESTART', env.ALGOHOST_PRESTART, DEFAULTS.prestart, 0, 64),
     docs: [
       { vars: ["ALGOHOST_PRESTART"], shown: code(DEFAULTS.prestart), meaning: "Pre-started workers kept ready per language (Node, Python) once a call of that language has needed a worker: sandboxed runners without a build, each given the one build it will ever run at a cold start, which then costs the build's load rather than a sandbox's and an interpreter's start (docs/limits.md, \"Cold starts\"). Algorithms with the network and builds of more than 5,000 files start a worker of their own as before. Under bubblewrap only; `0`: none." },
+    ],
+  },
+  prestartMaxCpu: {
+    read: (env) => int('ALGOHOST_PRESTART_MAX_CPU', env.ALGOHOST_PRESTART_MAX_CPU, DEFAULTS.prestartMaxCpu, 1, 100),
+    docs: [
+      { vars: ["ALGOHOST_PRESTART_MAX_CPU"], shown: code(DEFAULTS.prestartMaxCpu), meaning: "Pre-started workers are started (and a taken one replaced) only while the host's CPUs, all together, are busy less than this percent of their time over the last quarter second (/proc/stat): when cold starts come faster than the CPUs can pay them, a worker started ahead only takes its start's CPU from the calls running now (docs/limits.md, \"Cold starts\"). `100`: whatever the load." },
     ],
   },
   queue: {

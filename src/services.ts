@@ -244,7 +244,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     gvisor,
     fence: () => network.algorithmFence(),
     metrics,
-    spares: { perRunner: config.prestart, dir: path.join(config.home, 'run', 'spares') },
+    spares: { perRunner: config.prestart, dir: path.join(config.home, 'run', 'spares'), cpuMax: config.prestartMaxCpu / 100 },
     log: options.log,
     tracing,
     // A worker node's runs have spans of their own (children of the API node's call spans).

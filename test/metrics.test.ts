@@ -32,7 +32,7 @@ async function scrape(): Promise<Sample[]> {
 }
 
 before(async () => {
-  s = await startServer({ env: { ALGOHOST_METRICS_ADDR: '127.0.0.1:0', ALGOHOST_METRICS_TOKEN: TOKEN } });
+  s = await startServer({ env: { ALGOHOST_METRICS_ADDR: '127.0.0.1:0', ALGOHOST_METRICS_TOKEN: TOKEN, ALGOHOST_PRESTART_MAX_CPU: '100' } });
   // What `algohost serve` does with ALGOHOST_METRICS_ADDR (main.ts): the node's own listener.
   listener = await listenMetrics(s.services.metrics, s.services.config.metricsAddr!, console);
   alice = api(s.url, await s.user('alice'));

@@ -16,7 +16,10 @@ import path from 'node:path';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, compile, publish as publishVersion, release, upload } from './helpers/algorithms.ts';
 import { probeSandbox } from '../src/runtime/sandbox.ts';
-import { linkTree, MAX_BUILD_ENTRIES, scanTree } from '../src/runtime/spares.ts';
+import { HOLD_MS, linkTree, MAX_BUILD_ENTRIES, scanTree, Spares } from '../src/runtime/spares.ts';
+import { DEFAULT_LIMITS } from '../src/runtime/sandbox.ts';
+import { Worker } from '../src/runtime/worker.ts';
+import { readCounters } from '../src/runtime/hostCpu.ts';
 
 const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
 const support = probeSandbox();
@@ -62,7 +65,7 @@ describe('pre-started workers', { skip }, () => {
   let n = 0;
 
   before(async () => {
-    s = await startServer({ env: { ALGOHOST_PRESTART: '1', ALGOHOST_ALGORITHM_NETWORK: 'host' } });
+    s = await startServer({ env: { ALGOHOST_PRESTART: '1', ALGOHOST_PRESTART_MAX_CPU: '100', ALGOHOST_ALGORITHM_NETWORK: 'host' } });
     alice = api(s.url, await s.user('alice'));
     bob = api(s.url, await s.user('bob'));
   });
@@ -202,7 +205,7 @@ describe('pre-started workers, off and left behind', { skip: skip || (CLUSTER ? 
 
     // A server that died left spare directories behind (its pid is gone): the next one removes them.
     const dead = spawnSync('/bin/true').pid!;
-    const s = await startServer({ env: { ALGOHOST_PRESTART: '1' } });
+    const s = await startServer({ env: { ALGOHOST_PRESTART: '1', ALGOHOST_PRESTART_MAX_CPU: '100' } });
     try {
       const dir = path.join(s.home, 'run', 'spares');
       fs.mkdirSync(path.join(dir, `node-${dead}-1`, 'src'), { recursive: true });
@@ -273,4 +276,47 @@ describe('a build put into a spare\'s directory', () => {
       fs.rmSync(root, { recursive: true, force: true });
     }
   });
+});
+
+describe('spares wait for the CPUs', { skip }, () => {
+  test('while the host\'s CPUs are busier than ALGOHOST_PRESTART_MAX_CPU no spare is started; once they have room, it is', async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-spares-cpu-'));
+    const build = path.join(root, 'build');
+    fs.mkdirSync(path.join(build, 'src'), { recursive: true });
+    fs.writeFileSync(path.join(build, 'src', 'index.js'), 'export const apply = (x) => x;');
+    // How busy the CPUs are: a stand-in, since this machine's load is not the test's to set.
+    const cpu = { share: 1, busy: () => cpu.share };
+    const launched: string[] = [];
+    const spares = new Spares(
+      (runner, dir) => {
+        launched.push(runner);
+        return Worker.spare({ runner, algoDir: dir, entry: '', network: false, limits: DEFAULT_LIMITS, spare: true });
+      },
+      { perRunner: 1, dir: path.join(root, 'spares'), cpuMax: 0.9, cpu },
+    );
+    try {
+      // The first ask keeps node's spares from now on; none is ready, and the CPUs are full.
+      assert.equal(await spares.take('node', build, 'src/index.js', 30_000), undefined);
+      await new Promise((r) => setTimeout(r, 4 * HOLD_MS));
+      assert.deepEqual(launched, [], 'no spare started while the CPUs were busy');
+      assert.ok(spares.heldBack >= 1);
+      cpu.share = 0.5;
+      const end = Date.now() + 30_000;
+      while ((spares.counts().node ?? 0) < 1 && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(launched, ['node']);
+      assert.equal(spares.counts().node, 1, 'started once the CPUs had room');
+      const worker = await spares.take('node', build, 'src/index.js', 30_000);
+      assert.ok(worker, 'the spare took the build');
+      await worker.stop();
+    } finally {
+      await spares.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+test('the host\'s CPU counters are read from /proc/stat\'s first line', () => {
+  assert.deepEqual(readCounters('cpu  100 5 50 800 20 0 5 0 0 0\ncpu0 50 2 25 400 10 0 2 0 0 0\n'), { busy: 160, total: 980 });
+  assert.equal(readCounters('intr 1 2 3\n'), undefined);
+  assert.equal(readCounters('cpu  a b c d e\n'), undefined);
 });

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { pidAlive } from './cgroup.ts';
 import type { RunnerKind } from './contract.ts';
 import type { Worker } from './worker.ts';
+import { HostCpu } from './hostCpu.ts';
 
 /**
  * Pre-started workers ("spares"; docs/runtime-protocol.md, "Pre-started workers"): sandboxed
@@ -33,6 +34,16 @@ export interface SpareOptions {
    * for hard links. Those of a process that is gone are removed when the first spare is made.
    */
   dir: string;
+  /**
+   * Spares are started only while the host's CPUs are busy less than this share of their time
+   * (ALGOHOST_PRESTART_CPU; 1: whatever the load): when cold starts come faster than the CPUs can
+   * pay them, a spare started ahead only takes its start's CPU from the calls running now, and
+   * the next cold start pays its own anyway (bench:catalog's mix). One taken is replaced once
+   * the CPUs have room.
+   */
+  cpuMax?: number;
+  /** What says how busy the CPUs are (hostCpu.ts's HostCpu by default; tests give their own). */
+  cpu?: { busy(): number };
 }
 
 /** Most files, directories and links a build given to a spare may have (more: it starts as before). */
@@ -41,6 +52,8 @@ export const MAX_BUILD_ENTRIES = 5000;
 const REFILL_DELAY_MS = 100;
 /** After a spare failed to start, the next try waits this long (doubling, up to a minute). */
 const RETRY_MS = 1000;
+/** While the CPUs are too busy for a spare, whether they still are is asked again this often. */
+export const HOLD_MS = 250;
 
 export interface SpareLog {
   warn(obj: object, msg: string): void;
@@ -65,12 +78,19 @@ export class Spares {
   /** Spares taken by builds since start (tests, the benchmark). */
   taken = 0;
   private readonly trees = new Map<string, Tree | null>();
+  private readonly cpu: { busy(): number } | undefined;
+  /** Languages whose refill waits for the CPUs (a timer set). */
+  private readonly held = new Set<RunnerKind>();
+  /** Spares not started, or started later, because the CPUs were busy (tests, the benchmark). */
+  heldBack = 0;
 
   constructor(
     private readonly launch: SpareLauncher,
     readonly options: SpareOptions,
     private readonly log?: SpareLog,
-  ) {}
+  ) {
+    this.cpu = (options.cpuMax ?? 1) < 1 ? (options.cpu ?? new HostCpu()) : undefined;
+  }
 
   /**
    * Made when the first spare is (the admin commands open the same services and never start
@@ -155,6 +175,19 @@ export class Spares {
     if (this.closed || (retry !== undefined && Date.now() < retry.at)) return;
     const list = this.ready.get(runner) ?? [];
     this.ready.set(runner, list);
+    if (list.length + (this.starting.get(runner) ?? 0) >= this.options.perRunner) return;
+    if (this.cpu !== undefined && this.cpu.busy() >= this.options.cpuMax!) {
+      // Asked again in a moment; one timer per language however often a spare is taken meanwhile.
+      if (!this.held.has(runner)) {
+        this.held.add(runner);
+        this.heldBack++;
+        setTimeout(() => {
+          this.held.delete(runner);
+          this.refill(runner);
+        }, HOLD_MS).unref();
+      }
+      return;
+    }
     for (let n = list.length + (this.starting.get(runner) ?? 0); n < this.options.perRunner; n++) {
       this.starting.set(runner, (this.starting.get(runner) ?? 0) + 1);
       const dir = path.join(this.options.dir, `${runner}-${process.pid}-${++this.made}`);
@@ -194,6 +227,7 @@ export class Spares {
   /** Stops every spare waiting; none is started after. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.cpu instanceof HostCpu) this.cpu.stop();
     const stops: Promise<void>[] = [];
     for (const list of this.ready.values()) stops.push(...list.splice(0).map((s) => s.worker.stop()));
     await Promise.all(stops);
