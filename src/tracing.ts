@@ -13,7 +13,7 @@ import crypto from 'node:crypto';
  */
 
 export type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracingTypes.ts';
-import type { Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracingTypes.ts';
+import { IdSpan, type Attributes, type ExportSettings, type Span, type SpanKind, type TraceContext, type Tracer } from './tracingTypes.ts';
 
 // ---- ids and the traceparent header ------------------------------------------------------------
 
@@ -98,21 +98,6 @@ export function traceBindings(span: TraceContext): { trace_id: string; span_id: 
 }
 
 // ---- spans when not exporting -------------------------------------------------------------------
-
-/** A span that records nothing: the ids it carries on. */
-class IdSpan implements Span {
-  readonly recording = false;
-  route: string | undefined = undefined;
-  constructor(
-    readonly traceId: string,
-    readonly spanId: string,
-    readonly sampled: boolean,
-  ) {}
-  set(): void {}
-  fail(): void {}
-  rename(): void {}
-  end(): void {}
-}
 
 /**
  * Not exporting: a child carries its parent's ids on unchanged (what a W3C participant that

@@ -2,7 +2,7 @@ import { ROOT_CONTEXT, SpanKind as OtelKind, SpanStatusCode, trace, TraceFlags, 
 import { AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler, type ReadableSpan, type Sampler, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes, type Resource } from '@opentelemetry/resources';
-import type { AttributeValue, Attributes, ExportSettings, Span, SpanKind, TraceContext, Tracer } from './tracingTypes.ts';
+import { IdSpan, type AttributeValue, type Attributes, type ExportSettings, type Span, type SpanKind, type TraceContext, type Tracer } from './tracingTypes.ts';
 
 /*
  * Spans exported over OTLP/HTTP (JSON) with the OpenTelemetry JS SDK (docs/traces.md). Loaded
@@ -73,7 +73,6 @@ class RecordedSpan implements Span, ReadableSpan {
   readonly droppedLinksCount = 0;
   readonly instrumentationScope = SCOPE;
   readonly startTime: HrTime;
-  readonly parentSpanContext: SpanContext | undefined;
   private readonly context: SpanContext;
 
   constructor(
@@ -82,12 +81,11 @@ class RecordedSpan implements Span, ReadableSpan {
     readonly kind: OtelKind,
     readonly traceId: string,
     readonly spanId: string,
-    parent: TraceContext | undefined,
+    readonly parentSpanContext: SpanContext | undefined,
     attributes: Attributes | undefined,
     private readonly startMs: number,
   ) {
     this.context = { traceId, spanId, traceFlags: TraceFlags.SAMPLED };
-    this.parentSpanContext = parent === undefined ? undefined : { traceId: parent.traceId, spanId: parent.spanId, traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE, isRemote: true };
     this.startTime = hrTime(startMs);
     if (attributes !== undefined) for (const k in attributes) if (attributes[k] !== undefined) this.attributes[k] = attributes[k];
   }
@@ -122,21 +120,6 @@ class RecordedSpan implements Span, ReadableSpan {
   }
 }
 
-/** A span not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default). */
-class UnsampledSpan implements Span {
-  readonly recording = false;
-  readonly sampled = false;
-  route: string | undefined = undefined;
-  constructor(
-    readonly traceId: string,
-    readonly spanId: string,
-  ) {}
-  set(): void {}
-  fail(): void {}
-  rename(): void {}
-  end(): void {}
-}
-
 /** Makers of W3C trace and span ids. */
 export interface SpanIds {
   newTraceId(): string;
@@ -165,10 +148,12 @@ export class OtelTracer implements Tracer {
     const otelKind = KINDS[kind];
     // The SDK's sampler decides, as its tracer would: given the parent's context (ParentBased
     // follows the caller's sampled flag), the trace id (TraceIdRatio), the name and kind.
-    const context = parent === undefined ? ROOT_CONTEXT : trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId: parent.spanId, traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE, isRemote: true });
+    const parentContext: SpanContext | undefined = parent === undefined ? undefined : { traceId, spanId: parent.spanId, traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE, isRemote: true };
+    const context = parentContext === undefined ? ROOT_CONTEXT : trace.setSpanContext(ROOT_CONTEXT, parentContext);
     const decision = this.sampler.shouldSample(context, traceId, name, otelKind, {}, []).decision;
-    if (decision !== SamplingDecision.RECORD_AND_SAMPLED) return new UnsampledSpan(traceId, this.ids.newSpanId());
-    return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parent, attributes, startTime ?? nowMs());
+    // Not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default).
+    if (decision !== SamplingDecision.RECORD_AND_SAMPLED) return new IdSpan(traceId, this.ids.newSpanId(), false);
+    return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parentContext, attributes, startTime ?? nowMs());
   }
 
   /** Sends what is left; an export that fails (the collector away, too many at once) loses those spans, never the stop. */

@@ -1,6 +1,7 @@
 /**
  * The types of traces (tracing.ts), apart: what tracing.ts and the exporter it loads only when
- * spans are exported (tracingExport.ts) both speak, so that neither imports the other's types.
+ * spans are exported (tracingExport.ts) both speak, so that neither imports the other: the
+ * types, and the span that records nothing (IdSpan), which both make.
  */
 
 /** A span's identity: what a traceparent carries (W3C Trace Context, version 00). */
@@ -50,4 +51,19 @@ export interface ExportSettings {
   scheduleDelayMs: number;
   /** OTEL_TRACES_SAMPLER and its ratio (OTEL_TRACES_SAMPLER_ARG). */
   sampler: { name: 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio'; ratio: number };
+}
+
+/** A span that records nothing: the ids it carries on (tracing off, or a trace not sampled). */
+export class IdSpan implements Span {
+  readonly recording = false;
+  route: string | undefined = undefined;
+  constructor(
+    readonly traceId: string,
+    readonly spanId: string,
+    readonly sampled: boolean,
+  ) {}
+  set(): void {}
+  fail(): void {}
+  rename(): void {}
+  end(): void {}
 }
