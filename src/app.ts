@@ -30,7 +30,7 @@ import { consoleRoutes } from './console/routes.ts';
 import { SDK_ROUTES, type CallContext } from './algorithms/hostRequests.ts';
 import { metricsRoutes } from './http/metrics.ts';
 import { checkAnswers, collectRoutes, openapiRoutes } from './http/openapi/serve.ts';
-import { parseTraceparent, requestSpan, setRequestSpan, traceBindings, traceparentOf, type Span } from './tracing.ts';
+import { parseTraceparent, requestSpan, setRequestSpan, traceBindings, type Span } from './tracing.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -100,16 +100,6 @@ export const LOG_OPTIONS = {
     }),
   },
 };
-
-/**
- * The principal of one request, acting in its span: a copy carrying the span's traceparent
- * (the principal authentication answers is cached and shared between requests), which the
- * events of its changes store (docs/traces.md).
- */
-function traced(principal: Principal, req: IncomingMessage): Principal {
-  const span = requestSpan(req);
-  return span === undefined ? principal : tracedPrincipal(principal, traceparentOf(span));
-}
 
 /** Ends a request's server span when its answer has gone (or the connection closed first). */
 function serverSpan(span: Span, req: IncomingMessage, res: ServerResponse): void {
@@ -252,7 +242,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         if (!ctx) throw new AppError('invalid_authorization', 'this request header is reserved for the server');
         // Whatever the path said, an algorithm reaches calls and data only.
         if (!SDK_ROUTES.has(req.routeOptions.url ?? '')) throw new AppError('forbidden', 'algorithms may only call algorithms and use data');
-        req.principal = traced(ctx.principal, req.raw);
+        req.principal = tracedPrincipal(ctx.principal, requestSpan(req.raw));
         req.callContext = ctx;
         return;
       }
@@ -266,13 +256,13 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
           const csrf = typeof header === 'string' ? header : undefined;
           // A download link's GET brings a ticket in place of the header (sessions.ts).
           const download = csrf === undefined ? downloadOf(req) : undefined;
-          req.principal = traced(await services.sessions.authenticate(cookie, csrf, download), req.raw);
+          req.principal = tracedPrincipal(await services.sessions.authenticate(cookie, csrf, download), requestSpan(req.raw));
           req.sessionCookie = cookie;
           req.byDownloadLink = download !== undefined;
           return;
         }
       }
-      req.principal = traced(await services.keys.authenticate(authorization), req.raw);
+      req.principal = tracedPrincipal(await services.keys.authenticate(authorization), requestSpan(req.raw));
     });
     await authed.register(passwordRoutes, { sessions: services.sessions });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
@@ -324,7 +314,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   };
   // Every request has its span (docs/traces.md): the caller's traceparent continued, or a new
   // trace; its log lines carry the trace id, its call's job carries it on, and its principal
-  // (a copy, `traced`) gives it to the events its changes raise. What else it starts (a build)
+  // (a copy, tracedPrincipal) gives it to the events its changes raise. What else it starts (a build)
   // is handed the span by its route: there is no ambient "current span" (no AsyncLocalStorage).
   app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const span = tracing.start('HTTP', 'server', parseTraceparent(req.headers.traceparent));

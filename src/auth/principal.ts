@@ -1,5 +1,6 @@
 import type { KeyPermissions } from './permissions.ts';
 import type { LimitSettings } from '../limits/limits.ts';
+import { traceparentOf, type TraceContext } from '../tracing.ts';
 
 /** Who is making a request, as established by authentication. */
 export interface Principal {
@@ -29,9 +30,13 @@ export interface Principal {
   traceparent?: string;
 }
 
-/** `principal` acting in the span whose traceparent is `traceparent`: a copy (the principal may be shared). */
-export function tracedPrincipal(principal: Principal, traceparent: string): Principal {
-  return { ...principal, traceparent };
+/**
+ * `principal` acting in `span` (a request's, requestSpan): a copy carrying its traceparent, for
+ * the events of its changes (the principal authentication answers is cached and shared between
+ * requests); `principal` itself without a span.
+ */
+export function tracedPrincipal(principal: Principal, span: TraceContext | undefined): Principal {
+  return span === undefined ? principal : { ...principal, traceparent: traceparentOf(span) };
 }
 
 /** The trigger run a request is made for. */

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { tracedPrincipal, type Principal } from '../auth/principal.ts';
-import { requestSpan, traceparentOf } from '../tracing.ts';
+import { requestSpan } from '../tracing.ts';
 import type { KeyService } from '../auth/keyService.ts';
 import { GIT_AVAILABLE, type GitRepos } from '../algorithms/gitRepos.ts';
 import { AppError } from '../errors.ts';
@@ -22,10 +22,8 @@ export async function gitRoutes(app: FastifyInstance, opts: { repos: GitRepos; k
     if (!repo.endsWith('.git')) throw new AppError('route_not_found', `git repositories are at /git/${owner}/<name>.git`);
     const authenticated = await basicAuth(req, keys, reply);
     if (!authenticated) return reply;
-    // A push's build is a child of this request's span (docs/traces.md): carried on a copy of
-    // the principal (the one authentication answers is shared between requests).
-    const span = requestSpan(req.raw);
-    const principal = span === undefined ? authenticated : tracedPrincipal(authenticated, traceparentOf(span));
+    // A push's build is a child of this request's span (docs/traces.md).
+    const principal = tracedPrincipal(authenticated, requestSpan(req.raw));
     const url = req.raw.url ?? '';
     const q = url.indexOf('?');
     const res = await repos.handle(principal, owner, repo.slice(0, -'.git'.length), {
