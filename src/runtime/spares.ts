@@ -36,7 +36,7 @@ export interface SpareOptions {
   dir: string;
   /**
    * Spares are started only while the host's CPUs are busy less than this share of their time
-   * (ALGOHOST_PRESTART_CPU; 1: whatever the load): when cold starts come faster than the CPUs can
+   * (ALGOHOST_PRESTART_MAX_CPU ÷ 100; 1: whatever the load): when cold starts come faster than the CPUs can
    * pay them, a spare started ahead only takes its start's CPU from the calls running now, and
    * the next cold start pays its own anyway (bench:catalog's mix). One taken is replaced once
    * the CPUs have room.
