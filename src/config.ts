@@ -410,7 +410,18 @@ function traceExport(env: NodeJS.ProcessEnv): ExportSettings | undefined {
   }
   const headers = { ...otlpHeaders('OTEL_EXPORTER_OTLP_HEADERS', env.OTEL_EXPORTER_OTLP_HEADERS), ...otlpHeaders('OTEL_EXPORTER_OTLP_TRACES_HEADERS', env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) };
   const serviceName = env.OTEL_SERVICE_NAME || 'algohost';
-  return { url, headers, serviceName, scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', env.OTEL_BSP_SCHEDULE_DELAY, 5000, 1, 3_600_000), sampler: traceSampler(env) };
+  const maxQueueSize = int('OTEL_BSP_MAX_QUEUE_SIZE', env.OTEL_BSP_MAX_QUEUE_SIZE, 2048, 1, 1_000_000);
+  return {
+    url,
+    headers,
+    serviceName,
+    scheduleDelayMs: int('OTEL_BSP_SCHEDULE_DELAY', env.OTEL_BSP_SCHEDULE_DELAY, 5000, 1, 3_600_000),
+    maxQueueSize,
+    // The SDK takes no batch larger than its queue.
+    maxExportBatchSize: Math.min(maxQueueSize, int('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', env.OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512, 1, 1_000_000)),
+    exportTimeoutMs: int('OTEL_BSP_EXPORT_TIMEOUT', env.OTEL_BSP_EXPORT_TIMEOUT, 30_000, 1, 3_600_000),
+    sampler: traceSampler(env),
+  };
 }
 
 const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
@@ -975,6 +986,9 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
       { vars: ["OTEL_SERVICE_NAME"], shown: "`algohost`", meaning: "The `service.name` of this node's spans. Every node also says `algohost.role` (all, api, worker) and `service.instance.id` (its node name in a cluster)." },
       { vars: ["OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"], shown: "`parentbased_always_on`, `1`", meaning: "Which traces are recorded and exported: `parentbased_always_on` (every trace, but a caller's traceparent whose sampled flag is off is followed), `parentbased_traceidratio` with a ratio in the second (e.g. `0.1`: one trace in ten, decided by the trace id, so every node keeps or drops the same traces), `traceidratio`, `always_on`, `always_off`, `parentbased_always_off`. Exporting every span of a busy node costs CPU (docs/traces.md, docs/performance.md): sample above a few thousand calls a second. Unsampled requests still carry their traceparent and log their trace_id." },
       { vars: ["OTEL_BSP_SCHEDULE_DELAY"], shown: code(5000), meaning: "Milliseconds between exports of the finished spans (batched); the rest is sent when the node stops." },
+      { vars: ["OTEL_BSP_MAX_QUEUE_SIZE"], shown: code(2048), meaning: "Finished spans waiting to be sent, at most: past it, spans are dropped rather than requests slowed." },
+      { vars: ["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"], shown: code(512), meaning: "Spans per export request, at most (and a batch is sent as soon as this many wait)." },
+      { vars: ["OTEL_BSP_EXPORT_TIMEOUT"], shown: code(30000), meaning: "Milliseconds an export request may take before its spans are given up." },
       { vars: ["OTEL_SDK_DISABLED"], shown: "`false`", meaning: "`true`: export nothing, whatever the endpoints say." },
     ],
   },

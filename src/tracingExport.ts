@@ -1,13 +1,18 @@
-import { ROOT_CONTEXT, SpanKind as OtelKind, SpanStatusCode, trace, TraceFlags, type HrTime, type SpanContext, type SpanStatus } from '@opentelemetry/api';
-import { AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler, type ReadableSpan, type Sampler, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { resourceFromAttributes, type Resource } from '@opentelemetry/resources';
+import { Worker } from 'node:worker_threads';
+import { ROOT_CONTEXT, SpanKind as OtelKind, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+import { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler, type Sampler } from '@opentelemetry/sdk-trace-base';
 import { IdSpan, type AttributeValue, type Attributes, type ExportSettings, type Span, type SpanKind, type TraceContext, type Tracer } from './tracingTypes.ts';
 
 /*
  * Spans exported over OTLP/HTTP (JSON) with the OpenTelemetry JS SDK (docs/traces.md). Loaded
  * by tracing.ts's openTracer only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is
  * set: a node that does not export never loads this module or the SDK.
+ *
+ * The SDK's sampler decides here, on the event loop, as a span starts; a finished span is a
+ * small record, posted in batches to a thread of its own (tracingThread.mjs) where the SDK's
+ * batch span processor and OTLP exporter turn it into OTLP JSON and send it. That serialising
+ * was most of exporting's cost on the event loop (~10 µs a span, bench:algo's BENCH_PROFILE=
+ * tracing); posting a record costs ~1–2 µs.
  *
  * No global provider, context manager or propagator is registered: algohost carries the
  * context itself, by hand (tracing.ts: no AsyncLocalStorage, the traceparent on each hop), and
@@ -23,10 +28,9 @@ const KINDS: Record<SpanKind, OtelKind> = {
   consumer: OtelKind.CONSUMER,
 };
 
-function clean(attributes: Attributes | undefined): Record<string, AttributeValue> | undefined {
-  if (attributes === undefined) return undefined;
+function clean(attributes: Attributes | undefined): Record<string, AttributeValue> {
   const out: Record<string, AttributeValue> = {};
-  for (const k in attributes) if (attributes[k] !== undefined) out[k] = attributes[k];
+  if (attributes !== undefined) for (const k in attributes) if (attributes[k] !== undefined) out[k] = attributes[k];
   return out;
 }
 
@@ -36,74 +40,46 @@ function samplerOf({ name, ratio }: ExportSettings['sampler']): Sampler {
   return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 
-/** A time (ms since the epoch, fractional) as OpenTelemetry's [seconds, nanoseconds]. */
-function hrTime(ms: number): HrTime {
-  const seconds = Math.floor(ms / 1000);
-  return [seconds, Math.round((ms - seconds * 1000) * 1e6)];
-}
-
 /** Now, in ms since the epoch with the monotonic clock's precision (as the SDK's own spans take it). */
 const nowMs = () => performance.timeOrigin + performance.now();
 
-const SCOPE = { name: 'algohost' };
-const UNSET: SpanStatus = { code: SpanStatusCode.UNSET };
+/**
+ * A finished span as it crosses to the export thread (a structured clone): name, kind, trace id,
+ * span id, parent span id (null: a root), the parent's sampled flag, start and end (ms since the
+ * epoch), the failure's message (null: not failed), attributes. tracingThread.mjs reads it.
+ */
+type SpanRecord = [string, OtelKind, string, string, string | null, boolean, number, number, string | null, Record<string, AttributeValue>];
 
 /**
- * A span recorded for export: what the SDK's processor and exporter read of a span
- * (ReadableSpan), made here rather than by the SDK's tracer. The SDK's own span checks every
- * attribute against limits, keeps events and links, and goes through its tracer's context
- * lookups, its id generator and its span processors' start hooks: ~13 µs to start and ~10 µs
- * to end one on the warm path (BENCH_PROFILE=tracing npm run bench:algo), where algohost sets a
- * few known attributes and nothing else. Its export (batching, OTLP JSON, the HTTP send) is
- * still the SDK's.
+ * A span recorded for export. The SDK's own span checks every attribute against limits, keeps
+ * events and links, and goes through its tracer's context lookups, its id generator and its span
+ * processors' start hooks (~13 µs to start and ~10 µs to end one on the warm path), where
+ * algohost sets a few known attributes and nothing else.
  */
-class RecordedSpan implements Span, ReadableSpan {
+class RecordedSpan implements Span {
   readonly recording = true;
   readonly sampled = true;
   route: string | undefined = undefined;
-  readonly attributes: Record<string, AttributeValue> = {};
-  status: SpanStatus = UNSET;
-  endTime: HrTime = [0, 0];
-  duration: HrTime = [0, 0];
-  ended = false;
-  readonly links = [];
-  readonly events = [];
-  readonly droppedAttributesCount = 0;
-  readonly droppedEventsCount = 0;
-  readonly droppedLinksCount = 0;
-  readonly instrumentationScope = SCOPE;
-  readonly startTime: HrTime;
-  private readonly context: SpanContext;
+  private failed: string | null = null;
+  private ended = false;
 
   constructor(
     private readonly owner: OtelTracer,
-    public name: string,
-    readonly kind: OtelKind,
+    private name: string,
+    private readonly kind: OtelKind,
     readonly traceId: string,
     readonly spanId: string,
-    readonly parentSpanContext: SpanContext | undefined,
-    attributes: Attributes | undefined,
+    private readonly parent: TraceContext | undefined,
+    private readonly attributes: Record<string, AttributeValue>,
     private readonly startMs: number,
-  ) {
-    this.context = { traceId, spanId, traceFlags: TraceFlags.SAMPLED };
-    this.startTime = hrTime(startMs);
-    if (attributes !== undefined) for (const k in attributes) if (attributes[k] !== undefined) this.attributes[k] = attributes[k];
-  }
-
-  get resource(): Resource {
-    return this.owner.resource;
-  }
-
-  spanContext(): SpanContext {
-    return this.context;
-  }
+  ) {}
 
   set(key: string, value: AttributeValue | undefined): void {
     if (value !== undefined && !this.ended) this.attributes[key] = value;
   }
 
   fail(message: string): void {
-    if (!this.ended) this.status = { code: SpanStatusCode.ERROR, message };
+    if (!this.ended) this.failed = message;
   }
 
   rename(name: string): void {
@@ -113,10 +89,8 @@ class RecordedSpan implements Span, ReadableSpan {
   end(): void {
     if (this.ended) return;
     this.ended = true;
-    const end = Math.max(nowMs(), this.startMs);
-    this.endTime = hrTime(end);
-    this.duration = hrTime(end - this.startMs);
-    this.owner.processor.onEnd(this);
+    const p = this.parent;
+    this.owner.finished([this.name, this.kind, this.traceId, this.spanId, p === undefined ? null : p.spanId, p?.sampled ?? false, this.startMs, Math.max(nowMs(), this.startMs), this.failed, this.attributes]);
   }
 }
 
@@ -126,21 +100,55 @@ export interface SpanIds {
   newSpanId(): string;
 }
 
+/** Spans posted to the export thread at most this many at a time, and at most this long after one ends. */
+const POST_BATCH = 64;
+const POST_AFTER_MS = 50;
+/** How long a stop waits for the last spans to be sent. */
+const CLOSE_TIMEOUT_MS = 15_000;
+
 export class OtelTracer implements Tracer {
   readonly exporting = true;
+  /** Spans dropped because the export thread was behind by the queue's size (OTEL_BSP_MAX_QUEUE_SIZE), gone, or closing. */
+  dropped = 0;
+  private pending: SpanRecord[] = [];
+  private posted = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private closing: Promise<void> | undefined;
+  private gone = false;
 
   private constructor(
-    readonly processor: SpanProcessor,
-    readonly resource: Resource,
+    private readonly thread: Worker,
+    private readonly maxQueue: number,
     private readonly sampler: Sampler,
     private readonly ids: SpanIds,
-  ) {}
+  ) {
+    thread.on('message', (m: { taken?: number }) => {
+      if (m.taken !== undefined) this.posted -= m.taken;
+    });
+    // The thread failing (it should not) costs its spans, never the node: later spans are dropped.
+    thread.on('error', () => (this.gone = true));
+    thread.on('exit', () => (this.gone = true));
+    // An idle thread does not hold the process open; close() sends what is left.
+    thread.unref();
+  }
 
   /** `ids`: how trace and span ids are made (tracing.ts's, which this module does not import: it imports this one). */
   static open(settings: ExportSettings, resource: Attributes, ids: SpanIds): OtelTracer {
-    const exporter = new OTLPTraceExporter({ url: settings.url, headers: settings.headers });
-    const processor = new BatchSpanProcessor(exporter, { scheduledDelayMillis: settings.scheduleDelayMs });
-    return new OtelTracer(processor, resourceFromAttributes({ 'service.name': settings.serviceName, ...clean(resource) }), samplerOf(settings.sampler), ids);
+    const thread = new Worker(new URL('./tracingThread.mjs', import.meta.url), {
+      workerData: {
+        url: settings.url,
+        headers: settings.headers,
+        scheduleDelayMs: settings.scheduleDelayMs,
+        maxQueueSize: settings.maxQueueSize,
+        maxExportBatchSize: settings.maxExportBatchSize,
+        exportTimeoutMs: settings.exportTimeoutMs,
+        resource: { 'service.name': settings.serviceName, ...clean(resource) },
+      },
+      // None of the process's flags (tsx's loader, a profiler's); its environment, as the SDK's
+      // exporter reads OTEL_EXPORTER_OTLP_* settings (timeout, compression, certificates) there.
+      execArgv: [],
+    });
+    return new OtelTracer(thread, settings.maxQueueSize, samplerOf(settings.sampler), ids);
   }
 
   start(name: string, kind: SpanKind, parent: TraceContext | undefined, attributes?: Attributes, startTime?: number): Span {
@@ -153,11 +161,53 @@ export class OtelTracer implements Tracer {
     const decision = this.sampler.shouldSample(context, traceId, name, otelKind, {}, []).decision;
     // Not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default).
     if (decision !== SamplingDecision.RECORD_AND_SAMPLED) return new IdSpan(traceId, this.ids.newSpanId(), false);
-    return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parentContext, attributes, startTime ?? nowMs());
+    return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parent, clean(attributes), startTime ?? nowMs());
+  }
+
+  /**
+   * A span has ended: kept for the next post to the export thread, or dropped if a queue's worth
+   * of spans already wait here or in messages the thread has not read (then its own queue, the
+   * SDK's, is full too, or soon will be).
+   */
+  finished(record: SpanRecord): void {
+    if (this.gone || this.closing !== undefined || this.posted + this.pending.length >= this.maxQueue) {
+      this.dropped++;
+      return;
+    }
+    this.pending.push(record);
+    if (this.pending.length >= POST_BATCH) this.post();
+    else if (this.timer === undefined) {
+      this.timer = setTimeout(() => this.post(), POST_AFTER_MS);
+      this.timer.unref();
+    }
+  }
+
+  private post(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.pending.length === 0 || this.gone) return;
+    const spans = this.pending;
+    this.pending = [];
+    this.posted += spans.length;
+    this.thread.postMessage({ spans });
   }
 
   /** Sends what is left; an export that fails (the collector away, too many at once) loses those spans, never the stop. */
-  async close(): Promise<void> {
-    await this.processor.shutdown().catch(() => undefined);
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.post();
+      if (!this.gone) {
+        const closed = new Promise<void>((resolve) => {
+          const done = () => resolve();
+          this.thread.on('message', (m: { closed?: boolean }) => m.closed === true && done());
+          this.thread.once('exit', done);
+          setTimeout(done, CLOSE_TIMEOUT_MS).unref();
+        });
+        this.thread.postMessage({ close: true });
+        await closed;
+      }
+      await this.thread.terminate();
+    })();
+    return this.closing;
   }
 }

@@ -49,6 +49,12 @@ export interface ExportSettings {
   serviceName: string;
   /** How often batches are sent (OTEL_BSP_SCHEDULE_DELAY). */
   scheduleDelayMs: number;
+  /** Finished spans waiting to be sent, at most (OTEL_BSP_MAX_QUEUE_SIZE): past it, spans are dropped. */
+  maxQueueSize: number;
+  /** Spans per export request, at most (OTEL_BSP_MAX_EXPORT_BATCH_SIZE). */
+  maxExportBatchSize: number;
+  /** How long one export request may take (OTEL_BSP_EXPORT_TIMEOUT). */
+  exportTimeoutMs: number;
   /** OTEL_TRACES_SAMPLER and its ratio (OTEL_TRACES_SAMPLER_ARG). */
   sampler: { name: 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio'; ratio: number };
 }

@@ -16,7 +16,8 @@ import { api, json, startServer, tempHome, type TestServer } from './helpers/ser
 import { callAlgo, release, upload } from './helpers/algorithms.ts';
 import { startServerProcess } from './helpers/process.ts';
 import { CLUSTER } from './helpers/backends.ts';
-import { parseTraceparent } from '../src/tracing.ts';
+import { newSpanId, newTraceId, openTracer, parseTraceparent, type ExportSettings } from '../src/tracing.ts';
+import type { OtelTracer } from '../src/tracingExport.ts';
 
 interface ExportedSpan {
   traceId: string;
@@ -401,6 +402,80 @@ describe('traces exported over OTLP/HTTP', () => {
     const second = lines(s.cluster!.second!.stdout()).filter((l) => worked.has(String(l.trace_id)));
     assert.ok(second.some((l) => l.msg === 'incoming request'), 'the other API node logs its requests with their trace id');
     assert.ok(second.some((l) => l.msg === 'request completed'));
+  });
+});
+
+describe('the export thread', () => {
+  const settings = (url: string, o: Partial<ExportSettings> = {}): ExportSettings => ({
+    url: `${url}/v1/traces`,
+    headers: {},
+    serviceName: 'export-thread-test',
+    // Never by the timer: only a batch filling, or the close, sends.
+    scheduleDelayMs: 600_000,
+    maxQueueSize: 2048,
+    maxExportBatchSize: 512,
+    exportTimeoutMs: 30_000,
+    sampler: { name: 'parentbased_always_on', ratio: 1 },
+    ...o,
+  });
+
+  test('every span ended before the close is sent, with its parent, kind, status, attributes and the node\'s resource', async () => {
+    const r = await otlpReceiver();
+    try {
+      const tracer = await openTracer(settings(r.url), { 'algohost.role': 'all' });
+      const caller = { traceId: newTraceId(), spanId: newSpanId(), sampled: true };
+      const made: { spanId: string; parent: string; name: string }[] = [];
+      // 1,500 spans: two batches fill and go while spans are made, the rest only at the close.
+      for (let i = 0; i < 750; i++) {
+        const request = tracer.start('HTTP', 'server', caller, { 'http.request.method': 'POST', absent: undefined });
+        const call = tracer.start('call alice/Echo', 'client', request, { 'algohost.depth': i });
+        if (i % 2 === 1) call.fail('the worker is gone');
+        call.end();
+        request.rename('POST /v1/algo/*');
+        request.set('http.response.status_code', 200);
+        request.end();
+        // Ended spans are final.
+        request.set('http.response.status_code', 500);
+        made.push({ spanId: request.spanId, parent: caller.spanId, name: 'POST /v1/algo/*' }, { spanId: call.spanId, parent: request.spanId, name: 'call alice/Echo' });
+        if (i % 100 === 99) await new Promise((res) => setImmediate(res));
+      }
+      await tracer.close();
+      const got = byId(r.spans);
+      assert.equal(r.spans.length, 1500, 'every span made, once');
+      for (const m of made) {
+        const sp = got.get(m.spanId);
+        assert.ok(sp, `span ${m.spanId} arrived`);
+        assert.equal(sp.traceId, caller.traceId);
+        assert.equal(sp.parentSpanId, m.parent);
+        assert.equal(sp.name, m.name);
+      }
+      const requests = r.spans.filter((x) => x.kind === SERVER);
+      const calls = r.spans.filter((x) => x.kind === CLIENT);
+      assert.equal(requests.length, 750);
+      assert.ok(requests.every((x) => x.attributes['http.response.status_code'] === 200 && x.attributes['http.request.method'] === 'POST' && !('absent' in x.attributes)));
+      assert.equal(calls.filter((x) => x.status === 2).length, 375, 'failed spans have status ERROR');
+      assert.equal(calls.filter((x) => x.status === 0).length, 375, 'the others UNSET');
+      assert.ok(r.spans.every((x) => x.resource['service.name'] === 'export-thread-test' && x.resource['algohost.role'] === 'all'));
+      // After the close, nothing more is sent: dropped and counted.
+      tracer.start('late', 'internal', undefined).end();
+      assert.equal((tracer as OtelTracer).dropped, 1);
+    } finally {
+      await r.close();
+    }
+  });
+
+  test('spans past the queue\'s size are dropped on the event loop, not queued without bound', async () => {
+    const r = await otlpReceiver();
+    try {
+      const tracer = (await openTracer(settings(r.url, { maxQueueSize: 100, maxExportBatchSize: 50 }))) as OtelTracer;
+      // A loop that never yields: the thread cannot say it took any, so past 100 waiting, spans are dropped.
+      for (let i = 0; i < 1000; i++) tracer.start('HTTP', 'server', undefined).end();
+      assert.equal(tracer.dropped, 900);
+      await tracer.close();
+      assert.equal(r.spans.length, 100, 'the 100 kept are sent');
+    } finally {
+      await r.close();
+    }
   });
 });
 
