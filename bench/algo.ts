@@ -30,7 +30,8 @@
  *
  * BENCH_ONLY=costs compares, the same way, the default server against it with Prometheus metrics
  * counted and against it with call limits that never refuse (targets: ≥ 97 % of its throughput
- * each); its block goes between the bench:algo-costs markers.
+ * each), with an A/A pair for the noise floor, each variant run by `--procs` servers (default 3)
+ * whose figures are averaged per round; its block goes between the bench:algo-costs markers.
  * BENCH_ONLY=tracing runs that comparison alone, short: tracing off, tracing exported and, with
  * `--rev REV` (or `--base DIR`), the server of another tree (before traces: what "off" must
  * cost nothing against), throughput and latency interleaved; its block goes to
@@ -652,6 +653,7 @@ function writeComparison(o: {
 
 /** BENCH_ONLY=tracing: tracing off vs exported (and another tree's server, with --rev/--base), short. */
 async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> {
+  const ROUNDS = QUICK ? 1 : numArg('--rounds', RATE_REPS);
   const started = performance.now();
   const load0 = os.loadavg()[0]!;
   const sink = await otlpSink();
@@ -671,7 +673,7 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
   const tBase = baseP ? ourTarget(`before traces (${argOf('--rev') ?? argOf('--base')})`, baseP, apiKey, 'Echo') : undefined;
   const targets = [tOff, tOn, tTenth, ...(tBase ? [tBase] : [])];
   let spans0 = 0;
-  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, RATE_REPS, () => (spans0 = sink.spans()));
+  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, ROUNDS, () => (spans0 = sink.spans()));
   // The last batches (sent every 5 s by default).
   await sleep(6000);
   const exported = sink.spans() - spans0;
@@ -683,7 +685,7 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
   const cpu = (t: Target) => m(rates.get(t)!.map((x) => x.serverUs));
   const rows: Row[] = [
     {
-      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${RATE_REPS} × ${RATE_MS / 1000} s), default pool: tracing exported vs tracing off`,
+      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${ROUNDS} × ${RATE_MS / 1000} s), default pool: tracing exported vs tracing off`,
       ours: fmt(m(rates.get(tOn)!.map((x) => x.rate)), 0),
       base: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
       ratio: pct(rateRatio(tOn, tOff), 1),
@@ -756,7 +758,7 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
     markers: TRACING,
     title: '### Tracing (`BENCH_ONLY=tracing npm run bench:algo`) — latest run',
     section: '## Traces (issue 25)',
-    command: `BENCH_ONLY=tracing npm run bench:algo${withBase ? ` -- ${argOf('--rev') ? `--rev ${argOf('--rev')}` : `--base ${argOf('--base')}`}` : ''}`,
+    command: `BENCH_ONLY=tracing npm run bench:algo${withBase || argOf('--rounds') ? ' --' : ''}${withBase ? ` ${argOf('--rev') ? `--rev ${argOf('--rev')}` : `--base ${argOf('--base')}`}` : ''}${argOf('--rounds') ? ` --rounds ${ROUNDS}` : ''}`,
     started,
     load0,
     idleAtStart,
@@ -784,65 +786,110 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const started = performance.now();
   const load0 = os.loadavg()[0]!;
   // More rounds than the tracing comparison's: a 3 % difference in rounds whose rate varies by a third on a shared machine.
-  const ROUNDS = QUICK ? 1 : numArg('--rounds', 24);
+  const ROUNDS = QUICK ? 1 : numArg('--rounds', 16);
+  // Several server processes per variant: two processes of one code differ here by ~5 % (JIT
+  // decisions, memory placement, which CPU the scheduler favours), more than the 3 % measured,
+  // and that luck stays with a process for its life. A variant's figure in a round is the mean
+  // of its processes', so one process's luck counts for 1/PROCS of it.
+  const PROCS = QUICK ? 1 : numArg('--procs', 3);
   const variants: { label: string; env: Record<string, string>; target: number | undefined; what: string }[] = [
-    // A second server of the same code: how far two processes of one configuration differ here (the noise floor).
-    { label: 'neither, a second server (A/A: the same code and settings)', env: {}, target: undefined, what: 'a second server of neither' },
+    { label: 'neither (the default: no metrics address or token, no limits)', env: {}, target: undefined, what: 'neither' },
+    // A second group of the same code: how far two groups of one configuration differ here (the noise floor).
+    { label: 'neither again (A/A: the same code and settings)', env: {}, target: undefined, what: 'neither again (A/A)' },
     { label: 'metrics on (BENCH_METRICS=1: prom-client, as with ALGOHOST_METRICS_ADDR)', env: { BENCH_METRICS: '1' }, target: TARGET.metricsOn, what: 'metrics on' },
     { label: 'limits on (BENCH_LIMITS=1: a rate, a burst and a concurrency per user that never refuse)', env: { BENCH_LIMITS: '1' }, target: TARGET.limitsOn, what: 'limits on' },
   ];
-  const offP = await spawnServer('neither', { args: serverArgs, logFile: path.join(WORK, 'costs-off.log') });
-  procs.push(offP);
-  const tOff = ourTarget('neither (the default: no metrics address or token, no limits)', offP, apiKey, 'Echo');
-  const ts: { t: Target; v: (typeof variants)[number] }[] = [];
+  const groups: { v: (typeof variants)[number]; members: Target[] }[] = [];
   for (const v of variants) {
-    const proc = await spawnServer(v.what, { args: serverArgs, env: v.env, logFile: path.join(WORK, `costs-${v.what.replace(/\W+/g, '-')}.log`) });
-    procs.push(proc);
-    ts.push({ t: ourTarget(v.label, proc, apiKey, 'Echo'), v });
+    const members: Target[] = [];
+    for (let i = 1; i <= PROCS; i++) {
+      const what = `${v.what} #${i}`;
+      const proc = await spawnServer(what, { args: serverArgs, env: v.env, logFile: path.join(WORK, `costs-${what.replace(/\W+/g, '-')}.log`) });
+      procs.push(proc);
+      members.push(ourTarget(`${v.label} #${i}`, proc, apiKey, 'Echo'));
+    }
+    groups.push({ v, members });
   }
-  const targets = [tOff, ...ts.map((x) => x.t)];
-  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, ROUNDS);
+  const { rates: procRates, lats: procLats, idleAtStart, noiseSince } = await compareRounds(
+    groups.flatMap((g) => g.members),
+    ROUNDS,
+  );
   const noise = noiseSince();
+  // Each variant as one target: per round, the mean of its processes' figures.
+  const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
+  const rates = new Map<Target, Rate[]>();
+  const lats = new Map<Target, Latency[]>();
+  const pooled = (label: string, members: Target[]): Target => {
+    const t: Target = { ...members[0]!, label };
+    rates.set(
+      t,
+      procRates.get(members[0]!)!.map((_, i) => {
+        const rs = members.map((x) => procRates.get(x)![i]!);
+        return { rate: mean(rs.map((r) => r.rate)), requests: rs.reduce((a, r) => a + r.requests, 0), serverUs: mean(rs.map((r) => r.serverUs)), childUs: mean(rs.map((r) => r.childUs)) };
+      }),
+    );
+    lats.set(
+      t,
+      procLats.get(members[0]!)!.map((_, i) => {
+        const ls = members.map((x) => procLats.get(x)![i]!);
+        return { p50: mean(ls.map((l) => l.p50)), p99: mean(ls.map((l) => l.p99)), requests: ls.reduce((a, l) => a + l.requests, 0) };
+      }),
+    );
+    return t;
+  };
+  const byVariant = new Map(groups.map(({ v, members }) => [v, pooled(PROCS === 1 ? v.label : `${v.label}, mean of ${PROCS} servers`, members)]));
+  // The baseline of metrics and limits: both groups of neither, 2 × PROCS servers (the A/A row
+  // compares the two groups, to show how far apart two groups of one code land).
+  const tOff = pooled(`neither, both groups: mean of ${2 * PROCS} servers`, [...groups[0]!.members, ...groups[1]!.members]);
   const m = median;
-  const rateRatio = (a: Target) => m(rates.get(a)!.map((x, i) => x.rate / rates.get(tOff)![i]!.rate));
-  const cpuRatio = (a: Target) => m(rates.get(a)!.map((x, i) => x.serverUs / rates.get(tOff)![i]!.serverUs));
-  const p50Ratio = (a: Target) => m(lats.get(a)!.map((x, i) => x.p50 / lats.get(tOff)![i]!.p50));
-  const rows: Row[] = ts.flatMap(({ t, v }) => [
-    {
-      measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${ROUNDS} × ${RATE_MS / 1000} s): ${v.what} vs neither`,
-      ours: fmt(m(rates.get(t)!.map((x) => x.rate)), 0),
-      base: fmt(m(rates.get(tOff)!.map((x) => x.rate)), 0),
-      ratio: pct(rateRatio(t), 1),
-      target: v.target === undefined ? '— (the noise floor)' : `≥ ${fmt(v.target * 100, 0)} %`,
-      result: v.target === undefined ? '—' : verdict(rateRatio(t) >= v.target),
-    },
-    {
-      measure: `same, server process CPU µs per call (paired ratio)`,
-      ours: fmt(m(rates.get(t)!.map((x) => x.serverUs)), 0),
-      base: fmt(m(rates.get(tOff)!.map((x) => x.serverUs)), 0),
-      ratio: `${fmt(cpuRatio(t), 3)} ×`,
-      target: '—',
-      result: '—',
-    },
-    {
-      measure: `Warm echo p50 latency at 1 connection, ms (median of ${LAT_REPS} × ${LAT_MS / 1000} s): ${v.what} vs neither`,
-      ours: fmt(m(lats.get(t)!.map((x) => x.p50)), 3),
-      base: fmt(m(lats.get(tOff)!.map((x) => x.p50)), 3),
-      ratio: `${fmt(p50Ratio(t), 2)} ×`,
-      target: '—',
-      result: '—',
-    },
-  ]);
+  const rateRatio = (a: Target, b: Target) => m(rates.get(a)!.map((x, i) => x.rate / rates.get(b)![i]!.rate));
+  const cpuRatio = (a: Target, b: Target) => m(rates.get(a)!.map((x, i) => x.serverUs / rates.get(b)![i]!.serverUs));
+  const p50Ratio = (a: Target, b: Target) => m(lats.get(a)!.map((x, i) => x.p50 / lats.get(b)![i]!.p50));
+  const rows: Row[] = variants.slice(1).flatMap((v, i) => {
+    const t = byVariant.get(v)!;
+    // The A/A group against the first group; the others against both.
+    const [b, bWhat] = i === 0 ? [byVariant.get(variants[0]!)!, 'neither'] : [tOff, `neither (both groups, ${2 * PROCS} servers)`];
+    return [
+      {
+        measure: `Warm echo calls/s, ${CONNECTIONS} keep-alive connections (median of ${ROUNDS} rounds × ${RATE_MS / 1000} s per server, ${PROCS} server${PROCS === 1 ? '' : 's'} per variant): ${v.what} vs ${bWhat}`,
+        ours: fmt(m(rates.get(t)!.map((x) => x.rate)), 0),
+        base: fmt(m(rates.get(b)!.map((x) => x.rate)), 0),
+        ratio: pct(rateRatio(t, b), 1),
+        target: v.target === undefined ? '— (the noise floor)' : `≥ ${fmt(v.target * 100, 0)} %`,
+        result: v.target === undefined ? '—' : verdict(rateRatio(t, b) >= v.target),
+      },
+      {
+        measure: `same, server process CPU µs per call (paired ratio)`,
+        ours: fmt(m(rates.get(t)!.map((x) => x.serverUs)), 0),
+        base: fmt(m(rates.get(b)!.map((x) => x.serverUs)), 0),
+        ratio: `${fmt(cpuRatio(t, b), 3)} ×`,
+        target: '—',
+        result: '—',
+      },
+      {
+        measure: `Warm echo p50 latency at 1 connection, ms (median of ${LAT_REPS} × ${LAT_MS / 1000} s per server): ${v.what} vs ${bWhat}`,
+        ours: fmt(m(lats.get(t)!.map((x) => x.p50)), 3),
+        base: fmt(m(lats.get(b)!.map((x) => x.p50)), 3),
+        ratio: `${fmt(p50Ratio(t, b), 2)} ×`,
+        target: '—',
+        result: '—',
+      },
+    ];
+  });
+  const targets = variants.map((v) => byVariant.get(v)!);
+  const args = [argOf('--rounds') ? `--rounds ${ROUNDS}` : '', argOf('--procs') ? `--procs ${PROCS}` : ''].filter(Boolean).join(' ');
   writeComparison({
     markers: COSTS,
     title: '### Metrics and limits on the warm path (`BENCH_ONLY=costs npm run bench:algo`) — latest run',
     section: '## Metrics (issue 25)',
-    command: `BENCH_ONLY=costs npm run bench:algo${argOf('--rounds') ? ` -- --rounds ${ROUNDS}` : ''}`,
+    command: `BENCH_ONLY=costs npm run bench:algo${args ? ` -- ${args}` : ''}`,
     started,
     load0,
     idleAtStart,
     noise,
-    extra: [],
+    extra: [
+      `- **Servers:** ${PROCS} processes per variant, all started before the first round; every round runs each of the ${PROCS * variants.length} servers once, in an order rotated round to round, and a variant's figure in a round is the mean of its servers'. The per-round lines below are those means.`,
+    ],
     rows,
     targets,
     rates,
