@@ -107,6 +107,13 @@ describe('pre-started workers', { skip }, () => {
     assert.fail(`no call of a new ${lang} algorithm ran on a pre-started worker; /algo was ${roots.join(', ')}`);
   }
 
+  /** Until a spare of `runner` is ready on this server (one server only; a cluster's are the worker nodes'), at most 15 s. */
+  async function spareReady(runner: 'node' | 'python') {
+    const end = Date.now() + 15_000;
+    while (!CLUSTER && (s.services.runtime.spares?.counts()[runner] ?? 0) === 0 && Date.now() < end) await new Promise((res) => setTimeout(res, 50));
+    if (CLUSTER) await new Promise((res) => setTimeout(res, 1000));
+  }
+
   for (const lang of ['js', 'py'] as const) {
     test(`${lang}: a cold start on a spare answers as a worker started for its build; the next call is warm`, async () => {
       const first = await coldOnSpare(lang, 'alice', alice, 'A');
@@ -173,6 +180,38 @@ describe('pre-started workers', { skip }, () => {
     }
     // It was a spare that loaded it (one server: its own pool; a cluster's are the worker nodes').
     if (!CLUSTER) assert.equal(s.services.runtime.spares!.taken, taken + 1);
+  });
+
+  test('a spare that dies loading its build is replaced by a worker started for the build: the call is answered', async () => {
+    await coldOnSpare('js', 'alice', alice, 'A');
+    await spareReady('node');
+    const name = `Dies${++n}`;
+    // Only a pre-started runner is given `--spare`: this build kills that one while it loads, and loads in any other.
+    await release(alice, 'alice', name, { 'src/index.js': "if (process.argv.includes('--spare')) process.exit(3);\nexport function apply(input) { return 'answered ' + input; }\n" }, { settings: { language: 'javascript' } });
+    const taken = s.services.runtime.spares?.taken ?? 0;
+    const r = await call(alice, `alice/${name}`);
+    assert.equal(r.result, 'answered x');
+    assert.equal(r.cold, 'true');
+    if (!CLUSTER) assert.equal(s.services.runtime.spares!.taken, taken + 1, 'a spare was given the build first');
+  });
+
+  test('what a build prints while it loads on a spare is not the first call\'s output', async () => {
+    await coldOnSpare('py', 'alice', alice, 'A');
+    await coldOnSpare('js', 'alice', alice, 'A');
+    for (const lang of ['js', 'py'] as const) {
+      await spareReady(lang === 'js' ? 'node' : 'python');
+      const name = `Loud${++n}`;
+      const f: Record<string, string> =
+        lang === 'js'
+          ? { 'src/index.js': "console.log('loading');\nexport function apply(input) { console.log('applying'); return input; }\n" }
+          : { [`src/${name}.py`]: "print('loading')\ndef apply(input):\n    print('applying')\n    return input\n" };
+      await release(alice, 'alice', name, f, { settings: { language: lang === 'js' ? 'javascript' : 'python3' } });
+      const r = await callAlgo(alice, `alice/${name}`, 'x', 'text/plain', '?stdout=true');
+      const body = await json(r);
+      assert.equal(r.headers.get('x-cold-start'), 'true');
+      assert.equal(body.result, 'x');
+      assert.equal(body.metadata.stdout, 'applying\n', `${lang}: ${JSON.stringify(body.metadata)}`);
+    }
   });
 
   test('spares\' directories go with their workers; those a dead server left are removed', { skip: CLUSTER ? 'the spares are the worker nodes\' (their homes are their own)' : false }, async () => {

@@ -1,5 +1,5 @@
 import { WorkerPool, DEFAULT_POOL, type PoolOptions } from './pool.ts';
-import { Worker } from './worker.ts';
+import { SpareLoadError, Worker } from './worker.ts';
 import { DEFAULT_LIMITS, type SandboxLimits } from './sandbox.ts';
 import type { FencePolicy } from './egressFence.ts';
 import type { GvisorOptions } from './gvisor.ts';
@@ -133,20 +133,37 @@ export class AlgorithmRuntime implements Executor {
    * requests. An outcome of a call that had a worker started for it says so (`coldStart`).
    */
   private async runPresent(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent: string | undefined): Promise<Outcome> {
+    try {
+      return await this.onPool(job, host, span, traceparent, true);
+    } catch (err) {
+      if (!(err instanceof SpareLoadError)) throw err;
+      // The spare hung or died loading the build (before the call began): as if no spare had been free.
+      this.options.log?.warn({ err, runner: job.target.runner }, 'a pre-started worker could not load a build; starting one for it instead');
+      return this.onPool(job, host, span, traceparent, false);
+    }
+  }
+
+  private async onPool(job: Job, host: HostHandler | undefined, span: Span | undefined, traceparent: string | undefined, spares: boolean): Promise<Outcome> {
     const deadline = performance.now() + job.timeoutMs;
     const asked = span === undefined ? 0 : performance.now();
     // Whether this call had a worker started for it (a cold start), rather than a warm one.
     let cold = false;
+    let began = 0;
     const outcome = await this.pool.with(
       job.target.key,
       () => {
         cold = true;
+        began = performance.now();
         span?.set('algohost.cold_start', true);
-        return this.start(job, deadline);
+        return this.start(job, deadline, spares);
       },
-      (worker) => {
+      async (worker) => {
         span?.set('algohost.worker_wait_ms', performance.now() - asked);
-        return worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host, traceparent);
+        const ahead = worker.loadedAt === undefined;
+        const o = await worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host, traceparent);
+        // A spare given its build ahead of this call (Spares.take) had loaded it once its `ready` came.
+        if (cold && ahead && worker.loadedAt !== undefined) (this.options.metrics ?? NO_METRICS).coldStart(job.target.runner, (worker.loadedAt - began) / 1000, true);
+        return o;
       },
       job.nesting,
       job.timeoutMs,
@@ -158,18 +175,17 @@ export class AlgorithmRuntime implements Executor {
 
   /**
    * A worker for the job's build, given until `deadline` (the call's) to be ready: a spare given
-   * the build, where one is ready and the build can go into one; else one started for it.
+   * the build (loading it: Worker.loadAhead), where one is ready and the build can go into one
+   * and `spares` allows; else one started for it.
    */
-  private async start({ target }: Job, deadline: number): Promise<Worker> {
+  private async start({ target }: Job, deadline: number, spares: boolean): Promise<Worker> {
     const metrics = this.options.metrics ?? NO_METRICS;
     const began = performance.now();
     const left = () => Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now()));
-    if (this.spares !== undefined && !target.network) {
+    if (spares && this.spares !== undefined && !target.network) {
+      // Given the build, loading it: the call goes right behind (its cold start is counted once loaded, in onPool).
       const spare = await this.spares.take(target.runner, this.dir(target.build), target.entry, left());
-      if (spare !== undefined) {
-        metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
-        return spare;
-      }
+      if (spare !== undefined) return spare;
     }
     try {
       const worker = await Worker.start(

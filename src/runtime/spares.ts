@@ -118,9 +118,10 @@ export class Spares {
   }
 
   /**
-   * A spare that has loaded the build in `buildDir` from `entry`, or undefined: none is ready,
-   * the build has too many files, or the spare failed (the caller then starts a worker for the
-   * build as before). Asking keeps spares of `runner` from now on.
+   * A spare given the build in `buildDir`, loading it from `entry` (Worker.loadAhead: its next
+   * call waits for the load, and throws SpareLoadError if the load hangs or kills it), or
+   * undefined: none is ready, the build has too many files, or the spare failed (the caller then
+   * starts a worker for the build as before). Asking keeps spares of `runner` from now on.
    */
   async take(runner: RunnerKind, buildDir: string, entry: string, timeoutMs: number): Promise<Worker | undefined> {
     if (this.closed || this.options.perRunner === 0) return undefined;
@@ -136,12 +137,12 @@ export class Spares {
     if (spare === undefined) return undefined;
     try {
       await linkTree(tree, buildDir, spare.dir);
-      await spare.worker.load(entry, timeoutMs);
+      spare.worker.loadAhead(entry, timeoutMs);
       this.taken++;
       return spare.worker;
     } catch (err) {
       spare.worker.kill();
-      this.log?.warn({ err, runner }, 'a pre-started worker could not load a build; starting one for it instead');
+      this.log?.warn({ err, runner }, 'a pre-started worker could not be given a build; starting one for it instead');
       return undefined;
     } finally {
       // Its replacement is started a moment later, once this call has most likely been answered:

@@ -84,6 +84,9 @@ const NO_STDOUT: Buffer[] = [];
  * One sandboxed process running one algorithm version, answering one call at a time. A
  * worker whose call timed out or whose process died is dead: the pool replaces it.
  */
+/** A spare given its build by loadAhead did not load it (it hung or died): start a worker for the build instead. */
+export class SpareLoadError extends Error {}
+
 export class Worker {
   private readonly decoder = new FrameDecoder();
   private readonly channel: Readable & Writable;
@@ -116,6 +119,7 @@ export class Worker {
       try {
         for (const frame of this.decoder.push(chunk)) {
           if (frame.header.type === 'request') this.hostRequest(frame);
+          else if (this.readyWanted !== undefined && frame.header.type === 'ready') this.onReady(frame);
           else this.settle(frame);
         }
       } catch {
@@ -123,18 +127,7 @@ export class Worker {
       }
     });
     this.channel.on('error', () => undefined);
-    child.stdout!.on('data', (chunk: Buffer) => {
-      // Output between calls (a timer firing after an answer) belongs to no caller.
-      if (!this.busy) return;
-      this.stdoutTotal += chunk.length;
-      if (this.stdoutWanted !== undefined && this.stdoutTotal >= this.stdoutWanted.bytes) this.stdoutWanted.resolve();
-      if (this.stdoutBytes < this.maxStdout) {
-        const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
-        if (this.stdout === NO_STDOUT) this.stdout = [];
-        this.stdout.push(keep);
-        this.stdoutBytes += keep.length;
-      }
-    });
+    child.stdout!.on('data', (chunk: Buffer) => this.onStdout(chunk));
     child.stderr!.on('data', (chunk: Buffer) => {
       this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_KEEP);
     });
@@ -145,6 +138,33 @@ export class Worker {
         this.settle('exited');
       });
     });
+  }
+
+  private onStdout(chunk: Buffer): void {
+    // Before the `ready` of a loadAhead, held: `ready` says how many bytes the build printed
+    // while loading, which are no caller's (as for a worker started for its build); the call's
+    // may come before the `ready` is read (stdout and the channel are separate pipes).
+    if (this.loadPending !== undefined || this.readyWanted !== undefined) {
+      if (this.loadHeldBytes <= this.maxStdout + 65536) this.loadHeld.push(chunk);
+      this.loadHeldBytes += chunk.length;
+      return;
+    }
+    if (this.stdoutSkip > 0) {
+      const k = Math.min(this.stdoutSkip, chunk.length);
+      this.stdoutSkip -= k;
+      chunk = chunk.subarray(k);
+      if (chunk.length === 0) return;
+    }
+    // Output between calls (a timer firing after an answer) belongs to no caller.
+    if (!this.busy) return;
+    this.stdoutTotal += chunk.length;
+    if (this.stdoutWanted !== undefined && this.stdoutTotal >= this.stdoutWanted.bytes) this.stdoutWanted.resolve();
+    if (this.stdoutBytes < this.maxStdout) {
+      const keep = chunk.subarray(0, this.maxStdout - this.stdoutBytes);
+      if (this.stdout === NO_STDOUT) this.stdout = [];
+      this.stdout.push(keep);
+      this.stdoutBytes += keep.length;
+    }
   }
 
   /** Starts a worker and waits until its algorithm is loaded (or failed to load). */
@@ -176,6 +196,51 @@ export class Worker {
     this.channel.write(encodeFrame({ type: 'load', entry }));
     const ready = await this.expect('ready', timeoutMs);
     this.loadError = ready.header.load_error === undefined ? undefined : errorInfo(ready.header.load_error);
+  }
+
+  /**
+   * Has a spare load its build as `load` does, without waiting: the next `call` is written
+   * right behind the `load` frame (the runner takes it once loaded) and waits for `ready` before
+   * its answer. A cold call on a spare then costs one round trip to the runner, not two. If the
+   * runner does not answer `ready` within `timeoutMs`, or exits first, that `call` kills it and
+   * throws SpareLoadError (the caller starts a worker for the build instead, as after `load`).
+   */
+  loadAhead(entry: string, timeoutMs: number): void {
+    if (this.dead) throw new Error('the pre-started worker has exited');
+    this.channel.write(encodeFrame({ type: 'load', entry }));
+    this.loadPending = timeoutMs;
+  }
+
+  /** When the build was loaded (performance.now()), for a worker given its build by loadAhead: the runtime's cold-start time. */
+  loadedAt: number | undefined;
+  /** A loadAhead's time for `ready`, until the next call is written. */
+  private loadPending: number | undefined;
+  /** Stdout read before the `ready` of a loadAhead (onReady sorts it), and how much of what follows is still the load's. */
+  private loadHeld: Buffer[] = [];
+  private loadHeldBytes = 0;
+  private stdoutSkip = 0;
+  /** Set while a call written behind a loadAhead waits for its `ready`: the call's own timeout and start. */
+  private readyWanted: { timeoutMs: number; started: number } | undefined;
+
+  /**
+   * The `ready` of a loadAhead, read in the same chunk as the answer behind it as often as not:
+   * taken here, not as the call's answer, and the call's deadline becomes its own from now.
+   */
+  private onReady(frame: Frame): void {
+    const { timeoutMs, started } = this.readyWanted!;
+    this.readyWanted = undefined;
+    this.loadError = frame.header.load_error === undefined ? undefined : errorInfo(frame.header.load_error);
+    const now = performance.now();
+    this.loadedAt = now;
+    // The first `stdout_bytes` of what came and comes are the load's: skipped; the rest is the call's.
+    const printed = frame.header.stdout_bytes;
+    this.stdoutSkip = typeof printed === 'number' && printed > 0 ? Math.min(printed, 1 << 40) : 0;
+    const held = this.loadHeld;
+    this.loadHeld = [];
+    this.loadHeldBytes = 0;
+    for (const c of held) this.onStdout(c);
+    // The deadlines' timer reads it when it fires, and waits on for a later one.
+    this.deadline = now + Math.max(1, timeoutMs - (now - started));
   }
 
   /** The next frame, which must be of `type`; otherwise the worker is killed and this throws why. */
@@ -217,12 +282,25 @@ export class Worker {
     this.stdout = NO_STDOUT;
     this.stdoutBytes = 0;
     this.stdoutTotal = 0;
-    const started = performance.now();
+    let started = performance.now();
     const id = this.nextId++;
     this.callId = id;
     try {
       this.channel.write(encodeCall(id, contentType, input, traceparent));
-      const answer = await this.next(timeoutMs);
+      const ahead = this.loadPending;
+      if (ahead !== undefined) {
+        // Behind a loadAhead: its `ready` comes first (taken by the channel's reader: onReady).
+        this.loadPending = undefined;
+        this.readyWanted = { timeoutMs, started };
+      }
+      const answer = await this.next(ahead === undefined ? timeoutMs : Math.min(ahead, timeoutMs));
+      if (this.readyWanted !== undefined) {
+        this.readyWanted = undefined;
+        const why = answer === 'timeout' ? 'did not load its build in time' : answer === 'exited' ? `exited while loading its build: ${this.stderrTail.trim().slice(-2000)}` : `answered ${String(answer.header.type)} before ready`;
+        this.kill();
+        throw new SpareLoadError(`pre-started worker ${why}`);
+      }
+      if (ahead !== undefined) started = this.loadedAt!;
       const elapsed = performance.now() - started;
       if (answer === 'timeout') {
         this.kill();

@@ -414,14 +414,18 @@ let loaded = false;
 
 async function loadBuild(entry) {
   await load(`${spareRoot}/${entry}`);
-  send({ type: 'ready', pid: process.pid, ...(loadError ? { load_error: loadError } : {}) });
+  // With what the build printed while loading (stdoutBytes counts from the start until a call's): not the first call's.
+  send({ type: 'ready', pid: process.pid, stdout_bytes: stdoutBytes, ...(loadError ? { load_error: loadError } : {}) });
 }
 
 function dispatch(header, body) {
   if (header.type === 'call') takeCall(header, body);
   else if (header.type === 'load' && spareRoot !== undefined && !loaded && typeof header.entry === 'string') {
     loaded = true;
-    void loadBuild(header.entry);
+    // The server writes the first call right behind the load (Worker.loadAhead): it waits with
+    // the early calls until the build is loaded and `ready` sent.
+    calling = true;
+    void loadBuild(header.entry).then(callDone);
   }
   else if (header.type === 'response' && pending.has(header.rid)) {
     const resolve = pending.get(header.rid);
