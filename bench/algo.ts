@@ -651,6 +651,53 @@ function writeComparison(o: {
   log(`wrote ${path.relative(REPO, DOC)} (${fmt(seconds, 0)} s)`);
 }
 
+/**
+ * Several server processes per variant (BENCH_ONLY=costs, =tracing: `--procs`): two processes of
+ * one code differ here by ~5 % (JIT decisions, memory placement, which CPU the scheduler
+ * favours), more than the few % these comparisons measure, and that luck stays with a process
+ * for its life. A variant's figure in a round is the mean of its processes', so one process's
+ * luck counts for 1/PROCS of it.
+ */
+const PROCS = QUICK ? 1 : numArg('--procs', 3);
+
+/** `n` servers of one variant, as targets labelled `label #i`. */
+async function spawnGroup(apiKey: string, serverArgs: string[], what: string, label: string, env: Record<string, string>, n = PROCS): Promise<Target[]> {
+  const members: Target[] = [];
+  for (let i = 1; i <= n; i++) {
+    const name = n === 1 ? what : `${what} #${i}`;
+    const proc = await spawnServer(name, { args: serverArgs, env, logFile: path.join(WORK, `${name.replace(/\W+/g, '-')}.log`) });
+    procs.push(proc);
+    members.push(ourTarget(n === 1 ? label : `${label} #${i}`, proc, apiKey, 'Echo'));
+  }
+  return members;
+}
+
+/** Pools groups of servers measured in the same rounds: per round, the mean of the members' figures, as one target's. */
+function pooler(procRates: Map<Target, Rate[]>, procLats: Map<Target, Latency[]>) {
+  const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
+  const rates = new Map<Target, Rate[]>();
+  const lats = new Map<Target, Latency[]>();
+  const pooled = (label: string, members: Target[]): Target => {
+    const t: Target = { ...members[0]!, label };
+    rates.set(
+      t,
+      procRates.get(members[0]!)!.map((_, i) => {
+        const rs = members.map((x) => procRates.get(x)![i]!);
+        return { rate: mean(rs.map((r) => r.rate)), requests: rs.reduce((a, r) => a + r.requests, 0), serverUs: mean(rs.map((r) => r.serverUs)), childUs: mean(rs.map((r) => r.childUs)) };
+      }),
+    );
+    lats.set(
+      t,
+      procLats.get(members[0]!)!.map((_, i) => {
+        const ls = members.map((x) => procLats.get(x)![i]!);
+        return { p50: mean(ls.map((l) => l.p50)), p99: mean(ls.map((l) => l.p99)), requests: ls.reduce((a, l) => a + l.requests, 0) };
+      }),
+    );
+    return t;
+  };
+  return { rates, lats, pooled };
+}
+
 /** BENCH_ONLY=tracing: tracing off vs exported (and another tree's server, with --rev/--base), short. */
 async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const ROUNDS = QUICK ? 1 : numArg('--rounds', RATE_REPS);
@@ -659,25 +706,26 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
   const sink = await otlpSink();
   const withBase = argOf('--rev') !== undefined || argOf('--base') !== undefined;
   const base = withBase ? baseTree() : undefined;
-  const off = await spawnServer('tracing off', { args: serverArgs, logFile: path.join(WORK, 'tracing-off.log') });
-  procs.push(off);
-  const on = await spawnServer('tracing exported', { args: serverArgs, env: { BENCH_OTLP: sink.url }, logFile: path.join(WORK, 'tracing-on.log') });
-  procs.push(on);
-  const tenth = await spawnServer('tracing exported, 1 in 10', { args: serverArgs, env: { BENCH_OTLP: sink.url, BENCH_OTLP_RATIO: '0.1' }, logFile: path.join(WORK, 'tracing-tenth.log') });
-  procs.push(tenth);
+  const offs = await spawnGroup(apiKey, serverArgs, 'tracing off', 'tracing off (default)', {});
+  const ons = await spawnGroup(apiKey, serverArgs, 'tracing exported', 'tracing exported (OTLP/HTTP JSON to a sink in the bench process)', { BENCH_OTLP: sink.url });
+  const tenths = await spawnGroup(apiKey, serverArgs, 'tracing exported, 1 in 10', 'tracing exported, one trace in ten (OTEL_TRACES_SAMPLER=parentbased_traceidratio, 0.1)', { BENCH_OTLP: sink.url, BENCH_OTLP_RATIO: '0.1' });
   const baseP = base ? await spawnServer('base', { args: [path.join(base, 'bench/algoServer.ts'), HOME], logFile: path.join(WORK, 'tracing-base.log') }) : undefined;
   if (baseP) procs.push(baseP);
-  const tOff = ourTarget('tracing off (default)', off, apiKey, 'Echo');
-  const tOn = ourTarget('tracing exported (OTLP/HTTP JSON to a sink in the bench process)', on, apiKey, 'Echo');
-  const tTenth = ourTarget('tracing exported, one trace in ten (OTEL_TRACES_SAMPLER=parentbased_traceidratio, 0.1)', tenth, apiKey, 'Echo');
-  const tBase = baseP ? ourTarget(`before traces (${argOf('--rev') ?? argOf('--base')})`, baseP, apiKey, 'Echo') : undefined;
-  const targets = [tOff, tOn, tTenth, ...(tBase ? [tBase] : [])];
+  const bases = baseP ? [ourTarget(`before traces (${argOf('--rev') ?? argOf('--base')})`, baseP, apiKey, 'Echo')] : [];
   let spans0 = 0;
-  const { rates, lats, idleAtStart, noiseSince } = await compareRounds(targets, ROUNDS, () => (spans0 = sink.spans()));
+  const { rates: procRates, lats: procLats, idleAtStart, noiseSince } = await compareRounds([...offs, ...ons, ...tenths, ...bases], ROUNDS, () => (spans0 = sink.spans()));
+  const { rates, lats, pooled } = pooler(procRates, procLats);
+  const of = (members: Target[]) => pooled(members.length === 1 ? members[0]!.label : `${members[0]!.label.replace(/ #1$/, '')}, mean of ${members.length} servers`, members);
+  const tOff = of(offs);
+  const tOn = of(ons);
+  const tTenth = of(tenths);
+  const tBase = baseP ? of(bases) : undefined;
+  const targets = [tOff, tOn, tTenth, ...(tBase ? [tBase] : [])];
   // The last batches (sent every 5 s by default).
   await sleep(6000);
   const exported = sink.spans() - spans0;
   const calls = rates.get(tOn)!.reduce((a, x) => a + x.requests, 0) + lats.get(tOn)!.reduce((a, x) => a + x.requests, 0);
+  // (requests are summed over a variant's servers: the calls the servers keeping every trace took.)
   const noise = noiseSince();
   const m = median;
   const rateRatio = (a: Target, b: Target) => m(rates.get(a)!.map((x, i) => x.rate / rates.get(b)![i]!.rate));
@@ -763,7 +811,10 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
     load0,
     idleAtStart,
     noise,
-    extra: [`- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the one keeping every trace (a warm call on one machine makes one span: the request's; the batch processor drops what overflows its queue of 2,048 spans).`],
+    extra: [
+      `- **Servers:** ${PROCS} process${PROCS === 1 ? '' : 'es'} per variant${tBase ? ' (one of the other tree)' : ''}, all started before the first round; every round runs each server once, in an order rotated round to round, and a variant's figure in a round is the mean of its servers'. The per-round lines below are those means.`,
+      `- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the ones keeping every trace (a warm call on one machine makes one span: the request's; the batch processor drops what overflows its queue of 2,048 spans).`,
+    ],
     rows,
     targets,
     rates,
@@ -787,11 +838,6 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
   const load0 = os.loadavg()[0]!;
   // More rounds than the tracing comparison's: a 3 % difference in rounds whose rate varies by a third on a shared machine.
   const ROUNDS = QUICK ? 1 : numArg('--rounds', 16);
-  // Several server processes per variant: two processes of one code differ here by ~5 % (JIT
-  // decisions, memory placement, which CPU the scheduler favours), more than the 3 % measured,
-  // and that luck stays with a process for its life. A variant's figure in a round is the mean
-  // of its processes', so one process's luck counts for 1/PROCS of it.
-  const PROCS = QUICK ? 1 : numArg('--procs', 3);
   const variants: { label: string; env: Record<string, string>; target: number | undefined; what: string }[] = [
     { label: 'neither (the default: no metrics address or token, no limits)', env: {}, target: undefined, what: 'neither' },
     // A second group of the same code: how far two groups of one configuration differ here (the noise floor).
@@ -800,43 +846,14 @@ async function costsMode(apiKey: string, serverArgs: string[]): Promise<void> {
     { label: 'limits on (BENCH_LIMITS=1: a rate, a burst and a concurrency per user that never refuse)', env: { BENCH_LIMITS: '1' }, target: TARGET.limitsOn, what: 'limits on' },
   ];
   const groups: { v: (typeof variants)[number]; members: Target[] }[] = [];
-  for (const v of variants) {
-    const members: Target[] = [];
-    for (let i = 1; i <= PROCS; i++) {
-      const what = `${v.what} #${i}`;
-      const proc = await spawnServer(what, { args: serverArgs, env: v.env, logFile: path.join(WORK, `costs-${what.replace(/\W+/g, '-')}.log`) });
-      procs.push(proc);
-      members.push(ourTarget(`${v.label} #${i}`, proc, apiKey, 'Echo'));
-    }
-    groups.push({ v, members });
-  }
+  for (const v of variants) groups.push({ v, members: await spawnGroup(apiKey, serverArgs, `costs ${v.what}`, v.label, v.env) });
   const { rates: procRates, lats: procLats, idleAtStart, noiseSince } = await compareRounds(
     groups.flatMap((g) => g.members),
     ROUNDS,
   );
   const noise = noiseSince();
   // Each variant as one target: per round, the mean of its processes' figures.
-  const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
-  const rates = new Map<Target, Rate[]>();
-  const lats = new Map<Target, Latency[]>();
-  const pooled = (label: string, members: Target[]): Target => {
-    const t: Target = { ...members[0]!, label };
-    rates.set(
-      t,
-      procRates.get(members[0]!)!.map((_, i) => {
-        const rs = members.map((x) => procRates.get(x)![i]!);
-        return { rate: mean(rs.map((r) => r.rate)), requests: rs.reduce((a, r) => a + r.requests, 0), serverUs: mean(rs.map((r) => r.serverUs)), childUs: mean(rs.map((r) => r.childUs)) };
-      }),
-    );
-    lats.set(
-      t,
-      procLats.get(members[0]!)!.map((_, i) => {
-        const ls = members.map((x) => procLats.get(x)![i]!);
-        return { p50: mean(ls.map((l) => l.p50)), p99: mean(ls.map((l) => l.p99)), requests: ls.reduce((a, l) => a + l.requests, 0) };
-      }),
-    );
-    return t;
-  };
+  const { rates, lats, pooled } = pooler(procRates, procLats);
   const byVariant = new Map(groups.map(({ v, members }) => [v, pooled(PROCS === 1 ? v.label : `${v.label}, mean of ${PROCS} servers`, members)]));
   // The baseline of metrics and limits: both groups of neither, 2 × PROCS servers (the A/A row
   // compares the two groups, to show how far apart two groups of one code land).
