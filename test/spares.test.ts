@@ -195,6 +195,26 @@ describe('pre-started workers', { skip }, () => {
     if (!CLUSTER) assert.equal(s.services.runtime.spares!.taken, taken + 1, 'a spare was given the build first');
   });
 
+  test('a load() on a spare gets no SDK request served, as on a worker started for its build: it is in no call', async () => {
+    await coldOnSpare('js', 'alice', alice, 'A');
+    await spareReady('node');
+    const name = `Asks${++n}`;
+    // load() asks for one of alice's files; the call behind it on the spare is alice's, but load() is no call's.
+    await release(
+      alice,
+      'alice',
+      name,
+      { 'src/index.js': "let got;\nexport async function load() { try { got = await globalThis.algohost.client().file('data://.my/traced/f.txt').getString(); } catch (e) { got = 'refused: ' + e.message; } }\nexport function apply() { return got; }\n" },
+      { settings: { language: 'javascript' } },
+    );
+    await alice('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'traced' }) });
+    await alice('/v1/data/.my/traced/f.txt', { method: 'PUT', body: 'secret of alice' });
+    const taken = s.services.runtime.spares?.taken ?? 0;
+    const r = await call(alice, `alice/${name}`);
+    if (!CLUSTER) assert.equal(s.services.runtime.spares!.taken, taken + 1, 'it ran on a spare');
+    assert.match(String(r.result), /^refused: .*no call is in progress/, JSON.stringify(r.result));
+  });
+
   test('what a build prints while it loads on a spare is not the first call\'s output', async () => {
     await coldOnSpare('py', 'alice', alice, 'A');
     await coldOnSpare('js', 'alice', alice, 'A');

@@ -80,13 +80,13 @@ const deadlines = new Deadlines();
 
 const NO_STDOUT: Buffer[] = [];
 
+/** A spare given its build by loadAhead did not load it (it hung or died): start a worker for the build instead. */
+export class SpareLoadError extends Error {}
+
 /**
  * One sandboxed process running one algorithm version, answering one call at a time. A
  * worker whose call timed out or whose process died is dead: the pool replaces it.
  */
-/** A spare given its build by loadAhead did not load it (it hung or died): start a worker for the build instead. */
-export class SpareLoadError extends Error {}
-
 export class Worker {
   private readonly decoder = new FrameDecoder();
   private readonly channel: Readable & Writable;
@@ -351,7 +351,9 @@ export class Worker {
     };
     const refuse = (error: string) => reply({ header: { status: 0, error }, body: Buffer.alloc(0) }, false);
     const host = this.host;
-    if (!this.busy || !host) return refuse('no call is in progress');
+    // A build loading behind a loadAhead is not in a call yet: its load() gets no caller's
+    // requests served, as on a worker started for its build.
+    if (!this.busy || !host || this.readyWanted !== undefined) return refuse('no call is in progress');
     if (this.hostInFlight >= MAX_HOST_REQUESTS) return refuse(`at most ${MAX_HOST_REQUESTS} requests at once`);
     this.hostInFlight++;
     host(frame.header, frame.body).then(
