@@ -7,7 +7,7 @@
 // bin/algohost.mjs registers on the main thread, and this file needs nothing of algohost's.
 //
 // Messages in (from tracingExport.ts):
-//   { spans: SpanRecord[] }  finished spans (the record's fields: tracingExport.ts's toRecord)
+//   { spans: SpanRecord[] }  finished spans (the record's fields: tracingExport.ts's SpanRecord)
 //   { close: true }          send what is left, then answer { closed: true }
 // Messages out:
 //   { taken: n }             n spans were handed to the batch processor (the sender's queue bound)

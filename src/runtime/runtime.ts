@@ -159,10 +159,9 @@ export class AlgorithmRuntime implements Executor {
       },
       async (worker) => {
         span?.set('algohost.worker_wait_ms', performance.now() - asked);
-        const ahead = worker.loadedAt === undefined;
         const o = await worker.call(job.contentType, job.input, Math.max(1, deadline - performance.now()), host, traceparent);
-        // A spare given its build ahead of this call (Spares.take) had loaded it once its `ready` came.
-        if (cold && ahead && worker.loadedAt !== undefined) (this.options.metrics ?? NO_METRICS).coldStart(job.target.runner, (worker.loadedAt - began) / 1000, true);
+        // Only a spare given its build for this call (Spares.take, loadAhead) has a loadedAt on a cold start: loaded once its `ready` came.
+        if (cold && worker.loadedAt !== undefined) (this.options.metrics ?? NO_METRICS).coldStart(job.target.runner, (worker.loadedAt - began) / 1000, true);
         return o;
       },
       job.nesting,
