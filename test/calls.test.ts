@@ -198,13 +198,18 @@ describe('how an algorithm exports apply', () => {
     ModuleExports: { 'src/index.js': "module.exports = function apply(input) { return 'module.exports:' + input; };\n" },
     Async: { 'src/index.js': "export default async function apply(input) { await new Promise((r) => setTimeout(r, 5)); return 'async:' + input; }\n" },
     Callback: { 'src/index.js': "export default function apply(input, cb) { setTimeout(() => cb(null, 'callback:' + input), 5); }\n" },
+    // The runner requires an entry (require(esm)) and imports what cannot be required: a module
+    // with top-level await; a CommonJS entry is imported from the require cache. Each runs once.
+    TopLevelAwait: { 'src/index.js': "globalThis.runs = (globalThis.runs ?? 0) + 1;\nconst word = await Promise.resolve('top-level await');\nexport function apply(input) { return word + ' ' + globalThis.runs + ':' + input; }\n" },
+    CommonJsOnce: { 'src/index.js': "globalThis.runs = (globalThis.runs ?? 0) + 1;\nexports.apply = (input) => 'commonjs ' + globalThis.runs + ':' + input;\n" },
   };
   const expected: Record<string, string> = {
     Named: 'named', DefaultFunction: 'default function', DefaultAnonymous: 'default arrow', DefaultObject: 'default object',
     DefaultInstance: 'class instance', CommonJs: 'commonjs', ModuleExports: 'module.exports', Async: 'async', Callback: 'callback',
+    TopLevelAwait: 'top-level await 1', CommonJsOnce: 'commonjs 1',
   };
 
-  test('named, default function or object, class instance, CommonJS, async and callback styles all answer', async () => {
+  test('named, default function or object, class instance, CommonJS, async, callback and top-level await styles all answer, each loaded once', async () => {
     for (const [name, files] of Object.entries(STYLES)) {
       await release(alice, 'alice', `Style${name}`, files, { settings: { language: 'javascript' } });
     }
