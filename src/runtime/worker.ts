@@ -177,7 +177,7 @@ export class Worker {
 
   /**
    * Starts a pre-started worker (`spec.spare`: spares.ts), ready once its runner is up in
-   * its sandbox, before it has any build; `load` gives it the one build it will ever run.
+   * its sandbox, before it has any build; `loadAhead` gives it the one build it will ever run.
    */
   static async spare(spec: SandboxSpec, options: WorkerOptions = {}): Promise<Worker> {
     const worker = new Worker(spawnSandbox(spec), options.maxStdoutBytes ?? 1024 * 1024);
@@ -186,24 +186,13 @@ export class Worker {
   }
 
   /**
-   * Has a spare load its build, whose files are now in its /algo (spares.ts), from `entry`, and
-   * waits until the algorithm is loaded (or failed to load, which is the algorithm's:
-   * `loadError`, as for a worker started for it). Throws when the worker did not answer in time
-   * or died: it is then dead, and the caller starts one for the build instead.
-   */
-  async load(entry: string, timeoutMs: number): Promise<void> {
-    if (this.dead) throw new Error('the pre-started worker has exited');
-    this.channel.write(encodeFrame({ type: 'load', entry }));
-    const ready = await this.expect('ready', timeoutMs);
-    this.loadError = ready.header.load_error === undefined ? undefined : errorInfo(ready.header.load_error);
-  }
-
-  /**
-   * Has a spare load its build as `load` does, without waiting: the next `call` is written
-   * right behind the `load` frame (the runner takes it once loaded) and waits for `ready` before
-   * its answer. A cold call on a spare then costs one round trip to the runner, not two. If the
-   * runner does not answer `ready` within `timeoutMs`, or exits first, that `call` kills it and
-   * throws SpareLoadError (the caller starts a worker for the build instead, as after `load`).
+   * Has a spare load its build, whose files are now in its /algo (spares.ts), from `entry`,
+   * without waiting: the next `call` is written right behind the `load` frame (the runner takes
+   * it once loaded) and waits for `ready` before its answer, so a cold call on a spare costs one
+   * round trip to the runner. A build that fails to load is the algorithm's (`loadError`, as for
+   * a worker started for it). If the runner does not answer `ready` within `timeoutMs`, or exits
+   * first, that `call` kills it and throws SpareLoadError (the caller starts a worker for the
+   * build instead).
    */
   loadAhead(entry: string, timeoutMs: number): void {
     if (this.dead) throw new Error('the pre-started worker has exited');
