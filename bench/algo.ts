@@ -1232,7 +1232,7 @@ async function main(): Promise<void> {
     '',
     '#### Method',
     '',
-    '- Four servers run as child processes, started the same way (`node --expose-gc --import tsx --import bench/memProbe.ts …`, as in the data benchmark): ' +
+    '- Four servers run as child processes, started the same way (`node --expose-gc --import ./bin/loader.mjs --import bench/memProbe.ts …`, as in the data benchmark): ' +
       'ours twice on one home (`bench/algoServer.ts`: `createServices` + `buildApp` from src/, pino at level silent, sandboxed workers), once with the default pool ' +
       '(`DEFAULT_POOL`: up to 4 workers per version, 16 in all, idle 5 min) and once with `runtime: { pool: { ...DEFAULT_POOL, maxPerVersion: 1 } }`; ' +
       'and the floor `bench/floorServer.ts` twice: plain `node:http` forwarding each request body as a length-prefixed frame to one warm child, ' +

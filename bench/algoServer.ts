@@ -3,7 +3,7 @@
  * it (test/helpers/server.ts): `createServices` + `buildApp` on an existing home, pino at log
  * level silent, on 127.0.0.1 port 0.
  *
- *   node --import tsx bench/algoServer.ts HOME [--per-version N] [--profile-to FILE]
+ *   node --import ./bin/loader.mjs bench/algoServer.ts HOME [--per-version N] [--profile-to FILE]
  *
  * `--per-version N` sets the worker pool's maxPerVersion (the rest is DEFAULT_POOL); without
  * it the pool is the configuration's default (4 workers per version). Prints

@@ -2,7 +2,7 @@
  * The floor the data benchmark compares our server with: a bare `node:http` server over a
  * directory, with no framework, authentication, metadata or logging.
  *
- *   node --import tsx bench/bareServer.ts ROOT
+ *   node --import ./bin/loader.mjs bench/bareServer.ts ROOT
  *
  * GET /a/b streams ROOT/a/b with fs.createReadStream (Content-Length from fs.stat).
  * PUT /a/b streams the body to ROOT/.tmp/<random> (fs.createWriteStream with flush: true, so

@@ -6,7 +6,7 @@
  * headers in order, body) and the request's log lines must be the same, apart from what
  * differs by nature (dates, request ids, timings, ports).
  *
- *   node --import tsx bench/callParity.ts [--base DIR | --rev REV]
+ *   node --import ./bin/loader.mjs bench/callParity.ts [--base DIR | --rev REV]
  *
  * Exits with 1 when anything differs, printing the differences.
  */

@@ -6,7 +6,7 @@
  * process per Worker.call (waiting for the worker costs no CPU here; the worker's own CPU is
  * not counted). Stages are interleaved over rounds; medians are printed.
  *
- *   node --import tsx bench/callStages.ts [--rounds N]
+ *   node --import ./bin/loader.mjs bench/callStages.ts [--rounds N]
  */
 import { envelope } from '../src/algorithms/envelope.ts';
 import type { Worker } from '../src/runtime/worker.ts';

@@ -6,7 +6,10 @@
  * reference. Every figure is paired: new ÷ base within each round (the two measured one after
  * the other, the order rotated every round), then the median over the rounds.
  *
- *   node --import tsx bench/callsAB.ts [--base DIR | --rev REV] [--reps N] [--runner node|python]
+ *   node --import ./bin/loader.mjs bench/callsAB.ts [--base DIR | --rev REV] [--reps N] [--runner node|python] [--base-loader tsx]
+ *
+ * `--base-loader tsx` runs the base server through tsx's loader rather than bin/loader.mjs (with
+ * `--rev HEAD` and nothing changed: what the loader alone costs a call).
  *
  * Measures warm echo throughput at 64 keep-alive connections (with CPU µs per call of each
  * server and of its workers, from /proc) and p50 latency at 1 connection. Prints a table; it
@@ -48,13 +51,15 @@ async function main(): Promise<void> {
   const apiKey = (await services.users.create('bench')).apiKey;
   await services.close();
 
-  const start = async (label: string, script: string, extra: string[]) => {
-    const p = await spawnServer(label, { args: [script, ...extra], logFile: path.join(bench.work, `${label.replace(/\W+/g, '-')}.log`) });
+  const start = async (label: string, script: string, extra: string[], loader?: 'tsx') => {
+    const p = await spawnServer(label, { args: [script, ...extra], logFile: path.join(bench.work, `${label.replace(/\W+/g, '-')}.log`), ...(loader ? { loader } : {}) });
     procs.push(p);
     return p;
   };
   const newP = await start('new', 'bench/algoServer.ts', [home, '--per-version', '1']);
-  const baseP = await start('base', path.join(base, 'bench/algoServer.ts'), [home, '--per-version', '1']);
+  const baseLoader = argOf('--base-loader');
+  if (baseLoader !== undefined && baseLoader !== 'tsx') throw new Error('--base-loader: only tsx');
+  const baseP = await start('base', path.join(base, 'bench/algoServer.ts'), [home, '--per-version', '1'], baseLoader);
   const floorP = await start('floor-serial', 'bench/floorServer.ts', ['--serial']);
 
   const call = api(`http://127.0.0.1:${newP.port}`, apiKey);

@@ -5,7 +5,7 @@
  * (bench/roundTripDriver.ts), one start of each per round, interleaved; medians and the
  * paired ratios.
  *
- *   node --import tsx bench/coldStart.ts [--runner node|python] [--rounds N] [--base DIR | --rev REV]
+ *   node --import ./bin/loader.mjs bench/coldStart.ts [--runner node|python] [--rounds N] [--base DIR | --rev REV]
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -25,7 +25,7 @@ interface Cold {
 }
 
 async function driver(root: string, dir: string, entry: string): Promise<{ child: ChildProcess; cold(): Promise<Cold> }> {
-  const child = fork(path.join(REPO, 'bench/roundTripDriver.ts'), [root, RUNNER, dir, entry, 'sandboxed'], { execArgv: ['--import', 'tsx'], cwd: REPO, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(path.join(REPO, 'bench/roundTripDriver.ts'), [root, RUNNER, dir, entry, 'sandboxed'], { execArgv: ['--import', new URL('../bin/loader.mjs', import.meta.url).href], cwd: REPO, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const next = () => new Promise<Record<string, number>>((resolve) => child.once('message', resolve));
   await next();
   return {

@@ -811,7 +811,7 @@ async function main(): Promise<void> {
     '',
     '### Method',
     '',
-    `- Three servers run as child processes, started the same way (\`node --expose-gc --import tsx --import bench/memProbe.ts …\`), ` +
+    `- Three servers run as child processes, started the same way (\`node --expose-gc --import ./bin/loader.mjs --import bench/memProbe.ts …\`), ` +
       'stdout (logs) to a file in bench/.work/: ours twice, on the populated home and on a copy of it (`node bin/algohost.mjs serve --port 0 --home … --no-demo`; one server per home), ' +
       'one with `ALGOHOST_LOG_LEVEL=warn`, the one every target is judged on, and one at the default level `info`, for the 1 KiB rate only), ' +
       'and the bare floor `bench/bareServer.ts`: plain `node:http`; GET streams the file with `fs.createReadStream`; PUT streams the body to a temp file ' +

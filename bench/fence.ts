@@ -8,7 +8,7 @@
  *   path, measured to show it stays so;
  * - sealing and opening one message of the cluster bus (seal.ts) against framing it alone.
  *
- *   node --import tsx bench/fence.ts [--rounds N]
+ *   node --import ./bin/loader.mjs bench/fence.ts [--rounds N]
  */
 import fs from 'node:fs';
 import path from 'node:path';

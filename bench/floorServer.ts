@@ -4,7 +4,7 @@
  * process over a pipe and answers with what comes back. No framework, authentication,
  * metadata, sandbox, envelope or logging.
  *
- *   node --import tsx bench/floorServer.ts [--serial]
+ *   node --import ./bin/loader.mjs bench/floorServer.ts [--serial]
  *
  * The child is `/usr/bin/node bench/floorChild.mjs`, echoing length-prefixed frames
  * (u32 LE length | bytes) over its stdin and stdout. By default a request's frame is written

@@ -6,7 +6,7 @@
  * - a warm call on a live worker of each.
  * The machine is noisy: the ratios against the same run's bubblewrap are what to read.
  *
- *   node --import tsx bench/gvisor.ts [--rounds N]
+ *   node --import ./bin/loader.mjs bench/gvisor.ts [--rounds N]
  */
 import fs from 'node:fs';
 import path from 'node:path';

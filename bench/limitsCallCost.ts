@@ -5,7 +5,7 @@
  * takes a token and a slot and gives the slot back, as on one server (SQLite: the in-memory
  * limiter; several API nodes share theirs through PostgreSQL, docs/limits.md).
  *
- *   node --import tsx bench/limitsCallCost.ts [--rounds N] [--calls N]
+ *   node --import ./bin/loader.mjs bench/limitsCallCost.ts [--rounds N] [--calls N]
  *
  * Prints a table; writes nothing to docs/.
  */

@@ -3,7 +3,7 @@
  * on (a PromMetrics counting the call, its run time and the wait for a worker, as a node with
  * ALGOHOST_METRICS_ADDR does; plus the HTTP request's count the direct path adds).
  *
- *   node --import tsx bench/metricsCallCost.ts [--rounds N] [--calls N]
+ *   node --import ./bin/loader.mjs bench/metricsCallCost.ts [--rounds N] [--calls N]
  *
  * Prints a table; writes nothing to docs/.
  */

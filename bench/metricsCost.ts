@@ -4,7 +4,7 @@
  * (the HTTP request on the direct path, the call's outcome and run time, the wait for a worker,
  * and the clock reads around them), against the same with NO_METRICS.
  *
- *   node --import tsx bench/metricsCost.ts [--calls N] [--reps N]
+ *   node --import ./bin/loader.mjs bench/metricsCost.ts [--calls N] [--reps N]
  *
  * Prints ns per call (median of the repetitions) for both; writes nothing to docs/. Compare
  * with the server's CPU µs per warm call in docs/performance.md.

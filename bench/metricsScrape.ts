@@ -2,7 +2,7 @@
  * How long a scrape of a node's metrics takes (issue 25: "a scrape of a node with 200 algorithms
  * warm answers in ≤ 50 ms"), over HTTP from the node's metrics listener.
  *
- *   node --import tsx bench/metricsScrape.ts [--algorithms N] [--scrapes N]
+ *   node --import ./bin/loader.mjs bench/metricsScrape.ts [--algorithms N] [--scrapes N]
  *
  * The node: a real PromMetrics with the gauges services.ts registers, read from a real
  * WorkerPool holding N idle warm workers of N versions (stand-in workers: a scrape reads the

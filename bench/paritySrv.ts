@@ -3,7 +3,7 @@
  * or a base exported by bench/baseTree.ts) with pino at level info writing to LOGFILE, so
  * that two versions' answers and request log lines can be compared.
  *
- *   node --import tsx bench/paritySrv.ts ROOT HOME LOGFILE
+ *   node --import ./bin/loader.mjs bench/paritySrv.ts ROOT HOME LOGFILE
  *
  * Prints "parity is ready at http://127.0.0.1:PORT" on stderr.
  */

@@ -5,7 +5,7 @@
  * pool.ts and, with `--base DIR` or `--rev REV` (bench/baseTree.ts), the base tree's, in
  * interleaved rounds; medians and the paired ratio.
  *
- *   node --import tsx bench/poolQueue.ts [--rounds N] [--base DIR | --rev REV]
+ *   node --import ./bin/loader.mjs bench/poolQueue.ts [--rounds N] [--base DIR | --rev REV]
  */
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';

@@ -1,6 +1,7 @@
 /**
- * Servers under test, each a child process started the same way: node --expose-gc with tsx
- * and the memory probe preloaded, an IPC channel for the probe, stdout (logs) to a file.
+ * Servers under test, each a child process started the same way: node --expose-gc with the
+ * loader bin/algohost.mjs runs the sources with (bin/loader.mjs) and the memory probe preloaded,
+ * an IPC channel for the probe, stdout (logs) to a file.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -9,6 +10,8 @@ import type { GcCounts, MemWindow, ProbeReply, ProbeRequest } from './memProbe.t
 
 export const REPO = fileURLToPath(new URL('..', import.meta.url));
 const PROBE = new URL('./memProbe.ts', import.meta.url).href;
+/** The TypeScript loader of bin/algohost.mjs: servers measured as they run in production. */
+const LOADER = new URL('../bin/loader.mjs', import.meta.url).href;
 
 export interface ServerProc {
   name: string;
@@ -29,11 +32,13 @@ export interface SpawnOptions {
   env?: Record<string, string>;
   /** Where the child's stdout (its log) goes. */
   logFile: string;
+  /** 'tsx': run the sources through tsx's loader instead (bench/callsAB.ts --base-loader tsx: what the loader costs). */
+  loader?: 'tsx';
 }
 
 export async function spawnServer(name: string, options: SpawnOptions): Promise<ServerProc> {
   const log = fs.openSync(options.logFile, 'a');
-  const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', '--import', PROBE, ...options.args], {
+  const child: ChildProcess = spawn(process.execPath, ['--expose-gc', '--import', options.loader ?? LOADER, '--import', PROBE, ...options.args], {
     cwd: REPO,
     env: { ...process.env, ...options.env },
     stdio: ['ignore', log, 'pipe', 'ipc'],

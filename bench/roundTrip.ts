@@ -12,7 +12,7 @@
  *
  * Kinds are interleaved over rounds; medians are printed, and with a base the paired ratios.
  *
- *   node --import tsx bench/roundTrip.ts [--rounds N] [--runner node|python] [--base DIR | --rev REV]
+ *   node --import ./bin/loader.mjs bench/roundTrip.ts [--rounds N] [--runner node|python] [--base DIR | --rev REV]
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -83,7 +83,7 @@ function floorKind(): Kind {
 }
 
 async function driverKind(label: string, root: string, dir: string, entry: string, mode: 'sandboxed' | 'unsandboxed'): Promise<Kind> {
-  const child: ChildProcess = fork(path.join(REPO, 'bench/roundTripDriver.ts'), [root, RUNNER, dir, entry, mode], { execArgv: ['--import', 'tsx'], cwd: REPO, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(path.join(REPO, 'bench/roundTripDriver.ts'), [root, RUNNER, dir, entry, mode], { execArgv: ['--import', new URL('../bin/loader.mjs', import.meta.url).href], cwd: REPO, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const next = () => new Promise<Record<string, number>>((resolve, reject) => {
     const exited = (code: number | null) => reject(new Error(`${label}: the driver exited (${code})`));
     child.once('exit', exited);

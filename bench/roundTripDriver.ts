@@ -5,7 +5,7 @@
  * process.cpuUsage); on `{ cold: true }` it starts a fresh worker, calls it once, stops it, and
  * answers `{ readyMs, firstMs }` (Worker.start to its ready frame, and to the first answer).
  *
- *   node --import tsx bench/roundTripDriver.ts ROOT RUNNER DIR ENTRY sandboxed|unsandboxed
+ *   node --import ./bin/loader.mjs bench/roundTripDriver.ts ROOT RUNNER DIR ENTRY sandboxed|unsandboxed
  */
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';

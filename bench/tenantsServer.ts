@@ -4,7 +4,7 @@
  * tree's src/ or another's (`--tree DIR`, bench/baseTree.ts: the code before a change, for a
  * reference measured in the same run).
  *
- *   node --import tsx bench/tenantsServer.ts HOME --workers N --per-version N --queue N --per-caller N [--prestart N] [--tree DIR]
+ *   node --import ./bin/loader.mjs bench/tenantsServer.ts HOME --workers N --per-version N --queue N --per-caller N [--prestart N] [--tree DIR]
  *
  * Prints "tenants is ready at http://127.0.0.1:PORT" on stderr.
  */

@@ -15,7 +15,7 @@
  *   - exported with one trace in ten sampled (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
  *     OTEL_TRACES_SAMPLER_ARG=0.1).
  *
- *   node --import tsx bench/traceCost.ts [--calls N] [--reps N]
+ *   node --import ./bin/loader.mjs bench/traceCost.ts [--calls N] [--reps N]
  *
  * Prints CPU ns per call, the whole process's and its event loop's thread's (exporting runs on a thread of
  * its own: tracingExport.ts), median of the repetitions; writes nothing to docs/. Compare with the

@@ -10,7 +10,7 @@
  * and the next call reads its key and target again), are in those rounds' figures. Also times
  * record() alone.
  *
- *   node --import tsx bench/usageCost.ts [--rounds N] [--calls N]
+ *   node --import ./bin/loader.mjs bench/usageCost.ts [--rounds N] [--calls N]
  */
 import { CallService } from '../src/algorithms/calls.ts';
 import { UsageRecorder } from '../src/algorithms/usage.ts';

@@ -1,7 +1,6 @@
 #!/usr/bin/env node
-// Runs the TypeScript sources directly through tsx's loader: no build step between a
-// checkout and a running server.
-import { register } from 'tsx/esm/api';
+// Runs the TypeScript sources directly (bin/loader.mjs): no build step between a checkout and a
+// running server.
+import './loader.mjs';
 
-register();
 await import('../src/cli/algohost.ts');

@@ -144,7 +144,7 @@ export class OtelTracer implements Tracer {
         exportTimeoutMs: settings.exportTimeoutMs,
         resource: { 'service.name': settings.serviceName, ...clean(resource) },
       },
-      // None of the process's flags (tsx's loader, a profiler's); its environment, as the SDK's
+      // None of the process's flags (a TypeScript loader, a profiler's); its environment, as the SDK's
       // exporter reads OTEL_EXPORTER_OTLP_* settings (timeout, compression, certificates) there.
       execArgv: [],
     });

@@ -3,8 +3,8 @@
 // loop recorded. Serialising spans into OTLP JSON and sending them is most of what exporting
 // costs (~10 µs a span here); done here, it is not done between two requests on the event loop.
 //
-// Plain JavaScript, not TypeScript: a worker thread does not inherit the tsx loader that
-// bin/algohost.mjs registers on the main thread, and this file needs nothing of algohost's.
+// Plain JavaScript, not TypeScript: a worker thread does not inherit the TypeScript loader that
+// bin/algohost.mjs registers on the main thread (bin/loader.mjs), and this file needs nothing of algohost's.
 //
 // Messages in (from tracingExport.ts):
 //   { spans: SpanRecord[] }  finished spans (the record's fields: tracingExport.ts's SpanRecord)
