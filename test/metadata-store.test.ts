@@ -309,6 +309,34 @@ describe('PostgreSQL going away and coming back', { skip: pgMissing }, () => {
     }
   });
 
+  test('a connection lost while a transaction holds it between statements fails that transaction, not the process', async () => {
+    // The pool listens for errors of its idle connections only: one that a transaction holds
+    // and loses between two statements (no query on it) emitted 'error' with no listener, and
+    // Node ended the process (a database restarting took servers down, now and then).
+    const url = await createDatabase(adminUrl!);
+    const store = await openPostgresStore({ url });
+    try {
+      const err = await store.db
+        .transaction()
+        .execute(async (trx) => {
+          const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx);
+          await sql`SELECT pg_terminate_backend(${rows[0]!.pid})`.execute(store.db);
+          // The connection's end arrives while no statement is on it.
+          await sleep(300);
+          await sql`SELECT 1`.execute(trx);
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      assert.ok(err instanceof AppError && err.code === 'metadata_unavailable', `metadata_unavailable, got ${String(err)}`);
+      const { rows } = await sql<{ one: number }>`SELECT 1 AS one`.execute(store.db);
+      assert.equal(rows[0]!.one, 1, 'the pool serves again');
+    } finally {
+      await store.close();
+    }
+  });
+
   test('a database that cannot be used stops the start with one line naming the setting', async () => {
     const bad = new URL(adminUrl!);
     bad.password = 'wrong';

@@ -141,6 +141,11 @@ export async function openPostgresStore(options: PostgresOptions): Promise<Metad
       } catch (err) {
         throw isConnectionError(err) ? unavailable(err) : err;
       }
+      // The pool listens for its idle clients' errors only. One held here (by a transaction,
+      // between its statements) whose connection is lost emits 'error' with no query on it, which
+      // unheard would end the process: heard here, its next statement fails (unavailable) and
+      // the pool drops it when it is released.
+      client.on('error', ignoreLost);
       return wrapClient(client, () => generation++);
     },
     end: () => pool.end(),
@@ -208,9 +213,15 @@ function wrapClient(client: pg.PoolClient, onWrite: () => void) {
         if (writes) onWrite();
       }
     },
-    release: () => client.release(),
+    release: () => {
+      client.off('error', ignoreLost);
+      client.release();
+    },
   } as unknown as pg.PoolClient;
 }
+
+/** A held client's connection lost (see guarded.connect): its next statement says so. */
+const ignoreLost = () => undefined;
 
 /** Runs pending migration steps, once, however many servers start together. */
 async function migrate(client: pg.Client): Promise<void> {
