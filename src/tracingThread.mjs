@@ -39,7 +39,9 @@ function hrTime(ms) {
 
 /** A record of tracingExport.ts as the SDK's ReadableSpan (what its exporter reads). */
 function readable(r) {
-  const [name, kind, traceId, spanId, parentSpanId, parentSampled, startMs, endMs, failed, attributes] = r;
+  const [name, kind, traceId, spanId, parentSpanId, parentSampled, startMs, endMs, failed, pairs] = r;
+  const attributes = {};
+  for (let i = 0; i < pairs.length; i += 2) attributes[pairs[i]] = pairs[i + 1];
   const context = { traceId, spanId, ...SAMPLED };
   return {
     name,
