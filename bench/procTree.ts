@@ -114,23 +114,30 @@ export function treeCpu(root: number): { self: number; children: number } {
 }
 
 /**
- * CPU nanoseconds every live thread of `pid` has run (sum_exec_runtime, the first field of
- * /proc/PID/task/TID/schedstat): exact where /proc/PID/stat counts 10 ms ticks, which is too
- * coarse for the µs per call of short runs. 0 once the process is gone.
+ * CPU nanoseconds each live thread of `pid` has run, by thread id (sum_exec_runtime, the first
+ * field of /proc/PID/task/TID/schedstat): exact where /proc/PID/stat counts 10 ms ticks, which is
+ * too coarse for the µs per call of short runs. Empty once the process is gone.
  */
-export function processCpuNs(pid: number): number {
-  let ns = 0;
+export function threadCpuNs(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
   try {
     for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
       try {
-        ns += Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+        out.set(Number(tid), Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]));
       } catch {
         // the thread has just exited
       }
     }
   } catch {
-    return 0;
+    // the process is gone
   }
+  return out;
+}
+
+/** CPU nanoseconds every live thread of `pid` has run (threadCpuNs, summed). 0 once the process is gone. */
+export function processCpuNs(pid: number): number {
+  let ns = 0;
+  for (const n of threadCpuNs(pid).values()) ns += n;
   return ns;
 }
 

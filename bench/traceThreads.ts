@@ -3,8 +3,8 @@
  * docs/performance.md "Traces"): one server (bench/algoServer.ts, default pool) with tracing off
  * and one with every trace exported (BENCH_OTLP, to an OTLP/HTTP sink in this process that only
  * counts bytes), started one after the other, each loaded with warm echo calls at 64 keep-alive
- * connections; each thread's user and system CPU over the measured seconds, from
- * /proc/PID/task/TID/stat, per call. Pairs of the two alternate (`--pairs`).
+ * connections; each thread's CPU over the measured seconds, from /proc/PID/task/TID/schedstat
+ * (bench/procTree.ts's threadCpuNs), per call. Pairs of the two alternate (`--pairs`).
  *
  * bench/traceCost.ts measures a span's cost in a tight loop; a server's spans live across their
  * requests (made at the start, their attributes set at several points, ended when the answer has
@@ -25,31 +25,15 @@ import { api } from '../test/helpers/server.ts';
 import { numArg } from './baseTree.ts';
 import { createBench, fmt } from './common.ts';
 import { rawRequest, runLoad } from './load.ts';
+import { threadCpuNs } from './procTree.ts';
 import { spawnServer, type ServerProc } from './procs.ts';
 
 const PAIRS = numArg('--pairs', 3);
 const SECONDS = numArg('--seconds', 10);
 const WARMUP_MS = 3000;
 const CONNECTIONS = 64;
-/** /proc's clock ticks (USER_HZ) in µs. */
-const TICK_US = 10_000;
 
 const bench = createBench('traceThreads');
-
-/** CPU ticks per thread of `pid`, user and system, keyed by thread id (the first is the event loop's). */
-function threadTicks(pid: number): Map<number, { user: number; system: number }> {
-  const out = new Map<number, { user: number; system: number }>();
-  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(Number(tid), { user: Number(fields[11]), system: Number(fields[12]) });
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return out;
-}
 
 async function measure(label: string, home: string, key: string, env: Record<string, string>): Promise<string[]> {
   const server: ServerProc = await spawnServer(label, { args: ['bench/algoServer.ts', home], env, logFile: path.join(bench.work, `${label.replace(/\W+/g, '-')}.log`) });
@@ -57,17 +41,14 @@ async function measure(label: string, home: string, key: string, env: Record<str
   try {
     const requests = [rawRequest(server.port, 'POST', '/v1/algo/owner/Echo', { Authorization: `Simple ${key}`, 'Content-Type': 'text/plain' }, Buffer.from('hello'))];
     await runLoad(server.port, requests, CONNECTIONS, WARMUP_MS);
-    const before = threadTicks(server.pid);
+    const before = threadCpuNs(server.pid);
     const load = await runLoad(server.port, requests, CONNECTIONS, SECONDS * 1000);
-    const after = threadTicks(server.pid);
-    const perCall = (ticks: number) => fmt((ticks * TICK_US) / load.completed, 1);
-    const lines = [`${label}: ${fmt(load.rate, 0)} calls/s, ${load.errors} errors; CPU µs per call by thread (user + system):`];
-    for (const [tid, t] of after) {
-      const b = before.get(tid) ?? { user: 0, system: 0 };
-      const user = t.user - b.user;
-      const system = t.system - b.system;
-      if (user + system === 0) continue;
-      lines.push(`  ${tid === server.pid ? 'event loop' : `thread ${tid}`}: ${perCall(user)} + ${perCall(system)}`);
+    const after = threadCpuNs(server.pid);
+    const lines = [`${label}: ${fmt(load.rate, 0)} calls/s, ${load.errors} errors; CPU µs per call by thread:`];
+    for (const [tid, ns] of after) {
+      const used = ns - (before.get(tid) ?? 0);
+      if (used === 0) continue;
+      lines.push(`  ${tid === server.pid ? 'event loop' : `thread ${tid}`}: ${fmt(used / 1000 / load.completed, 1)}`);
     }
     return lines;
   } finally {
