@@ -65,7 +65,7 @@ async function spansReceived(): Promise<number> {
   return Number((await line).split(' ')[1]);
 }
 
-const CALL_ATTRIBUTES = { 'algohost.algorithm': 'bench/Echo', 'algohost.version': '0.1.0', 'algohost.build': 'f00dfeedf00dfeed', 'algohost.depth': 1, 'algohost.input_bytes': 15 };
+const CALL = { algorithm: 'bench/Echo', version: '0.1.0', build: 'f00dfeedf00dfeed' };
 
 /**
  * One warm call's tracing, as app.ts, calls.ts and runtime.ts do it: on one machine (`api`
@@ -83,8 +83,14 @@ function oneCall(tracer: Tracer, header: string | undefined, apiNode: boolean): 
     request.route = '/v1/algo/*';
     const own = tracer.exporting && apiNode;
     const within = requestSpan(REQ);
-    const call = own ? tracer.start('call bench/Echo', 'client', within, CALL_ATTRIBUTES) : (within ?? NO_TRACING.start('', 'client', undefined));
-    if (!own && call.recording) for (const k in CALL_ATTRIBUTES) call.set(k, CALL_ATTRIBUTES[k as keyof typeof CALL_ATTRIBUTES]);
+    const call = own ? tracer.start('call bench/Echo', 'client', within) : (within ?? NO_TRACING.start('', 'client', undefined));
+    if (call.recording) {
+      call.set('algohost.algorithm', CALL.algorithm);
+      call.set('algohost.version', CALL.version);
+      call.set('algohost.build', CALL.build);
+      call.set('algohost.depth', 1);
+      call.set('algohost.input_bytes', 15);
+    }
     traceparentOf(call);
     if (call.recording) {
       if (!own) call.set('algohost.worker_wait_ms', 0.01);

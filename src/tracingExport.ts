@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
-import { ROOT_CONTEXT, SpanKind as OtelKind, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
-import { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler, type Sampler } from '@opentelemetry/sdk-trace-base';
+import { ROOT_CONTEXT, SpanKind as OtelKind } from '@opentelemetry/api';
+import { SamplingDecision, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base';
 import { IdSpan, type AttributeValue, type Attributes, type ExportSettings, type Span, type SpanKind, type TraceContext, type Tracer } from './tracingTypes.ts';
 
 /*
@@ -8,11 +8,13 @@ import { IdSpan, type AttributeValue, type Attributes, type ExportSettings, type
  * by tracing.ts's openTracer only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is
  * set: a node that does not export never loads this module or the SDK.
  *
- * The SDK's sampler decides here, on the event loop, as a span starts; a finished span is a
- * small record, posted in batches to a thread of its own (tracingThread.mjs) where the SDK's
- * batch span processor and OTLP exporter turn it into OTLP JSON and send it. That serialising
- * was most of exporting's cost on the event loop (~10 µs a span, bench:algo's BENCH_PROFILE=
- * tracing); posting a record costs ~1–2 µs.
+ * The sampler decides here, on the event loop, as a span starts (deciderOf: the SDK's
+ * samplers' decisions). A finished span is a
+ * small record, posted with others to a thread of its own (tracingThread.mjs), which writes
+ * spans as OTLP/JSON, batches them as the SDK's batch span processor would (OTEL_BSP_*) and
+ * sends each batch with the SDK's OTLP/HTTP transport (its retries, timeout, compression and
+ * OTEL_EXPORTER_OTLP_* settings). The SDK's span, batch processor and serialiser are not used:
+ * together they cost a loaded server ~25 µs a span (docs/traces.md, "What it costs").
  *
  * No global provider, context manager or propagator is registered: algohost carries the
  * context itself, by hand (tracing.ts: no AsyncLocalStorage, the traceparent on each hop), and
@@ -28,12 +30,6 @@ const KINDS: Record<SpanKind, OtelKind> = {
   consumer: OtelKind.CONSUMER,
 };
 
-function clean(attributes: Attributes | undefined): Record<string, AttributeValue> {
-  const out: Record<string, AttributeValue> = {};
-  if (attributes !== undefined) for (const k in attributes) if (attributes[k] !== undefined) out[k] = attributes[k];
-  return out;
-}
-
 /** Attributes as a flat list of keys and values (a later value of a key wins): what a span collects. */
 function pairs(attributes: Attributes | undefined): (string | AttributeValue)[] {
   const out: (string | AttributeValue)[] = [];
@@ -41,22 +37,37 @@ function pairs(attributes: Attributes | undefined): (string | AttributeValue)[] 
   return out;
 }
 
-/** The SDK's sampler that OTEL_TRACES_SAMPLER names (by default: a caller's sampled flag followed, a trace we begin recorded). */
-function samplerOf({ name, ratio }: ExportSettings['sampler']): Sampler {
-  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(ratio) : new AlwaysOnSampler();
-  return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
+/** Whether a span starting with this parent (none: a trace we begin) in this trace is recorded. */
+type Decide = (parent: TraceContext | undefined, traceId: string, name: string, kind: OtelKind) => boolean;
+
+/**
+ * What the sampler that OTEL_TRACES_SAMPLER names decides (by default, parentbased_always_on: a
+ * caller's sampled flag followed, a trace we begin recorded). parentbased_* is the SDK's
+ * ParentBasedSampler with its defaults (a parent's sampled flag decides, whether it is remote or
+ * not; the root sampler decides a root span), always_on and always_off need no sampler at all,
+ * and a trace id's ratio is the SDK's TraceIdRatioBasedSampler. Decided without the SDK's
+ * Context, which a ParentBasedSampler reads the parent from: making one cost ~1.5 µs a span.
+ */
+function deciderOf({ name, ratio }: ExportSettings['sampler']): Decide {
+  const byRatio = new TraceIdRatioBasedSampler(ratio);
+  const root: Decide = name.endsWith('always_off')
+    ? () => false
+    : name.endsWith('traceidratio')
+      ? (_parent, traceId) => byRatio.shouldSample(ROOT_CONTEXT, traceId).decision === SamplingDecision.RECORD_AND_SAMPLED
+      : () => true;
+  return name.startsWith('parentbased_') ? (parent, traceId, spanName, kind) => (parent === undefined ? root(undefined, traceId, spanName, kind) : parent.sampled) : root;
 }
 
 /** Now, in ms since the epoch with the monotonic clock's precision (as the SDK's own spans take it). */
 const nowMs = () => performance.timeOrigin + performance.now();
 
 /**
- * A finished span as it crosses to the export thread (a structured clone): name, kind, trace id,
- * span id, parent span id (null: a root), the parent's sampled flag, start and end (ms since the
- * epoch), the failure's message (null: not failed), attributes as keys and values in turn (a
- * later value of a key wins). tracingThread.mjs reads it.
+ * A finished span as it crosses to the export thread: name, kind (the API's), trace id, span
+ * id, parent span id (null: a root), start and end (ms since the epoch), the failure's message
+ * (null: not failed), attributes as keys and values in turn (a later value of a key wins).
+ * tracingThread.mjs writes it as OTLP/JSON.
  */
-type SpanRecord = [string, OtelKind, string, string, string | null, boolean, number, number, string | null, (string | AttributeValue)[]];
+type SpanRecord = [string, OtelKind, string, string, string | null, number, number, string | null, (string | AttributeValue)[]];
 
 /**
  * A span recorded for export. The SDK's own span checks every attribute against limits, keeps
@@ -99,8 +110,7 @@ class RecordedSpan implements Span {
   end(): void {
     if (this.ended) return;
     this.ended = true;
-    const p = this.parent;
-    this.owner.finished([this.name, this.kind, this.traceId, this.spanId, p === undefined ? null : p.spanId, p?.sampled ?? false, this.startMs, Math.max(nowMs(), this.startMs), this.failed, this.attributes]);
+    this.owner.finished([this.name, this.kind, this.traceId, this.spanId, this.parent === undefined ? null : this.parent.spanId, this.startMs, Math.max(nowMs(), this.startMs), this.failed, this.attributes]);
   }
 }
 
@@ -110,7 +120,7 @@ export interface SpanIds {
   newSpanId(): string;
 }
 
-/** Spans posted to the export thread at most this many at a time, and at most this long after one ends. */
+/** Spans posted to the export thread at most this many at a time (nor more than a request's), and at most this long after one ends. */
 const POST_BATCH = 64;
 const POST_AFTER_MS = 50;
 /** How long a stop waits for the last spans to be sent. */
@@ -120,7 +130,9 @@ export class OtelTracer implements Tracer {
   readonly exporting = true;
   /** Spans dropped because the export thread was behind by the queue's size (OTEL_BSP_MAX_QUEUE_SIZE), gone, or closing. */
   dropped = 0;
+  /** Spans ended since the last post. */
   private pending: SpanRecord[] = [];
+  /** Spans posted that the thread has not yet sent (or given up on). */
   private posted = 0;
   private timer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
@@ -129,7 +141,8 @@ export class OtelTracer implements Tracer {
   private constructor(
     private readonly thread: Worker,
     private readonly maxQueue: number,
-    private readonly sampler: Sampler,
+    private readonly postBatch: number,
+    private readonly decide: Decide,
     private readonly ids: SpanIds,
   ) {
     thread.on('message', (m: { taken?: number }) => {
@@ -152,32 +165,29 @@ export class OtelTracer implements Tracer {
         maxQueueSize: settings.maxQueueSize,
         maxExportBatchSize: settings.maxExportBatchSize,
         exportTimeoutMs: settings.exportTimeoutMs,
-        resource: { 'service.name': settings.serviceName, ...clean(resource) },
+        // The node's Resource: its attributes as keys and values in turn (a later value of a key wins).
+        resource: ['service.name', settings.serviceName, ...pairs(resource)],
       },
       // None of the process's flags (a TypeScript loader, a profiler's); its environment, as the SDK's
       // exporter reads OTEL_EXPORTER_OTLP_* settings (timeout, compression, certificates) there.
       execArgv: [],
     });
-    return new OtelTracer(thread, settings.maxQueueSize, samplerOf(settings.sampler), ids);
+    return new OtelTracer(thread, settings.maxQueueSize, Math.min(POST_BATCH, settings.maxExportBatchSize), deciderOf(settings.sampler), ids);
   }
 
   start(name: string, kind: SpanKind, parent: TraceContext | undefined, attributes?: Attributes, startTime?: number): Span {
     const traceId = parent?.traceId ?? this.ids.newTraceId();
     const otelKind = KINDS[kind];
-    // The SDK's sampler decides, as its tracer would: given the parent's context (ParentBased
-    // follows the caller's sampled flag), the trace id (TraceIdRatio), the name and kind.
-    const parentContext: SpanContext | undefined = parent === undefined ? undefined : { traceId, spanId: parent.spanId, traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE, isRemote: true };
-    const context = parentContext === undefined ? ROOT_CONTEXT : trace.setSpanContext(ROOT_CONTEXT, parentContext);
-    const decision = this.sampler.shouldSample(context, traceId, name, otelKind, {}, []).decision;
     // Not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default).
-    if (decision !== SamplingDecision.RECORD_AND_SAMPLED) return new IdSpan(traceId, this.ids.newSpanId(), false);
+    if (!this.decide(parent, traceId, name, otelKind)) return new IdSpan(traceId, this.ids.newSpanId(), false);
     return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parent, pairs(attributes), startTime ?? nowMs());
   }
 
   /**
-   * A span has ended: kept for the next post to the export thread, or dropped if a queue's worth
-   * of spans already wait here or in messages the thread has not read (then its own queue, the
-   * SDK's, is full too, or soon will be).
+   * A span has ended: kept for the next post to the export thread, or dropped (and counted) if a
+   * queue's worth of spans already wait here or in messages the thread has not sent yet
+   * (OTEL_BSP_MAX_QUEUE_SIZE: the collector is slow or away), or once the thread is gone or
+   * closing.
    */
   finished(record: SpanRecord): void {
     if (this.gone || this.closing !== undefined || this.posted + this.pending.length >= this.maxQueue) {
@@ -185,7 +195,7 @@ export class OtelTracer implements Tracer {
       return;
     }
     this.pending.push(record);
-    if (this.pending.length >= POST_BATCH) this.post();
+    if (this.pending.length >= this.postBatch) this.post();
     else if (this.timer === undefined) {
       this.timer = setTimeout(() => this.post(), POST_AFTER_MS);
       this.timer.unref();

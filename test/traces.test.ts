@@ -43,9 +43,10 @@ function attrs(list: Array<{ key: string; value: OtlpValue }> | undefined): Reco
   return out;
 }
 
-/** An OTLP/HTTP receiver: takes POST /v1/traces with a JSON body (ExportTraceServiceRequest) and keeps every span. */
-async function otlpReceiver() {
+/** An OTLP/HTTP receiver: takes POST /v1/traces with a JSON body (ExportTraceServiceRequest) and keeps every span; answers after `answerAfterMs`. */
+async function otlpReceiver(answerAfterMs = 0) {
   const spans: ExportedSpan[] = [];
+  const bodies: string[] = [];
   const contentTypes = new Set<string>();
   const server = http.createServer((req, res) => {
     let body = '';
@@ -53,6 +54,7 @@ async function otlpReceiver() {
     req.on('end', () => {
       if (req.method !== 'POST' || req.url !== '/v1/traces') return void res.writeHead(404).end();
       contentTypes.add(String(req.headers['content-type']));
+      bodies.push(body);
       // eslint-disable-next-line @typescript-eslint/no-explicit-any -- OTLP JSON, read field by field
       const doc = JSON.parse(body) as any;
       for (const rs of doc.resourceSpans ?? []) {
@@ -63,13 +65,16 @@ async function otlpReceiver() {
           }
         }
       }
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      const answer = () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      if (answerAfterMs > 0) setTimeout(answer, answerAfterMs);
+      else answer();
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     spans,
+    bodies,
     contentTypes,
     /** The spans of `traceId` once `done` says they are all there (batches come every 100 ms). */
     async until(traceId: string, done: (spans: ExportedSpan[]) => boolean, ms = 20_000): Promise<ExportedSpan[]> {
@@ -461,6 +466,139 @@ describe('the export thread', () => {
       assert.equal((tracer as OtelTracer).dropped, 1);
     } finally {
       await r.close();
+    }
+  });
+
+  test('a request is the OTLP/JSON the SDK\'s own serialiser writes for the same spans', async () => {
+    const r = await otlpReceiver();
+    try {
+      const tracer = await openTracer(settings(r.url), { 'algohost.role': 'all', 'host.name': 'h\u00e9' });
+      const caller = { traceId: newTraceId(), spanId: newSpanId(), sampled: true };
+      const started = Date.now() - 5.25;
+      // Every kind of value an attribute takes, strings that need escaping, a key set twice (the later wins).
+      const values = { s: 'a "quoted" \\ line\nand \u2028, \u00e9, \ud83d\ude00', lone: '\ud800', i: 42, neg: -7, big: 2 ** 53, d: 0.125, tiny: 1e-7, nan: NaN, inf: -Infinity, t: true, f: false, twice: 'first' };
+      const root = tracer.start('HTTP', 'server', undefined, values, started);
+      root.set('twice', 'second');
+      root.rename('POST /v1/algo/*');
+      const child = tracer.start('call alice/Echo', 'client', caller, { 'algohost.depth': 1 });
+      child.fail('the worker "w1" is gone');
+      child.end();
+      root.end();
+      await tracer.close();
+      assert.equal(r.bodies.length, 1);
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- OTLP JSON
+      const ours = JSON.parse(r.bodies[0]!) as any;
+      const sent = ours.resourceSpans[0].scopeSpans[0].spans as { spanId: string; startTimeUnixNano: string; endTimeUnixNano: string }[];
+      assert.equal(sent.length, 2);
+      // The same spans as the SDK's ReadableSpans, with the times the text gave (checked apart below).
+      const { JsonTraceSerializer } = await import('@opentelemetry/otlp-transformer');
+      const { resourceFromAttributes } = await import('@opentelemetry/resources');
+      const resource = resourceFromAttributes({ 'service.name': 'export-thread-test', 'algohost.role': 'all', 'host.name': 'h\u00e9' });
+      const hr = (nanos: string): [number, number] => [Number(nanos.slice(0, -9)), Number(nanos.slice(-9))];
+      const readable = (sp: (typeof sent)[number], name: string, kind: number, parent: { traceId: string; spanId: string } | undefined, traceId: string, attributes: Record<string, unknown>, status: { code: number; message?: string }) => ({
+        name,
+        kind,
+        spanContext: () => ({ traceId, spanId: sp.spanId, traceFlags: 1 }),
+        parentSpanContext: parent && { traceId, spanId: parent.spanId, traceFlags: 1, isRemote: true },
+        startTime: hr(sp.startTimeUnixNano),
+        endTime: hr(sp.endTimeUnixNano),
+        duration: [0, 0],
+        status,
+        attributes,
+        links: [],
+        events: [],
+        ended: true,
+        resource,
+        instrumentationScope: { name: 'algohost' },
+        droppedAttributesCount: 0,
+        droppedEventsCount: 0,
+        droppedLinksCount: 0,
+      });
+      const rootSent = sent.find((x) => x.spanId === root.spanId)!;
+      const childSent = sent.find((x) => x.spanId === child.spanId)!;
+      const sdk = JSON.parse(
+        new TextDecoder().decode(
+          JsonTraceSerializer.serializeRequest([
+            readable(childSent, 'call alice/Echo', 2, caller, caller.traceId, { 'algohost.depth': 1 }, { code: 2, message: 'the worker "w1" is gone' }),
+            readable(rootSent, 'POST /v1/algo/*', 1, undefined, root.traceId, { ...values, twice: 'second' }, { code: 0 }),
+            // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the SDK's ReadableSpan, field for field
+          ] as any),
+        ),
+      );
+      // Fields the SDK writes at their default values (zero counts, empty lists) are the same as absent in OTLP/JSON.
+      const meaningful = (v: unknown): unknown => {
+        if (Array.isArray(v)) return v.map(meaningful);
+        if (v === null || typeof v !== 'object') return v;
+        const out: Record<string, unknown> = {};
+        for (const [k, x] of Object.entries(v)) if (x !== undefined && x !== 0 && !(Array.isArray(x) && x.length === 0)) out[k] = meaningful(x);
+        return out;
+      };
+      // NaN and the infinities: JSON.stringify makes them null, which no collector reads as a number; ours are the protobuf JSON mapping's strings.
+      const sdkRoot = sdk.resourceSpans[0].scopeSpans[0].spans[1];
+      for (const a of sdkRoot.attributes) if (a.key === 'nan' || a.key === 'inf') a.value.doubleValue = a.key === 'nan' ? 'NaN' : '-Infinity';
+      assert.deepEqual(meaningful(ours), meaningful(sdk));
+      // Times: the given start to the nanosecond the float holds, the end after it.
+      assert.equal(rootSent.startTimeUnixNano.slice(0, -6), String(Math.floor(started)));
+      assert.ok(Math.abs(Number(rootSent.startTimeUnixNano.slice(-6)) - (started % 1) * 1e6) <= 1);
+      assert.ok(BigInt(rootSent.endTimeUnixNano) > BigInt(rootSent.startTimeUnixNano) + 5_000_000n);
+      assert.ok(BigInt(childSent.endTimeUnixNano) >= BigInt(childSent.startTimeUnixNano));
+    } finally {
+      await r.close();
+    }
+  });
+
+  test('batches sent by the timer and by filling, while a slow collector holds the one before, lose and repeat nothing', async () => {
+    const r = await otlpReceiver(25);
+    try {
+      // A batch of 100 fills every other post (the event loop posts 64 at a time); what is left
+      // of it waits for the timer, which comes while the collector still holds the request before.
+      const tracer = (await openTracer(settings(r.url, { scheduleDelayMs: 20, maxExportBatchSize: 100, maxQueueSize: 100_000 }))) as OtelTracer;
+      const made = new Set<string>();
+      for (let i = 0; i < 40; i++) {
+        for (let j = 0; j < 64; j++) {
+          const span = tracer.start('HTTP', 'server', undefined, { i, j });
+          span.end();
+          made.add(span.spanId);
+        }
+        await new Promise((res) => setTimeout(res, i % 8 === 7 ? 30 : 2));
+      }
+      await tracer.close();
+      assert.equal(tracer.dropped, 0);
+      assert.equal(r.spans.length, made.size, 'as many spans arrived as were made');
+      assert.deepEqual(new Set(r.spans.map((x) => x.spanId)), made, 'each of them');
+      assert.ok(r.bodies.length >= 26, `at least a request per 100 spans: ${r.bodies.length}`);
+      assert.ok(r.bodies.every((b) => (JSON.parse(b) as { resourceSpans: { scopeSpans: { spans: unknown[] }[] }[] }).resourceSpans[0]!.scopeSpans[0]!.spans.length <= 100), 'no request holds more than a batch');
+    } finally {
+      await r.close();
+    }
+  });
+
+  test('each OTEL_TRACES_SAMPLER decides as the SDK\'s sampler of that name', async () => {
+    const { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler } = await import('@opentelemetry/sdk-trace-base');
+    const { ROOT_CONTEXT, SpanKind, trace } = await import('@opentelemetry/api');
+    const names = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+    for (const name of names) {
+      const ratio = 0.3;
+      const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(ratio) : new AlwaysOnSampler();
+      const sdk = name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
+      const tracer = await openTracer(settings('http://127.0.0.1:9', { sampler: { name, ratio } }));
+      try {
+        let recorded = 0;
+        for (let i = 0; i < 600; i++) {
+          // Roots, and children of sampled and of unsampled parents from a caller.
+          const parent = i % 3 === 0 ? undefined : { traceId: newTraceId(), spanId: newSpanId(), sampled: i % 3 === 1 };
+          const traceId = parent?.traceId;
+          const span = tracer.start('HTTP', 'server', parent);
+          const context = parent === undefined ? ROOT_CONTEXT : trace.setSpanContext(ROOT_CONTEXT, { traceId: parent.traceId, spanId: parent.spanId, traceFlags: parent.sampled ? 1 : 0, isRemote: true });
+          const expected = sdk.shouldSample(context, traceId ?? span.traceId, 'HTTP', SpanKind.SERVER, {}, []).decision === SamplingDecision.RECORD_AND_SAMPLED;
+          assert.equal(span.recording, expected, `${name}, ${parent === undefined ? 'a root' : parent.sampled ? 'a sampled parent' : 'an unsampled parent'}`);
+          assert.equal(span.sampled, expected);
+          if (expected) recorded++;
+        }
+        if (name.endsWith('traceidratio')) assert.ok(recorded > 0 && recorded < 600, `${name} records some, not all: ${recorded}`);
+      } finally {
+        await tracer.close();
+      }
     }
   });
 

@@ -9,7 +9,7 @@ import type { CallLog } from './callLog.ts';
 import type { UsageRecorder } from './usage.ts';
 import { SESSION_KEY_PREFIX } from '../auth/sessions.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
-import { NO_TRACING, traceparentOf, type Attributes, type Span, type Tracer } from '../tracing.ts';
+import { NO_TRACING, traceparentOf, type Span, type Tracer } from '../tracing.ts';
 
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 3000;
@@ -125,15 +125,13 @@ function callerQueueFull(): AppError {
 /** A call that ran out of time before its algorithm could answer. */
 const TIMED_OUT: Outcome = { kind: 'timeout', stdout: '', stdoutTruncated: false, durationMs: 0 };
 
-/** A call's attributes on its span. */
-function callAttributes(target: CallTarget, req: CallRequest, depth: number): Attributes {
-  return {
-    'algohost.algorithm': `${target.algorithm.owner}/${target.algorithm.name}`,
-    'algohost.version': target.version ?? undefined,
-    'algohost.build': target.build.hash,
-    'algohost.depth': depth,
-    'algohost.input_bytes': req.input.length,
-  };
+/** A call's attributes, set on its span (one by one: an object of them to copy from cost more). */
+function callAttributes(span: Span, target: CallTarget, req: CallRequest, depth: number): void {
+  span.set('algohost.algorithm', `${target.algorithm.owner}/${target.algorithm.name}`);
+  span.set('algohost.version', target.version ?? undefined);
+  span.set('algohost.build', target.build.hash);
+  span.set('algohost.depth', depth);
+  span.set('algohost.input_bytes', req.input.length);
 }
 
 /** What a call came to, on its span: an outcome other than a result marks it failed. */
@@ -322,11 +320,8 @@ export class CallService {
     // spans are children of: a warm call makes one span on one machine, not three.
     const own = this.tracing.exporting && this.dispatchSpans;
     const within = req.trace;
-    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within, callAttributes(target, req, context.depth)) : (within ?? NO_TRACING.start('', 'client', undefined));
-    if (!own && span.recording) {
-      const attributes = callAttributes(target, req, context.depth);
-      for (const k in attributes) span.set(k, attributes[k]);
-    }
+    const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within) : (within ?? NO_TRACING.start('', 'client', undefined));
+    if (span.recording) callAttributes(span, target, req, context.depth);
     try {
       const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
       const outcome = await this.executor.run(job, this.internal.handler(context, span), span);
