@@ -121,7 +121,7 @@ export interface SpanIds {
 }
 
 /** Spans posted to the export thread at most this many at a time (nor more than a request's), and at most this long after one ends. */
-const POST_BATCH = 64;
+const POST_BATCH = 256;
 const POST_AFTER_MS = 50;
 /** How long a stop waits for the last spans to be sent. */
 const CLOSE_TIMEOUT_MS = 15_000;

@@ -15,11 +15,23 @@
 // Messages out:
 //   { taken: n }             n spans were sent, or given up on (the sender's queue bound)
 //   { closed: true }
+import fs from 'node:fs';
+import os from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
 
 /** @type {{ url: string, headers: Record<string, string>, scheduleDelayMs: number, maxQueueSize: number, maxExportBatchSize: number, exportTimeoutMs: number, resource: (string | number | boolean)[] }} */
 const settings = workerData;
+
+// This thread runs at a lower priority than the event loop's (nice 10 more, on Linux, where a
+// thread has a priority of its own): its work can wait, and on a machine whose CPUs are all
+// busy, it then gives way to calls (the event loop, the workers) rather than contending with them.
+try {
+  const tid = Number(fs.readlinkSync('/proc/thread-self').split('/').pop());
+  os.setPriority(tid, Math.min(19, os.getPriority(tid) + 10));
+} catch {
+  // Not Linux, or not allowed: the process's priority.
+}
 
 // ---- OTLP/JSON ----------------------------------------------------------------------------------
 //
