@@ -9,6 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -599,6 +600,24 @@ describe('the export thread', () => {
       } finally {
         await tracer.close();
       }
+    }
+  });
+
+  test('the export thread runs at a lower priority than the event loop (Linux: nice 10 more)', { skip: process.platform !== 'linux' }, async () => {
+    const nice = (tid: string) => Number(fs.readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]);
+    const mine = nice(String(process.pid));
+    const before = new Set(fs.readdirSync('/proc/self/task'));
+    const tracer = await openTracer(settings('http://127.0.0.1:9'));
+    try {
+      let niced: string[] = [];
+      for (let i = 0; i < 100 && niced.length === 0; i++) {
+        await new Promise((res) => setTimeout(res, 20));
+        niced = fs.readdirSync('/proc/self/task').filter((t) => !before.has(t) && nice(t) === Math.min(19, mine + 10));
+      }
+      assert.equal(niced.length, 1, 'one new thread, at nice +10');
+      assert.equal(nice(String(process.pid)), mine, 'the event loop keeps its priority');
+    } finally {
+      await tracer.close();
     }
   });
 
