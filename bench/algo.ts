@@ -813,7 +813,7 @@ async function tracingMode(apiKey: string, serverArgs: string[]): Promise<void> 
     noise,
     extra: [
       `- **Servers:** ${PROCS} process${PROCS === 1 ? '' : 'es'} per variant${tBase ? ' (one of the other tree)' : ''}, all started before the first round; every round runs each server once, in an order rotated round to round, and a variant's figure in a round is the mean of its servers'. The per-round lines below are those means.`,
-      `- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the ones keeping every trace (a warm call on one machine makes one span: the request's; the batch processor drops what overflows its queue of 2,048 spans).`,
+      `- **Spans received by the sink:** ${fmt(exported, 0)} from the servers exporting, for ${fmt(calls, 0)} timed calls of the ones keeping every trace (a warm call on one machine makes one span: the request's; a span is dropped when 2,048 already wait to be sent, OTEL_BSP_MAX_QUEUE_SIZE).`,
     ],
     rows,
     targets,

@@ -9,7 +9,7 @@
  *     spans of a warm call (one machine: the request's, which takes the call's attributes; an
  *     API node: the request's and the dispatch's) with their attributes, and their export: every span is sent before the clock stops
  *     (the tracer is closed, which flushes), so serialising and sending count too; the sink (the
- *     collector) is a process of its own. The batch processor's queue is made big enough that it
+ *     collector) is a process of its own. The export queue (OTEL_BSP_MAX_QUEUE_SIZE) is made big enough that it
  *     drops nothing (calls here come far faster than a server's), and batches are sent every
  *     10 ms rather than 5 s, so they keep up: every span's export is paid within the run.
  *   - exported with one trace in ten sampled (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
@@ -125,7 +125,7 @@ async function run(sampler: Sampler | undefined, header: string | undefined, api
   const l0 = threadCpu();
   for (let i = 0; i < CALLS; i++) {
     oneCall(tracer, header, apiNode);
-    // Let the batch processor's exports run as they would between requests.
+    // Let the posts to the export thread run as they would between requests.
     if (i % 64 === 63) await new Promise((r) => setImmediate(r));
     if (i % 1024 === 1023) {
       await new Promise((r) => setTimeout(r, 0));
@@ -152,7 +152,7 @@ const variants: [string, Sampler | undefined, string | undefined, boolean][] = [
 ];
 const results = new Map<string, { ns: number; loopNs: number; spans: number }[]>(variants.map(([n]) => [n, []]));
 // Tracing off first, every repetition: once a tracer exports, the OpenTelemetry SDK is loaded
-// and its batch processor's timer runs, which a node that does not export never has.
+// and its export thread runs, which a node that does not export never has.
 for (const group of [variants.filter(([, s]) => s === undefined), variants.filter(([, s]) => s !== undefined)]) {
   for (const [, sampler, h, a] of group) await run(sampler, h, a);
   for (let r = 0; r < REPS; r++) {
