@@ -8,13 +8,13 @@ import { IdSpan, type AttributeValue, type Attributes, type ExportSettings, type
  * by tracing.ts's openTracer only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is
  * set: a node that does not export never loads this module or the SDK.
  *
- * The sampler decides here, on the event loop, as a span starts (deciderOf: the SDK's
- * samplers' decisions). A finished span is a
- * small record, posted with others to a thread of its own (tracingThread.mjs), which writes
- * spans as OTLP/JSON, batches them as the SDK's batch span processor would (OTEL_BSP_*) and
- * sends each batch with the SDK's OTLP/HTTP transport (its retries, timeout, compression and
- * OTEL_EXPORTER_OTLP_* settings). The SDK's span, batch processor and serialiser are not used:
- * together they cost a loaded server ~25 µs a span (docs/traces.md, "What it costs").
+ * The sampler decides here, on the event loop, as a span starts (deciderOf: the SDK's samplers'
+ * decisions). A finished span is a small record, posted with others to a thread of its own
+ * (tracingThread.mjs), which writes spans as OTLP/JSON, batches them as the SDK's batch span
+ * processor would (OTEL_BSP_*) and sends each batch with the SDK's OTLP/HTTP transport (its
+ * retries, timeout, compression and OTEL_EXPORTER_OTLP_* settings). The SDK's span, batch
+ * processor and serialiser are not used: together they cost a loaded server ~25 µs a span
+ * (docs/traces.md, "Cost").
  *
  * No global provider, context manager or propagator is registered: algohost carries the
  * context itself, by hand (tracing.ts: no AsyncLocalStorage, the traceparent on each hop), and
@@ -38,7 +38,7 @@ function pairs(attributes: Attributes | undefined): (string | AttributeValue)[] 
 }
 
 /** Whether a span starting with this parent (none: a trace we begin) in this trace is recorded. */
-type Decide = (parent: TraceContext | undefined, traceId: string, name: string, kind: OtelKind) => boolean;
+type Decide = (parent: TraceContext | undefined, traceId: string) => boolean;
 
 /**
  * What the sampler that OTEL_TRACES_SAMPLER names decides (by default, parentbased_always_on: a
@@ -55,7 +55,7 @@ function deciderOf({ name, ratio }: ExportSettings['sampler']): Decide {
     : name.endsWith('traceidratio')
       ? (_parent, traceId) => byRatio.shouldSample(ROOT_CONTEXT, traceId).decision === SamplingDecision.RECORD_AND_SAMPLED
       : () => true;
-  return name.startsWith('parentbased_') ? (parent, traceId, spanName, kind) => (parent === undefined ? root(undefined, traceId, spanName, kind) : parent.sampled) : root;
+  return name.startsWith('parentbased_') ? (parent, traceId) => (parent === undefined ? root(undefined, traceId) : parent.sampled) : root;
 }
 
 /** Now, in ms since the epoch with the monotonic clock's precision (as the SDK's own spans take it). */
@@ -169,7 +169,7 @@ export class OtelTracer implements Tracer {
         resource: ['service.name', settings.serviceName, ...pairs(resource)],
       },
       // None of the process's flags (a TypeScript loader, a profiler's); its environment, as the SDK's
-      // exporter reads OTEL_EXPORTER_OTLP_* settings (timeout, compression, certificates) there.
+      // OTLP/HTTP transport reads OTEL_EXPORTER_OTLP_* settings (timeout, compression, certificates) there.
       execArgv: [],
     });
     return new OtelTracer(thread, settings.maxQueueSize, Math.min(POST_BATCH, settings.maxExportBatchSize), deciderOf(settings.sampler), ids);
@@ -179,7 +179,7 @@ export class OtelTracer implements Tracer {
     const traceId = parent?.traceId ?? this.ids.newTraceId();
     const otelKind = KINDS[kind];
     // Not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default).
-    if (!this.decide(parent, traceId, name, otelKind)) return new IdSpan(traceId, this.ids.newSpanId(), false);
+    if (!this.decide(parent, traceId)) return new IdSpan(traceId, this.ids.newSpanId(), false);
     return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parent, pairs(attributes), startTime ?? nowMs());
   }
 

@@ -116,7 +116,8 @@ const TAIL = Buffer.from(']}]}]}');
  */
 class Batch {
   count = 0;
-  #buf = Buffer.allocUnsafe(Math.min(settings.maxExportBatchSize, 512) * 1024);
+  // ~1 KB a span; grown (doubled) as needed.
+  #buf = Buffer.allocUnsafe(64 * 1024);
   #at = HEAD.copy(this.#buf, 0);
 
   /** @param {Parameters<typeof spanText>[0]} record */
@@ -129,7 +130,7 @@ class Batch {
       this.#buf.copy(bigger, 0, 0, this.#at);
       this.#buf = bigger;
     }
-    this.#at += this.#buf.utf8Write(text, this.#at);
+    this.#at += this.#buf.write(text, this.#at);
     this.count++;
   }
 
