@@ -24,6 +24,14 @@
  * the admitted calls per 10 s window, the latency of the 429s and of the 200s, and the nodes'
  * capacity for the echo with no limit (a setting near it measures the machine, not the limiter).
  *
+ * Then the compute quota across the same two nodes: a user with COMPUTE.quotaS compute seconds a
+ * month calls an algorithm that sleeps COMPUTE.sleepMs from COMPUTE.clients clients, each
+ * alternating between the nodes in a closed loop until refused (429 `compute_quota_exceeded`).
+ * A call is checked as it starts and each node sees the others' seconds a flush (1 s) and a
+ * refresh (1 s) late (docs/limits.md, "Compute seconds per month"), so the month ends over the
+ * quota; reported: by how much, against what that design allows (the calls under way when it is
+ * reached, plus what the other node used in the two seconds it cannot see yet).
+ *
  *   npm run bench:ratelimit [-- --seconds 60 --offer 4 --clients 32]
  *
  * BENCH_QUICK=1 shortens each setting to 10 s (for checking the script, not for numbers). The
@@ -71,6 +79,11 @@ const SETTINGS: Setting[] = [
   { user: 'rate6000', perMin: 6000, burst: 100 },
 ];
 
+/** The compute quota's phase (above). */
+const COMPUTE = { user: 'compute', quotaS: QUICK ? 10 : 60, sleepMs: 100, clients: 16 };
+/** The usage flush and the quota's refresh of what other nodes counted (src/algorithms/usage.ts, src/limits/compute.ts). */
+const SEEN_LATE_S = 2;
+
 // ---- setup ---------------------------------------------------------------------------------
 
 /**
@@ -84,7 +97,10 @@ async function createUsers(env: Record<string, string>): Promise<Map<string, str
   const services = await createServices(loadConfig({ home, port: '0', host: '127.0.0.1', demo: false }, env));
   try {
     const keys = new Map<string, string>();
-    for (const name of ['owner', ...SETTINGS.map((s) => s.user)]) keys.set(name, (await services.users.create(name)).apiKey);
+    for (const name of ['owner', ...SETTINGS.map((s) => s.user), COMPUTE.user]) keys.set(name, (await services.users.create(name)).apiKey);
+    const computeUser = await services.users.require(COMPUTE.user);
+    const quota = await writeUserLimits(services.store, computeUser.id, { compute_seconds_per_month: COMPUTE.quotaS });
+    if (services.limits.quotasOf({ userId: computeUser.id, limits: quota }).computeSecondsPerMonth !== COMPUTE.quotaS) throw new Error(`${COMPUTE.user}'s quota is not in force`);
     for (const s of SETTINGS) {
       const user = await services.users.require(s.user);
       const own = await writeUserLimits(services.store, user.id, { calls_per_min: s.perMin, burst: s.burst });
@@ -227,6 +243,94 @@ async function measure(setting: Setting, ports: number[], key: string): Promise<
   return r;
 }
 
+// ---- the compute quota ---------------------------------------------------------------------
+
+interface ComputeResult {
+  admitted: number;
+  refused: number;
+  other: Answer[];
+  elapsedS: number;
+  /** compute.used_s as node A answers it once both nodes' counts are in the store. */
+  usedS: number;
+  /** The user's compute seconds a second while the calls ran (both nodes). */
+  rate: number;
+}
+
+/** COMPUTE.clients clients, each alternating between the nodes, calling Sleep back to back until refused (or 120 s). */
+async function untilRefused(ports: number[], key: string): Promise<Answer[]> {
+  const agents = ports.map(() => new http.Agent({ keepAlive: true, maxSockets: COMPUTE.clients }));
+  const headers = { authorization: `Simple ${key}`, 'content-type': 'text/plain' };
+  const body = Buffer.from(String(COMPUTE.sleepMs));
+  const answers: Answer[] = [];
+  const end = performance.now() + 120_000;
+  try {
+    await Promise.all(
+      Array.from({ length: COMPUTE.clients }, async (_, c) => {
+        for (let k = 0; performance.now() < end; k++) {
+          const node = (c + k) % 2;
+          const start = performance.now();
+          const r = await timed(ports[node]!, 'POST', '/v1/algo/owner/Sleep', { headers, body, agent: agents[node], keep: true });
+          const text = r.body!.toString();
+          const code = r.status !== 200 ? errorCode(text) : text.includes('"error"') ? 'algorithm_error' : undefined;
+          answers.push({ node, status: r.status, code, start, end: performance.now() });
+          if (r.status === 429) break;
+        }
+      }),
+    );
+  } finally {
+    for (const a of agents) a.destroy();
+  }
+  return answers;
+}
+
+/** The user's compute.used_s as a node answers it, read twice: the first read starts the refresh of what the other node flushed. */
+async function usedSeconds(port: number, key: string): Promise<number> {
+  let used = NaN;
+  for (let i = 0; i < 2; i++) {
+    const r = await timed(port, 'GET', `/v1/users/${COMPUTE.user}/limits`, { headers: { authorization: `Simple ${key}` }, keep: true });
+    if (r.status !== 200) throw new Error(`GET …/limits: ${r.status} ${r.body?.toString()}`);
+    used = (JSON.parse(r.body!.toString()) as { compute: { used_s: number } }).compute.used_s;
+    await sleep(1500);
+  }
+  return used;
+}
+
+async function measureCompute(ports: number[], key: string): Promise<ComputeResult> {
+  log(`${COMPUTE.user}: ${COMPUTE.quotaS} compute seconds a month; ${COMPUTE.clients} clients calling a ${COMPUTE.sleepMs} ms algorithm through both nodes until refused`);
+  const answers = await untilRefused(ports, key);
+  const first = Math.min(...answers.map((a) => a.start));
+  const last = Math.max(...answers.map((a) => a.end));
+  const ok = answers.filter((a) => a.status === 200 && a.code === undefined);
+  const refused = answers.filter((a) => a.status === 429 && a.code === 'compute_quota_exceeded');
+  // Both nodes' counts flushed (every second) before the store is read.
+  await sleep(SEEN_LATE_S * 1000);
+  const usedS = await usedSeconds(ports[0]!, key);
+  const lastAdmitted = Math.max(...ok.map((a) => a.end));
+  const r: ComputeResult = { admitted: ok.length, refused: refused.length, other: answers.filter((a) => !ok.includes(a) && !refused.includes(a)), elapsedS: (last - first) / 1000, usedS, rate: usedS / ((lastAdmitted - first) / 1000) };
+  log(`${COMPUTE.user}: ${r.admitted} admitted, ${r.refused} refused, used ${fmt(usedS, 1)} s of ${COMPUTE.quotaS} (${r.other.length} other answers)`);
+  return r;
+}
+
+function computeReport(r: ComputeResult): string[] {
+  const over = r.usedS - COMPUTE.quotaS;
+  const underWay = (COMPUTE.clients * COMPUTE.sleepMs) / 1000;
+  // What the design allows: the calls under way when the quota is reached, and the other node's
+  // seconds of the last flush and refresh (half the user's rate, the clients alternating).
+  const allowed = underWay + (r.rate / 2) * SEEN_LATE_S;
+  return [
+    '',
+    '**The compute quota across the two nodes:**',
+    '',
+    "| quota | used (store) | over | over ÷ quota | the design's bound (calls under way + the other node's last 2 s) | within it | admitted | refused (429 `compute_quota_exceeded`) | other |",
+    '|---:|---:|---:|---:|---:|---|---:|---:|---:|',
+    `| ${COMPUTE.quotaS} s | ${fmt(r.usedS, 1)} s | ${fmt(over, 1)} s | ${pct(over / COMPUTE.quotaS, 1)} | ${fmt(allowed, 1)} s (${fmt(underWay, 1)} + ${fmt(r.rate / 2, 1)} × ${SEEN_LATE_S}) | ${verdict(over <= allowed && r.other.length === 0)} | ${r.admitted} | ${r.refused} | ${r.other.length} |`,
+    '',
+    `- ${COMPUTE.clients} clients calling an algorithm that sleeps ${COMPUTE.sleepMs} ms, back to back, alternating between the nodes, until each was refused; ` +
+      `the user spent ${fmt(r.rate, 1)} compute seconds a second while they ran (${fmt(r.elapsedS, 1)} s in all). The month ends over the quota by about ${fmt(over / Math.max(r.rate, 1e-9), 2)} s of the user's spending: ` +
+      'a constant of the design, not a share of the quota (on a quota of hours, a fraction of a per cent).',
+  ];
+}
+
 // ---- report --------------------------------------------------------------------------------
 
 function report(results: Result[], capacity: number): string[] {
@@ -289,6 +393,7 @@ async function main(): Promise<void> {
   const keys = await createUsers(env);
   const ownerKey = keys.get('owner')!;
   await release(api(`http://127.0.0.1:${ports[0]}`, ownerKey), 'owner', 'Echo', { 'src/index.js': 'export function apply(input) { return input; }\n' }, { settings: { language: 'javascript' } });
+  await release(api(`http://127.0.0.1:${ports[0]}`, ownerKey), 'owner', 'Sleep', { 'src/index.js': 'export async function apply(input) { await new Promise((r) => setTimeout(r, Number(input))); return input; }\n' }, { settings: { language: 'javascript' } });
   // Warm both nodes' workers for Echo (the owner has no limits): CLIENTS clients, closed loop, untimed.
   await offer(ports, ownerKey, Infinity, QUICK ? 2 : 5);
 
@@ -308,6 +413,7 @@ async function main(): Promise<void> {
     results.push(await measure(s, ports, keys.get(s.user)!));
     await sleep(1000);
   }
+  const compute = await measureCompute(ports, keys.get(COMPUTE.user)!);
   const noiseLine = noise();
   const seconds = (performance.now() - t0) / 1000;
 
@@ -315,7 +421,7 @@ async function main(): Promise<void> {
     name: 'ratelimit',
     section: SECTION,
     heading: '### Rate limits across two API nodes (`npm run bench:ratelimit`)',
-    lines: report(results, capacity),
+    lines: [...report(results, capacity), ...computeReport(compute)],
     setup: [
       '- **Setup:** a shared deployment on loopback: a throwaway PostgreSQL 15 (test/helpers/postgres.ts), s3rver, and two `algohost serve` nodes (A and B), each with its own home, on the same database and bucket; the limits on the database (src/limits/shared.ts: a node takes a quarter second of the rate at a time, within the burst, and drops what it has not spent in 1 s). ' +
         `One user per setting, with limits of their own written to the store as \`algohost user limits NAME --calls-per-min N --burst N\` writes them, calling an echo algorithm (Node) of another user's, warmed on both nodes beforehand.`,
