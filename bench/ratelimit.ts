@@ -145,35 +145,45 @@ interface Answer {
   end: number;
 }
 
+/** What `offer` calls, and how: by default Echo with `x`, CLIENTS clients, for the whole time. */
+interface Calls {
+  algorithm?: string;
+  input?: string;
+  clients?: number;
+  /** Each client stops at its first 429. */
+  untilRefused?: boolean;
+}
+
 /**
- * CLIENTS clients, client c sending at start + (c + k × CLIENTS) / offered s for k = 0, 1, …
+ * `clients` clients, client c sending at start + (c + k × clients) / offered s for k = 0, 1, …
  * (at once when its previous answer came later), to node (c + k) mod 2, for `seconds`.
  * `offered` Infinity: each client sends as soon as its previous answer came (closed loop).
  */
-async function offer(ports: number[], key: string, offered: number, seconds: number): Promise<Answer[]> {
-  const agents = ports.map(() => new http.Agent({ keepAlive: true, maxSockets: CLIENTS }));
+async function offer(ports: number[], key: string, offered: number, seconds: number, { algorithm = 'Echo', input = 'x', clients = CLIENTS, untilRefused = false }: Calls = {}): Promise<Answer[]> {
+  const agents = ports.map(() => new http.Agent({ keepAlive: true, maxSockets: clients }));
   const headers = { authorization: `Simple ${key}`, 'content-type': 'text/plain' };
-  const body = Buffer.from('x');
+  const body = Buffer.from(input);
   const answers: Answer[] = [];
   const t0 = performance.now() + 100;
   const end = t0 + seconds * 1000;
   try {
     await Promise.all(
-      Array.from({ length: CLIENTS }, async (_, c) => {
+      Array.from({ length: clients }, async (_, c) => {
         for (let k = 0; ; k++) {
-          const at = t0 + ((c + k * CLIENTS) / offered) * 1000;
+          const at = t0 + ((c + k * clients) / offered) * 1000;
           if (at >= end || performance.now() >= end) break;
           const wait = at - performance.now();
           if (wait > 0) await sleep(wait);
           const node = (c + k) % 2;
           const start = performance.now();
           try {
-            const r = await timed(ports[node]!, 'POST', '/v1/algo/owner/Echo', { headers, body, agent: agents[node], keep: true });
+            const r = await timed(ports[node]!, 'POST', `/v1/algo/owner/${algorithm}`, { headers, body, agent: agents[node], keep: true });
             const text = r.body!.toString();
             let code: string | undefined;
             if (r.status !== 200) code = errorCode(text);
             else if (text.includes('"error"')) code = 'algorithm_error';
             answers.push({ node, status: r.status, code, start, end: performance.now() });
+            if (untilRefused && r.status === 429) break;
           } catch (err) {
             answers.push({ node, status: 0, code: `client: ${(err as Error).message}`, start, end: performance.now() });
           }
@@ -256,33 +266,6 @@ interface ComputeResult {
   rate: number;
 }
 
-/** COMPUTE.clients clients, each alternating between the nodes, calling Sleep back to back until refused (or 120 s). */
-async function untilRefused(ports: number[], key: string): Promise<Answer[]> {
-  const agents = ports.map(() => new http.Agent({ keepAlive: true, maxSockets: COMPUTE.clients }));
-  const headers = { authorization: `Simple ${key}`, 'content-type': 'text/plain' };
-  const body = Buffer.from(String(COMPUTE.sleepMs));
-  const answers: Answer[] = [];
-  const end = performance.now() + 120_000;
-  try {
-    await Promise.all(
-      Array.from({ length: COMPUTE.clients }, async (_, c) => {
-        for (let k = 0; performance.now() < end; k++) {
-          const node = (c + k) % 2;
-          const start = performance.now();
-          const r = await timed(ports[node]!, 'POST', '/v1/algo/owner/Sleep', { headers, body, agent: agents[node], keep: true });
-          const text = r.body!.toString();
-          const code = r.status !== 200 ? errorCode(text) : text.includes('"error"') ? 'algorithm_error' : undefined;
-          answers.push({ node, status: r.status, code, start, end: performance.now() });
-          if (r.status === 429) break;
-        }
-      }),
-    );
-  } finally {
-    for (const a of agents) a.destroy();
-  }
-  return answers;
-}
-
 /** The user's compute.used_s as a node answers it, read twice: the first read starts the refresh of what the other node flushed. */
 async function usedSeconds(port: number, key: string): Promise<number> {
   let used = NaN;
@@ -297,7 +280,8 @@ async function usedSeconds(port: number, key: string): Promise<number> {
 
 async function measureCompute(ports: number[], key: string): Promise<ComputeResult> {
   log(`${COMPUTE.user}: ${COMPUTE.quotaS} compute seconds a month; ${COMPUTE.clients} clients calling a ${COMPUTE.sleepMs} ms algorithm through both nodes until refused`);
-  const answers = await untilRefused(ports, key);
+  // Each client back to back until refused (120 s at most).
+  const answers = await offer(ports, key, Infinity, 120, { algorithm: 'Sleep', input: String(COMPUTE.sleepMs), clients: COMPUTE.clients, untilRefused: true });
   const first = Math.min(...answers.map((a) => a.start));
   const last = Math.max(...answers.map((a) => a.end));
   const ok = answers.filter((a) => a.status === 200 && a.code === undefined);
