@@ -177,10 +177,9 @@ export class OtelTracer implements Tracer {
 
   start(name: string, kind: SpanKind, parent: TraceContext | undefined, attributes?: Attributes, startTime?: number): Span {
     const traceId = parent?.traceId ?? this.ids.newTraceId();
-    const otelKind = KINDS[kind];
     // Not sampled: recorded nowhere, its ids carried on (its children are not sampled either, by default).
     if (!this.decide(parent, traceId)) return new IdSpan(traceId, this.ids.newSpanId(), false);
-    return new RecordedSpan(this, name, otelKind, traceId, this.ids.newSpanId(), parent, pairs(attributes), startTime ?? nowMs());
+    return new RecordedSpan(this, name, KINDS[kind], traceId, this.ids.newSpanId(), parent, pairs(attributes), startTime ?? nowMs());
   }
 
   /**
