@@ -140,6 +140,8 @@ export interface Config {
   limitComputeSecondsPerMonth: number;
   /** ALGOHOST_LIMIT_STORAGE_BYTES: bytes of hosted files (data://) a user may keep (0: no quota). */
   limitStorageBytes: number;
+  /** ALGOHOST_LIMIT_SHARE: a user's share of the workers when calls wait for one (calls of theirs served a turn; 1 to 1000). */
+  limitShare: number;
   /** ALGOHOST_SESSION_TTL_S: how long a console sign-in lasts. */
   sessionTtlS: number;
   /** ALGOHOST_ASYNC_ATTEMPTS: how many times an async call is started at most when the node running it is lost. */
@@ -244,6 +246,7 @@ export const DEFAULTS = {
   limitConcurrency: 0,
   limitComputeSecondsPerMonth: 0,
   limitStorageBytes: 0,
+  limitShare: 1,
   sessionTtlS: 43_200,
   asyncAttempts: 3,
   demo: true,
@@ -938,6 +941,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH', env.ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH, DEFAULTS.limitComputeSecondsPerMonth, 0, Number.MAX_SAFE_INTEGER),
     docs: [
       { vars: ["ALGOHOST_LIMIT_COMPUTE_SECONDS_PER_MONTH"], shown: code(DEFAULTS.limitComputeSecondsPerMonth), meaning: "Compute seconds (the usage records' unit: the algorithms' own time, nested calls included) a user's calls may use in a calendar month (UTC), unless `algohost user limits` gives them their own. Once used up, a call is answered 429 `compute_quota_exceeded` with `Retry-After` until the first of next month; calls already under way run to their end. 0: no quota (docs/limits.md)." },
+    ],
+  },
+  limitShare: {
+    read: (env) => int('ALGOHOST_LIMIT_SHARE', env.ALGOHOST_LIMIT_SHARE, DEFAULTS.limitShare, 1, 1000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_SHARE"], shown: code(DEFAULTS.limitShare), meaning: "A user's share of the workers while calls wait for one, unless `algohost user limits` gives them their own (`--share`): the calls of theirs served in each turn of the round robin across callers. A user of share 4 gets four calls started for every one of a user of share 1 while both have calls waiting; nobody is ever passed over. 1 to 1000 (docs/limits.md, \"Shares\")." },
     ],
   },
   limitStorageBytes: {

@@ -1,9 +1,11 @@
 /**
- * Waiting items, queued per caller and served in turns across callers (round robin by item:
- * deficit round robin with every caller's quantum and every item's cost one). A caller who
- * queues a thousand items waits behind their own, never in front of anyone else's: the next
- * item served is one of the caller whose turn it is. Used by the worker pool (calls waiting for
- * a worker) and the local queue of async calls (docs/limits.md, "Fair shares").
+ * Waiting items, queued per caller and served in turns across callers (deficit round robin with
+ * every item's cost one and a caller's quantum their share: a turn serves up to `weight` items
+ * of the caller, 1 unless their items say more). A caller who queues a thousand items waits
+ * behind their own, never in front of anyone else's: the next item served is one of the caller
+ * whose turn it is. A caller of share 3 is served three items a turn where one of share 1 is
+ * served one, while both have items waiting. Used by the worker pool (calls waiting for a
+ * worker) and the local queue of async calls (docs/limits.md, "Fair shares").
  *
  * An item may have a `key` (the pool's: the algorithm version it needs): `takeKeyed` serves, in
  * turn order, the first caller with an item of a key that can be served now (a worker of that
@@ -19,6 +21,11 @@
 export interface Queued {
   readonly caller: string;
   readonly key?: string;
+  /**
+   * The caller's share (docs/limits.md, "Shares"): items of theirs served a turn, a whole number
+   * from 1 (the default) to MAX_WEIGHT. The latest item a caller queued says it for them.
+   */
+  readonly weight?: number;
   /** Set once the item has left the queue (taken or removed): left behind lazily, skipped. */
   settled?: boolean;
 }
@@ -31,10 +38,21 @@ interface Deque<T> {
   live: number;
 }
 
-/** One caller's items: all of them, and by key. */
+/** One caller's items: all of them, and by key; their share, and how much of this turn they had. */
 interface Line<T> {
   all: Deque<T>;
   byKey: Map<string, Deque<T>>;
+  weight: number;
+  served: number;
+}
+
+/** The largest share a caller may have: a turn of theirs is at most this many items. */
+export const MAX_WEIGHT = 1000;
+
+/** An item's weight as the queue takes it: a whole number from 1 to MAX_WEIGHT. */
+function weightOf(item: Queued): number {
+  const w = item.weight;
+  return w === undefined || !(w >= 1) ? 1 : Math.min(MAX_WEIGHT, Math.floor(w));
 }
 
 export type Refusal = 'caller_queue_full' | 'queue_full';
@@ -86,9 +104,10 @@ export class FairQueue<T extends Queued> {
     if ((line?.all.live ?? 0) >= this.maxPerCaller && this.maxPerCaller < this.maxTotal) return 'caller_queue_full';
     if (this.size >= this.maxTotal) return 'queue_full';
     if (line === undefined) {
-      line = { all: deque(), byKey: new Map() };
+      line = { all: deque(), byKey: new Map(), weight: 1, served: 0 };
       this.lines.set(item.caller, line);
     }
+    line.weight = weightOf(item);
     item.settled = false;
     line.all.items.push(item);
     line.all.live++;
@@ -168,7 +187,10 @@ export class FairQueue<T extends Queued> {
     return all;
   }
 
-  /** `item` leaves the queue: taken (`served`: its caller goes to the back of the turns) or removed. */
+  /**
+   * `item` leaves the queue: taken (`served`: one of its caller's turn; their turn over once it
+   * had their share, and they go to the back of the turns) or removed.
+   */
   private settle(line: Line<T>, item: T, served: boolean): T {
     item.settled = true;
     this.size--;
@@ -183,9 +205,12 @@ export class FairQueue<T extends Queued> {
     if (d.live === 0) line.byKey.delete(key);
     else tidy(d);
     tidy(line.all);
-    if (served && this.lines.size > 1) {
-      this.lines.delete(item.caller);
-      this.lines.set(item.caller, line);
+    if (served && ++line.served >= line.weight) {
+      line.served = 0;
+      if (this.lines.size > 1) {
+        this.lines.delete(item.caller);
+        this.lines.set(item.caller, line);
+      }
     }
     return item;
   }

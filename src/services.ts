@@ -267,6 +267,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     { computeSecondsPerMonth: config.limitComputeSecondsPerMonth, storageBytes: config.limitStorageBytes },
     meter,
     new AlgorithmSlots(shared),
+    config.limitShare,
   );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing, options.executor !== undefined);
   const keys = new KeyService(store);

@@ -21,6 +21,7 @@ import {
   encodeBeat,
   encodeHostRequest,
   encodeRunReply,
+  encodeRunRequest,
   encodeTaken,
   frame,
   MessageError,
@@ -108,6 +109,17 @@ before(async () => {
 after(async () => {
   await Promise.all(conns.map((c) => c.close().catch(() => undefined)));
   await nats?.stop();
+});
+
+test("a job carries its caller's share to the worker's queue (docs/limits.md, \"Shares\"); a share that is not a whole number from 1 to 1000 is refused as malformed", () => {
+  const target = { build: { algorithmId: 1, hash: 'ab'.repeat(20) }, key: 'k', runner: 'node' as const, entry: 'x', network: false };
+  const request = (weight: unknown): RunRequest => ({ type: 'run', call: 'c', api: 'algohost.v1.host.a', sdk: false, job: { target, contentType: 'text', input: Buffer.from('x'), timeoutMs: 1, nesting: 0, caller: '7', weight: weight as number } });
+  const decoded = decodeRunRequest(encodeRunRequest(request(3)));
+  assert.equal(decoded.job.caller, '7');
+  assert.equal(decoded.job.weight, 3);
+  // From an API node of an older version: no share, the worker's default.
+  assert.equal(decodeRunRequest(encodeRunRequest(request(undefined))).job.weight, undefined);
+  for (const bad of [0, 1001, 2.5, '3', -1]) assert.throws(() => decodeRunRequest(encodeRunRequest(request(bad))), MessageError, String(bad));
 });
 
 describe('bodies bigger than one NATS message', { skip }, () => {

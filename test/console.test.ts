@@ -460,7 +460,7 @@ describe('the web console in Chromium', { skip }, () => {
     }
     // Alice's quotas: a compute quota and a rate of her own; hosted data without a limit.
     const alice = await s.services.users.require('alice');
-    await writeUserLimits(s.services.store, alice.id, { calls_per_min: 600, burst: 20, compute_seconds_per_month: 3600 });
+    await writeUserLimits(s.services.store, alice.id, { calls_per_min: 600, burst: 20, compute_seconds_per_month: 3600, share: 2 });
     const page = await signedIn('alice', 'alice password');
     await page.getByRole('link', { name: 'Usage' }).click();
     const limits = page.getByRole('region', { name: 'Your limits' });
@@ -472,6 +472,8 @@ describe('the web console in Chromium', { skip }, () => {
     assert.equal(await meter.getAttribute('max'), '3600');
     assert.ok(Math.abs(Number(await meter.getAttribute('value')) - given.compute.used_s) < 60, `the meter says what the API says: ${await meter.getAttribute('value')} against ${given.compute.used_s}`);
     assert.match((await limits.getByText(/^Hosted data:/).textContent())!, /^Hosted data: [\d.]+ (B|KiB|MiB) used, no limit\.$/);
+    assert.equal(given.share, 2);
+    assert.equal(await limits.getByText(/^When the workers are all busy:/).textContent(), 'When the workers are all busy: 2 of your calls served each turn among the callers waiting.');
     assert.match((await limits.textContent())!, new RegExp(`start again on ${given.compute.resets_at.slice(0, 10)}`));
     await writeUserLimits(s.services.store, alice.id, {}, true);
     const owner = page.getByRole('region', { name: 'Calls to your algorithms' });

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DeadlineHeap, FairQueue } from '../src/fairQueue.ts';
+import { DeadlineHeap, FairQueue, MAX_WEIGHT } from '../src/fairQueue.ts';
 import { WorkerPool } from '../src/runtime/pool.ts';
 import { ExecutorBusyError } from '../src/runtime/contract.ts';
 import type { Worker } from '../src/runtime/worker.ts';
@@ -120,6 +120,46 @@ test('takeKeyed: in turn order, the first caller with an item of a key given, it
   assert.equal(q.length, 0);
 });
 
+test('shares: a caller of weight 3 is served three items a turn where one of weight 1 is served one, while both wait', () => {
+  const w = (caller: string, n: number, weight?: number) => ({ caller, n, weight, settled: undefined as boolean | undefined });
+  const q = new FairQueue<ReturnType<typeof w>>(1000, 1000);
+  for (let i = 0; i < 8; i++) q.push(w('p', i, 3));
+  for (let i = 0; i < 8; i++) q.push(w('f', i));
+  const out: string[] = [];
+  for (let i = q.take(() => true); i; i = q.take(() => true)) out.push(`${i.caller}${i.n}`);
+  // Three of p's a turn, one of f's, until p has none left; each in their own order.
+  assert.deepEqual(out, ['p0', 'p1', 'p2', 'f0', 'p3', 'p4', 'p5', 'f1', 'p6', 'p7', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7']);
+});
+
+test('shares: a turn cut short keeps its place; a newcomer waits at most one turn of each caller before it; the latest item says the share', () => {
+  const w = (caller: string, n: number, weight?: number) => ({ caller, n, weight, settled: undefined as boolean | undefined });
+  const q = new FairQueue<ReturnType<typeof w>>(1000, 1000);
+  for (let i = 0; i < 6; i++) q.push(w('p', i, 3));
+  q.push(w('f', 0));
+  assert.equal(q.take(() => true)!.n, 0);
+  // p's next cannot be served now (its version at its limit, say): f is served; p keeps its turn
+  // (two of its three left).
+  assert.equal(q.take((i) => i.caller !== 'p')!.caller, 'f');
+  q.push(w('a', 0));
+  assert.deepEqual([1, 2, 3].map(() => { const i = q.take(() => true)!; return `${i.caller}${i.n}`; }), ['p1', 'p2', 'a0']);
+  // p queues again with a share of 1: from now on one a turn.
+  q.push(w('p', 6, 1));
+  q.push(w('a', 1));
+  assert.deepEqual([1, 2, 3, 4].map(() => { const i = q.take(() => true)!; return `${i.caller}${i.n}`; }), ['p3', 'a1', 'p4', 'p5']);
+});
+
+test('shares: a weight is a whole number from 1 to MAX_WEIGHT (anything else is read as the nearest)', () => {
+  const w = (caller: string, n: number, weight?: number) => ({ caller, n, weight, settled: undefined as boolean | undefined });
+  for (const [given, turn] of [[0, 1], [-5, 1], [Number.NaN, 1], [2.7, 2], [MAX_WEIGHT + 50, MAX_WEIGHT]] as const) {
+    const q = new FairQueue<ReturnType<typeof w>>(5000, 5000);
+    for (let i = 0; i < MAX_WEIGHT + 2; i++) q.push(w('p', i, given));
+    q.push(w('f', 0));
+    let before = 0;
+    while (q.take(() => true)!.caller === 'p') before++;
+    assert.equal(before, turn, `weight ${given}`);
+  }
+});
+
 test('the deadline heap gives the earliest deadline not settled', () => {
   const h = new DeadlineHeap<{ deadline: number; settled?: boolean }>();
   const xs = [5, 3, 9, 1, 7, 2, 8].map((deadline) => ({ deadline, settled: false }));
@@ -139,9 +179,9 @@ function harness(options: { maxWorkers?: number; maxPerVersion?: number; maxQueu
   const started: string[] = [];
   const finish = new Map<string, () => void>();
   const outcomes = new Map<string, string>();
-  const call = (caller: string, id: string, key = 'v1') =>
+  const call = (caller: string, id: string, key = 'v1', weight?: number) =>
     pool
-      .with(key, async () => fake(), () => new Promise<void>((r) => { started.push(id); finish.set(id, r); }), 0, Infinity, caller)
+      .with(key, async () => fake(), () => new Promise<void>((r) => { started.push(id); finish.set(id, r); }), 0, Infinity, caller, weight)
       .then(() => outcomes.set(id, 'ok'), (e: unknown) => outcomes.set(id, e instanceof ExecutorBusyError ? e.reason : String(e)));
   const settle = () => new Promise((r) => setImmediate(r));
   const done = async (id: string) => {
@@ -252,6 +292,20 @@ test('the pool: one caller\'s calls of several versions: a freed worker serves t
   // Two, and one more x once no y waits (an idle y worker is stopped for it: there is room for a second x).
   assert.ok(starts <= 3, `${starts} workers started for 14 calls of two versions on two workers`);
   await pool.close();
+});
+
+test('the pool: a caller of share 3 gets three of every four workers freed while another of share 1 waits too', async () => {
+  const h = harness();
+  void h.call('bob', 'b');
+  await h.settle();
+  for (let i = 0; i < 8; i++) void h.call('paid', `p${i}`, 'v1', 3);
+  for (let i = 0; i < 8; i++) void h.call('free', `f${i}`);
+  await h.settle();
+  assert.deepEqual(h.started, ['b']);
+  await h.done('b');
+  for (let i = 0; i < 8; i++) await h.done(h.started.at(-1)!);
+  assert.deepEqual(h.started.slice(1), ['p0', 'p1', 'p2', 'f0', 'p3', 'p4', 'p5', 'f1', 'p6']);
+  await h.pool.close();
 });
 
 test('the pool: a waiting call\'s deadline still turns it away (one timer), and it leaves its caller\'s line', async () => {

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
+import { writeUserLimits } from '../src/limits/userLimits.ts';
 
 const CLUSTER = process.env.ALGOHOST_TEST_BACKENDS === 'cluster';
 /** Calls of one caller that may wait on a node (ALGOHOST_QUEUE_PER_CALLER). */
@@ -108,6 +109,36 @@ describe('fair shares among callers', () => {
       // first served would have run all eight waiting first.
       assert.ok(doneAtFirst - doneBefore <= 3, `${doneAtFirst - doneBefore} of the flood's calls ended while bob's first waited`);
       assert.ok(doneAtSecond - doneAtFirst <= 3, `${doneAtSecond - doneAtFirst} of the flood's calls ended while bob's second waited`);
+    }
+  });
+
+  test('shares: a user given a share of 3 has three calls served for every one of a user of share 1 while both wait; the limits answer says each one\'s share', { skip: CLUSTER && 'which worker node each call waits on is the dispatch\'s choice, so the order of the two floods\' calls is per node; the job message carrying the share is tested in cluster-messages' }, async () => {
+    const paid = api(s.url, await s.user('paid'));
+    const paidId = (await s.services.users.require('paid')).id;
+    await writeUserLimits(s.services.store, paidId, { share: 3 });
+    try {
+      assert.equal((await json(await paid('/v1/users/paid/limits'))).share, 3);
+      assert.equal((await json(await bob('/v1/users/bob/limits'))).share, 1);
+      // Bob's call holds the one worker while both floods queue behind it; then the worker
+      // serves them in turns.
+      const rec = recorder();
+      const blocker = rec.call('bob', bob, 'sleep 600');
+      assert.ok(await until('bob\'s call running', () => s.services.runtime.pool.load().running === 1, 10_000), 'bob\'s call did not start');
+      const calls: Promise<unknown>[] = [];
+      for (let i = 0; i < 6; i++) calls.push(rec.call('paid', paid, 'sleep 50'));
+      for (let i = 0; i < 6; i++) calls.push(rec.call('mallory', mallory, 'sleep 50'));
+      assert.ok(await until('both floods waiting', () => s.services.runtime.pool.waitingFor(String(paidId)) === 6 && s.services.runtime.pool.waitingFor(malloryId) === 6, 10_000), 'the calls did not all wait for the worker');
+      await blocker;
+      await Promise.all(calls);
+      const order = rec.ended.filter((e) => e.who !== 'bob').map((e) => `${e.who[0]}${e.status}`);
+      // Whichever line's turn came first: three of paid's to one of mallory's while both wait.
+      const p = 'p200', m = 'm200';
+      assert.ok(
+        JSON.stringify(order) === JSON.stringify([p, p, p, m, p, p, p, m, m, m, m, m]) || JSON.stringify(order) === JSON.stringify([m, p, p, p, m, p, p, p, m, m, m, m]),
+        `the order the calls ended in: ${order.join(' ')}`,
+      );
+    } finally {
+      await writeUserLimits(s.services.store, paidId, {}, true);
     }
   });
 

@@ -133,7 +133,7 @@ export async function apply(input) {
     // Another user has a bucket of their own.
     assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
     const { compute, storage, ...limits } = await json(await alice('/v1/users/alice/limits'));
-    assert.deepEqual(limits, { calls_per_min: 60, burst: 3, concurrency: 2, remaining: 0, reset_s: 3, in_flight: 0, key: null });
+    assert.deepEqual(limits, { calls_per_min: 60, burst: 3, concurrency: 2, remaining: 0, reset_s: 3, in_flight: 0, share: 1, key: null });
     assert.equal(compute.seconds_per_month, null);
     assert.equal(compute.remaining_s, null);
     assert.deepEqual(storage, { bytes: null, used_bytes: 0, remaining_bytes: null });
@@ -228,20 +228,35 @@ export async function apply(input) {
     const set = await runCli(['user', 'limits', 'alice', '--calls-per-min', '30', '--concurrency', '0'], s.home);
     assert.equal(set.code, 0, set.stderr);
     const quotas = { compute_seconds_per_month: null, storage_bytes: null };
+    const own = { ...quotas, share: null };
+    const force = { ...quotas, share: 1 };
     const { used, ...set1 } = JSON.parse(set.stdout);
-    assert.deepEqual(set1, { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0, ...quotas }, in_force: { calls_per_min: 30, burst: 2, concurrency: null, ...quotas } });
+    assert.deepEqual(set1, { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0, ...own }, in_force: { calls_per_min: 30, burst: 2, concurrency: null, ...force } });
     assert.equal(typeof used.compute_seconds_this_month, 'number');
     const back = await runCli(['user', 'limits', 'alice', '--calls-per-min', 'default'], s.home);
-    assert.deepEqual(JSON.parse(back.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: null, ...quotas });
+    assert.deepEqual(JSON.parse(back.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: null, ...force });
     const cleared = await runCli(['user', 'limits', 'alice', '--clear'], s.home);
-    assert.deepEqual(JSON.parse(cleared.stdout).own, { calls_per_min: null, burst: null, concurrency: null, ...quotas });
+    assert.deepEqual(JSON.parse(cleared.stdout).own, { calls_per_min: null, burst: null, concurrency: null, ...own });
     const shown = await runCli(['user', 'limits', 'alice'], s.home);
-    assert.deepEqual(JSON.parse(shown.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, ...quotas });
+    assert.deepEqual(JSON.parse(shown.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, ...force });
     // The quotas: a user's own, and 0 for none.
     const quota = await runCli(['user', 'limits', 'alice', '--compute-seconds-per-month', '3600', '--storage-bytes', '0'], s.home);
     assert.equal(quota.code, 0, quota.stderr);
-    assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0 });
-    assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null });
+    assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0, share: null });
+    assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null, share: 1 });
+    // A share of her own (the operator's default from the environment otherwise), and back.
+    const shared = await cli(['user', 'limits', 'alice', '--share', '4'], s.home, 60_000, { ...env, ALGOHOST_LIMIT_SHARE: '2' });
+    assert.equal(shared.code, 0, shared.stderr);
+    assert.equal(JSON.parse(shared.stdout).own.share, 4);
+    assert.equal(JSON.parse(shared.stdout).in_force.share, 4);
+    const byDefault = await cli(['user', 'limits', 'alice', '--share', 'default'], s.home, 60_000, { ...env, ALGOHOST_LIMIT_SHARE: '2' });
+    assert.equal(JSON.parse(byDefault.stdout).own.share, null);
+    assert.equal(JSON.parse(byDefault.stdout).in_force.share, 2);
+    for (const share of ['0', '1001', 'lots']) {
+      const refused = await runCli(['user', 'limits', 'alice', '--share', share], s.home);
+      assert.notEqual(refused.code, 0);
+      assert.match(refused.stderr, /--share takes a whole number from 1 to 1000/);
+    }
     const bad = await runCli(['user', 'limits', 'alice', '--burst', 'lots'], s.home);
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /--burst takes a whole number/);

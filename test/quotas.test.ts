@@ -327,6 +327,7 @@ describe('hosted bytes stored', () => {
     // The quota (1000 bytes), what is stored (under it: in bytes) and what is left.
     assert.match(shown.stdout, new RegExp(`\\nhosted bytes +1\\.00 kB +${used} B +${QUOTA - used} B\\n`));
     assert.match(shown.stdout, /compute this month +no limit +0 s/);
+    assert.match(shown.stdout, /\nshare when workers are busy +1 call a turn\n/);
     const asJson = await algo(s.url, carolKey, ['usage', '--json']);
     const parsed = JSON.parse(asJson.stdout);
     assert.deepEqual(parsed.limits.storage, { bytes: QUOTA, used_bytes: used, remaining_bytes: QUOTA - used });
@@ -337,6 +338,8 @@ describe('hosted bytes stored', () => {
     assert.match(limited.stdout, /Usage: not shown/);
     assert.match(limited.stdout, /This key's own limits/);
     assert.match(limited.stdout, /calls per minute +10 \(burst 1\)/);
+    // A share is the user's: the key's own table has none.
+    assert.doesNotMatch(limited.stdout.split("This key's own limits")[1]!, /share/);
   });
 
   test('a key held to fewer bytes than its user refuses uploads with it past them; the user\'s other keys go on', async () => {

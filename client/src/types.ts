@@ -209,6 +209,8 @@ export interface StorageQuotaState {
 
 /** `GET /v1/users/:user/limits`: the user's limits and quotas, and the asking key's own (null when it has none). */
 export interface UserLimits extends CallLimitsState {
+  /** The user's share of the workers while calls wait for one: calls of theirs served a turn (1 unless the operator gives more). */
+  share: number;
   compute: ComputeQuotaState;
   storage: StorageQuotaState;
   key: (CallLimitsState & { compute: ComputeQuotaState; storage: StorageQuotaState }) | null;

@@ -28,9 +28,10 @@ export const BUSY_GIVE_UP_MS = 15 * 60_000;
 export interface AsyncQueue {
   /**
    * Resolves once request `id` is queued as durably as this queue can: the caller is then told it
-   * was accepted. `caller` (the user's id) is whose turn it waits for, where the queue keeps turns.
+   * was accepted. `caller` (the user's id) is whose turn it waits for, where the queue keeps turns,
+   * and `weight` their share of those turns (docs/limits.md, "Shares"; 1 when not said).
    */
-  enqueue(id: string, caller?: string): Promise<void>;
+  enqueue(id: string, caller?: string, weight?: number): Promise<void>;
   /** Starts running what is queued, through `run`. */
   start(run: AsyncRun): void;
   /**
@@ -135,7 +136,7 @@ export class AsyncCalls {
       await this.store.db.insertInto('async_requests').values(row).execute();
     }
     try {
-      await this.queue.enqueue(id, String(principal.userId));
+      await this.queue.enqueue(id, String(principal.userId), this.calls.shareOf(principal));
     } catch (err) {
       if (along) {
         await this.store.write(async (trx) => {
@@ -385,7 +386,7 @@ export class LocalQueue implements AsyncQueue {
   readonly durable = false;
   private run: AsyncRun | undefined;
   private running = 0;
-  private readonly waiting: FairQueue<{ caller: string; id: string; settled?: boolean }>;
+  private readonly waiting: FairQueue<{ caller: string; id: string; weight?: number; settled?: boolean }>;
   /** Runs under way per caller: a caller runs at most `perCaller` at once (and `max` in all). */
   private readonly runs = new Map<string, number>();
   private readonly settled = new Set<Promise<unknown>>();
@@ -418,9 +419,9 @@ export class LocalQueue implements AsyncQueue {
     return { waiting: this.waiting.length, running: this.running };
   }
 
-  async enqueue(id: string, caller = ''): Promise<void> {
+  async enqueue(id: string, caller = '', weight = 1): Promise<void> {
     if (!this.run) throw new AppError('server_busy', 'this server is not running async calls yet; retry shortly');
-    const refused = this.waiting.push({ caller, id });
+    const refused = this.waiting.push({ caller, id, weight });
     if (refused === 'caller_queue_full') {
       const e = new AppError('queue_full', `you have ${this.waiting.maxPerCaller} calls with output=void waiting to run on this server, as many as one caller may; wait for some of them to end`, { scope: 'caller' });
       e.headers = [['retry-after', '1']];

@@ -300,6 +300,11 @@ export class CallService {
     return result(outcome, target, mine, req);
   }
 
+  /** The caller's share of the workers while calls wait for one (docs/limits.md, "Shares"). */
+  shareOf(principal: Principal): number {
+    return this.limits?.shareOf(principal) ?? 1;
+  }
+
   /**
    * Runs a resolved call: every call that reaches its version comes through here (sync, direct,
    * output=void, nested), and each is counted in usage as the user it runs as (whatever its
@@ -323,7 +328,8 @@ export class CallService {
     const span = own ? this.tracing.start(`call ${target.algorithm.owner}/${target.algorithm.name}`, 'client', within) : (within ?? NO_TRACING.start('', 'client', undefined));
     if (span.recording) callAttributes(span, target, req, context.depth);
     try {
-      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), traceparent: traceparentOf(span) };
+      // `weight`: the caller's share of the workers while calls wait (docs/limits.md, "Shares").
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), weight: this.limits?.shareOf(principal), traceparent: traceparentOf(span) };
       const outcome = await this.executor.run(job, this.internal.handler(context, span), span);
       if (span.recording) spanOutcome(span, outcome);
       return this.done(principal, req, target, mine, outcome);

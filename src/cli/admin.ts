@@ -1,4 +1,5 @@
 import { computeUsedS, NO_SETTINGS, readUserLimits, writeUserLimits } from '../limits/userLimits.ts';
+import { MAX_WEIGHT } from '../fairQueue.ts';
 import type { Config } from '../config.ts';
 import { createServices, type Services } from '../services.ts';
 import { AppError } from '../errors.ts';
@@ -67,6 +68,7 @@ export interface LimitFlags {
   concurrency?: string | undefined;
   computeSecondsPerMonth?: string | undefined;
   storageBytes?: string | undefined;
+  share?: string | undefined;
   clear?: boolean;
 }
 
@@ -75,6 +77,14 @@ function limitFlag(name: string, raw: string | undefined, usage: Usage): number 
   if (raw === undefined) return undefined;
   if (raw === 'default') return null;
   if (!/^\d{1,15}$/.test(raw)) usage(`--${name} takes a whole number (0: no limit) or default, not "${raw}"`);
+  return Number(raw);
+}
+
+/** `--share`: undefined when not given, null for `default`, else a whole number from 1 to MAX_WEIGHT (a share is never "none"). */
+function shareFlag(raw: string | undefined, usage: Usage): number | null | undefined {
+  if (raw === undefined) return undefined;
+  if (raw === 'default') return null;
+  if (!/^\d{1,4}$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_WEIGHT) usage(`--share takes a whole number from 1 to ${MAX_WEIGHT} (the calls of theirs served a turn while calls wait for a worker) or default, not "${raw}"`);
   return Number(raw);
 }
 
@@ -123,6 +133,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
         concurrency: limitFlag('concurrency', f.concurrency, usage),
         compute_seconds_per_month: limitFlag('compute-seconds-per-month', f.computeSecondsPerMonth, usage),
         storage_bytes: limitFlag('storage-bytes', f.storageBytes, usage),
+        share: shareFlag(f.share, usage),
       };
       const changing = f.clear === true || Object.values(change).some((v) => v !== undefined);
       if (f.clear === true && Object.values(change).some((v) => v !== undefined)) usage('user limits: --clear puts every limit back to the default; give it alone');
@@ -141,6 +152,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
             concurrency: none(inForce.concurrency),
             compute_seconds_per_month: none(quotas.computeSecondsPerMonth),
             storage_bytes: none(quotas.storageBytes),
+            share: s.limits.shareOf({ userId: user.id, limits: own }),
           },
           // What the store has counted (a server's last second or so of calls is written with its next flush).
           used: { compute_seconds_this_month: await computeUsedS(s.store.db, user.id, Date.now()), storage_bytes: await s.hosted.storedBytes(user.id) },

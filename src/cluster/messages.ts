@@ -1,4 +1,5 @@
 import { targetKey, type AlgorithmErrorInfo, type ContentType, type Job, type Outcome, type RunnerKind, type RunTarget } from '../runtime/contract.ts';
+import { MAX_WEIGHT } from '../fairQueue.ts';
 import { parseTraceparent } from '../tracing.ts';
 
 /**
@@ -216,6 +217,9 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
   // Whose turn the job waits for on the worker (absent from an API node of an older version: one shared line).
   const caller = job.caller === undefined ? undefined : str(job, 'caller');
   if (caller !== undefined && caller.length > 256) throw new MessageError('the caller is longer than 256 characters');
+  // Their share of the worker's turns (docs/limits.md, "Shares"; absent from an API node of an older version, or for a share of 1).
+  const weight = job.weight === undefined ? undefined : num(job, 'weight');
+  if (weight !== undefined && !(Number.isSafeInteger(weight) && weight >= 1 && weight <= MAX_WEIGHT)) throw new MessageError(`the caller's weight is not a whole number from 1 to ${MAX_WEIGHT}`);
   // The span that sent it (docs/traces.md; absent from an API node of an older version).
   const traceparent = job.traceparent === undefined ? undefined : str(job, 'traceparent');
   if (traceparent !== undefined && parseTraceparent(traceparent) === undefined) throw new MessageError('the traceparent is not a W3C traceparent');
@@ -224,7 +228,7 @@ export function decodeRunRequest({ header, body }: Message): RunRequest {
     call: str(header, 'call'),
     api,
     sdk: header.sdk === true,
-    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting'), ...(caller === undefined ? {} : { caller }), ...(traceparent === undefined ? {} : { traceparent }) },
+    job: { target, contentType: contentType as ContentType, input: body, timeoutMs: num(job, 'timeoutMs'), nesting: num(job, 'nesting'), ...(caller === undefined ? {} : { caller }), ...(weight === undefined ? {} : { weight }), ...(traceparent === undefined ? {} : { traceparent }) },
   };
 }
 

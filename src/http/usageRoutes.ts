@@ -62,6 +62,7 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
     // The user's, and the asking key's own when it has some (calls with it are held to both).
     return {
       ...calls(await opts.limits.state(principal)),
+      share: opts.limits.shareOf(principal),
       compute: compute(await opts.limits.computeState(principal)),
       storage: storage(opts.limits.quotasOf(principal).storageBytes),
       key: key && { ...calls(key), compute: compute(await opts.limits.computeState(principal, true)), storage: storage(own?.storage_bytes ?? 0) },

@@ -23,6 +23,8 @@ export interface LimitSettings {
   concurrency: number | null;
   compute_seconds_per_month: number | null;
   storage_bytes: number | null;
+  /** Their share of the workers while calls wait (docs/limits.md, "Shares"): calls of theirs served a turn. */
+  share: number | null;
 }
 
 /** Quotas in force for one user (docs/limits.md); 0 is none. */
@@ -394,7 +396,14 @@ export class Limits {
     readonly meter?: ComputeMeter,
     /** Owners' caps on their algorithms' calls under way (`settings.max_concurrency`). */
     readonly algorithms = new AlgorithmSlots(),
+    /** The operator's default share of the workers (ALGOHOST_LIMIT_SHARE). */
+    readonly shareDefault = 1,
   ) {}
+
+  /** A caller's share of the workers while calls wait for one: their own, else the operator's. */
+  shareOf(caller: LimitedCaller): number {
+    return caller.limits?.share ?? this.shareDefault;
+  }
 
   /** The limits' clock. */
   now(): number {
@@ -541,11 +550,12 @@ export function ownLimits(row: {
   concurrency: number | string | null;
   compute_seconds_per_month: number | string | null;
   storage_bytes: number | string | null;
+  share: number | string | null;
 }): LimitSettings | null {
-  if (row.calls_per_min === null && row.burst === null && row.concurrency === null && row.compute_seconds_per_month === null && row.storage_bytes === null) return null;
+  if (row.calls_per_min === null && row.burst === null && row.concurrency === null && row.compute_seconds_per_month === null && row.storage_bytes === null && row.share === null) return null;
   const n = (v: number | string | null) => (v === null ? null : Number(v));
-  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency), compute_seconds_per_month: n(row.compute_seconds_per_month), storage_bytes: n(row.storage_bytes) };
+  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency), compute_seconds_per_month: n(row.compute_seconds_per_month), storage_bytes: n(row.storage_bytes), share: n(row.share) };
 }
 
 /** The columns of user_limits a principal is read with (KeyService, sessions). */
-export const LIMIT_COLUMNS = ['user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency', 'user_limits.compute_seconds_per_month', 'user_limits.storage_bytes'] as const;
+export const LIMIT_COLUMNS = ['user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency', 'user_limits.compute_seconds_per_month', 'user_limits.storage_bytes', 'user_limits.share'] as const;

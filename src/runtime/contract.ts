@@ -93,6 +93,8 @@ export interface Job {
    * and are served in turns across callers (docs/limits.md, "Fair shares"). None: one shared line.
    */
   caller?: string | undefined;
+  /** The caller's share of the workers when calls wait (docs/limits.md, "Shares"): calls of theirs served a turn; none: 1. */
+  weight?: number | undefined;
   /**
    * The W3C traceparent of the span that sent the job (docs/traces.md): the run's span on the
    * worker is its child, and the algorithm's SDK requests carry the run's on.

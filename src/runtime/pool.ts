@@ -51,6 +51,8 @@ const HEAT_HALF_LIFE_MS = 60_000;
 interface Waiter {
   /** Whose turn it waits for (FairQueue): its caller, and a nested call apart (see acquire). */
   caller: string;
+  /** The caller's share: calls of theirs served a turn (FairQueue). */
+  weight: number;
   key: string;
   extra: number;
   start: () => Promise<Worker>;
@@ -132,13 +134,14 @@ export class WorkerPool {
    * Runs `fn` with a worker of version `key` (started with `start` if need be), then gives it
    * back. `extra` raises both limits for this call: a nested call may go over by as many
    * workers as its callers hold, or an algorithm calling itself would wait for itself forever.
-   * `caller` (opaque: the user who pays) is whose turn the call waits for, if it must wait.
+   * `caller` (opaque: the user who pays) is whose turn the call waits for, if it must wait, and
+   * `weight` their share (calls of theirs served a turn while others wait too).
    */
-  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity, caller = ''): Promise<T> {
+  async with<T>(key: string, start: () => Promise<Worker>, fn: (w: Worker) => Promise<T>, extra = 0, waitMs = Infinity, caller = '', weight = 1): Promise<T> {
     // An idle worker is taken at once: `fn` starts before anything else gets a turn.
     const asked = performance.now();
     this.called(key, asked);
-    const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs, caller));
+    const worker = (this.closed ? undefined : this.takeIdle(key)) ?? (await this.acquire(key, start, extra, waitMs, caller, weight));
     this.metrics.workerWait((performance.now() - asked) / 1000);
     try {
       return await fn(worker);
@@ -148,7 +151,7 @@ export class WorkerPool {
   }
 
   /** `waitMs`: the longest this call may wait in the queue (its own deadline), if shorter. */
-  private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number, caller: string): Promise<Worker> {
+  private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number, caller: string, weight: number): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));
     const warm = this.takeIdle(key);
     if (warm) return Promise.resolve(warm);
@@ -157,7 +160,7 @@ export class WorkerPool {
       const deadline = performance.now() + Math.min(this.options.queueTimeoutMs, waitMs);
       // A nested call waits in a line of its own (of its caller's, at its depth): behind its
       // caller's other calls it could wait for a worker its own parent holds.
-      const waiter: Waiter = { caller: extra === 0 ? caller : `${caller}\u0000${extra}`, key, extra, start, resolve, reject, deadline };
+      const waiter: Waiter = { caller: extra === 0 ? caller : `${caller}\u0000${extra}`, weight, key, extra, start, resolve, reject, deadline };
       const refused = this.queue.push(waiter);
       if (refused !== undefined) {
         reject(new ExecutorBusyError(refused));

@@ -167,6 +167,7 @@ export class AlgorithmRuntime implements Executor {
       job.nesting,
       job.timeoutMs,
       job.caller,
+      job.weight,
     );
     if (cold) outcome.coldStart = true;
     return outcome;

@@ -827,6 +827,16 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   ALTER TABLE trigger_runs ADD COLUMN traceparent TEXT COLLATE "C";
   `,
   },
+  // Shares (docs/limits.md): a user's own share of the workers while calls wait for one (null:
+  // the operator's). Read with the key, as the call limits: user_limits' change notice covers it.
+  {
+    sqlite: `
+  ALTER TABLE user_limits ADD COLUMN share INTEGER;
+  `,
+    postgres: `
+  ALTER TABLE user_limits ADD COLUMN share BIGINT;
+  `,
+  },
 ];
 
 /**

@@ -12,6 +12,7 @@ export interface UserLimitsTable {
   concurrency: number | null;
   compute_seconds_per_month: number | null;
   storage_bytes: number | null;
+  share: number | null;
   updated_at: number;
 }
 

@@ -151,6 +151,9 @@ function Limits({ limits }: { limits: UserLimits }) {
         <li>Calls: {rate}; {concurrency}.</li>
         <Quota label="Compute seconds this month" used={limits.compute.used_s} of={limits.compute.seconds_per_month} shown={secs} />
         <Quota label="Hosted data" used={limits.storage.used_bytes} of={limits.storage.bytes} shown={bytes} />
+        <li>
+          When the workers are all busy: {limits.share.toLocaleString()} of your calls served each turn among the callers waiting.
+        </li>
       </ul>
       <p class="muted">The month's compute seconds start again on {day(limits.compute.resets_at)} (UTC).</p>
     </section>

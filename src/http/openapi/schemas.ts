@@ -270,8 +270,21 @@ export const SCHEMAS: Record<string, Schema> = {
   UsageFigures: usageFigures,
   UsageReport: obj({ user: str, from: str, to: str, as_caller: usageSection, as_owner: usageSection }),
   LimitState: limitState,
+  ComputeQuotaState: obj({ seconds_per_month: { type: ['integer', 'null'] }, used_s: { type: 'number' }, remaining_s: { type: ['number', 'null'] }, period_start: time, resets_at: time, reset_s: { type: 'number' } }, ['seconds_per_month', 'used_s', 'remaining_s', 'period_start', 'resets_at', 'reset_s'], { description: 'Compute seconds this calendar month (UTC).' }),
+  StorageQuotaState: obj({ bytes: { type: ['integer', 'null'] }, used_bytes: int, remaining_bytes: { type: ['integer', 'null'] } }, ['bytes', 'used_bytes', 'remaining_bytes'], { description: 'Hosted bytes stored.' }),
   Limits: {
-    allOf: [ref('LimitState'), obj({ key: { oneOf: [ref('LimitState'), { type: 'null' }], description: 'The asking key\'s own limits, null when it has none.' } })],
+    allOf: [
+      ref('LimitState'),
+      obj(
+        {
+          share: { type: 'integer', minimum: 1, maximum: 1000, description: 'Your share of the workers while calls wait for one: your calls served a turn (docs/limits.md, "Shares").' },
+          compute: ref('ComputeQuotaState'),
+          storage: ref('StorageQuotaState'),
+          key: { oneOf: [{ allOf: [ref('LimitState'), obj({ compute: ref('ComputeQuotaState'), storage: ref('StorageQuotaState') })] }, { type: 'null' }], description: 'The asking key\'s own limits, null when it has none.' },
+        },
+        ['share', 'compute', 'storage', 'key'],
+      ),
+    ],
     description: 'null is no limit (docs/limits.md).',
   },
   SignIn: obj({ username: str, password: str }),

@@ -32,6 +32,8 @@ function limitRows(l: UserLimits | NonNullable<UserLimits['key']>): string[][] {
       `from ${l.compute.resets_at.slice(0, 10)}`,
     ],
     ['hosted bytes', l.storage.bytes === null ? none : bytes(l.storage.bytes), bytes(l.storage.used_bytes), l.storage.remaining_bytes === null ? '' : bytes(l.storage.remaining_bytes), ''],
+    // The user's share of busy workers (a key has none of its own).
+    ...('share' in l ? [['share when workers are busy', `${l.share} call${l.share === 1 ? '' : 's'} a turn`, '', '', '']] : []),
   ];
 }
 
@@ -42,8 +44,8 @@ export const usage: Command = {
 Your calls and compute seconds (the billing unit) over a range of UTC days, as a caller and
 as an owner of algorithms (the last 30 days by default; docs/usage.md), then the limits and
 quotas that hold for you and what is left of them: calls per minute, calls at once, compute
-seconds this month (UTC; when the count starts again) and hosted bytes stored
-(docs/limits.md). The key in use may have limits of its own: they are shown too. Reading
+seconds this month (UTC; when the count starts again) and hosted bytes stored, and your share
+of the workers when they are all busy (docs/limits.md). The key in use may have limits of its own: they are shown too. Reading
 usage needs a key that may manage (allow_algo_management); the limits, any key.
   --from, --to   the range, both days included
   --user NAME    whose (default: the user the API key belongs to)`,
