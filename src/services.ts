@@ -270,6 +270,10 @@ export async function createServices(config: Config, options: ServiceOptions = {
     config.limitShare,
   );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing, options.executor !== undefined);
+  // A version published has a worker started ahead of its first call where the one it follows is warm (docs/limits.md, "Cold starts").
+  releases.onPublished = (principal, owner, name, version, after) => {
+    calls.warmPublished(principal, owner, name, version, after).catch((err: unknown) => options.log?.warn({ err, algorithm: `${owner}/${name}`, version }, 'a version just published could not be warmed; its first call starts a worker'));
+  };
   const keys = new KeyService(store);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {

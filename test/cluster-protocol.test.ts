@@ -22,6 +22,8 @@ import {
   encodeHostRequest,
   encodeRunReply,
   encodeRunRequest,
+  encodeWarmRequest,
+  decodeWarmRequest,
   encodeTaken,
   frame,
   MessageError,
@@ -120,6 +122,15 @@ test("a job carries its caller's share to the worker's queue (docs/limits.md, \"
   // From an API node of an older version: no share, the worker's default.
   assert.equal(decodeRunRequest(encodeRunRequest(request(undefined))).job.weight, undefined);
   for (const bad of [0, 1001, 2.5, '3', -1]) assert.throws(() => decodeRunRequest(encodeRunRequest(request(bad))), MessageError, String(bad));
+});
+
+test('a warm request names a target and the version key it follows; its key is made by the receiver, a bad target refused as malformed', () => {
+  const target = { build: { algorithmId: 4, hash: 'cd'.repeat(20) }, key: 'forged', runner: 'python' as const, entry: 'src/A.py', network: false };
+  const w = decodeWarmRequest(unframe(encodeWarmRequest({ type: 'warm', target, after: `4:${'ef'.repeat(20)}` }) as Buffer));
+  assert.deepEqual(w, { type: 'warm', target: { ...target, key: `4:${'cd'.repeat(20)}` }, after: `4:${'ef'.repeat(20)}` });
+  assert.throws(() => decodeWarmRequest(unframe(frame({ type: 'warm', target: { ...target, runner: 'cobol' }, after: 'x' }))), MessageError);
+  assert.throws(() => decodeWarmRequest(unframe(frame({ type: 'warm', target, after: 'x'.repeat(300) }))), MessageError);
+  assert.throws(() => decodeRunRequest(unframe(encodeWarmRequest({ type: 'warm', target, after: 'x' }) as Buffer)), MessageError);
 });
 
 describe('bodies bigger than one NATS message', { skip }, () => {

@@ -308,6 +308,50 @@ test('the pool: a caller of share 3 gets three of every four workers freed while
   await h.pool.close();
 });
 
+test('the pool: prewarm starts a worker of a new version where the version it follows has one, into room nobody waits for; its first call takes it warm', async () => {
+  const h = harness({ maxWorkers: 3, maxPerVersion: 2 });
+  let starts = 0;
+  const start = async () => {
+    starts++;
+    return fake();
+  };
+  // v1 has no worker: its next version is not warmed.
+  assert.equal(h.pool.prewarm('v2', 'v1', start), false);
+  void h.call('a', 'a0', 'v1');
+  await h.settle();
+  // v1's worker is busy: it counts.
+  assert.equal(h.pool.prewarm('v2', 'v1', start), true);
+  await h.settle();
+  assert.equal(starts, 1);
+  assert.deepEqual(h.pool.load().warm, { v2: 1 });
+  // Once is enough.
+  assert.equal(h.pool.prewarm('v2', 'v1', start), false);
+  // Its first call takes it: nothing is started for it.
+  let more = 0;
+  await h.pool.with('v2', async () => { more++; return fake(); }, async () => undefined);
+  assert.equal(more, 0);
+  // Full (v1 busy, v2 idle, one more: three), no room without stopping a worker: nothing.
+  void h.call('b', 'b0', 'v3');
+  await h.settle();
+  assert.equal(h.pool.prewarm('v4', 'v3', start), false);
+  await h.done('a0');
+  await h.done('b0');
+  await h.pool.close();
+});
+
+test('the pool: prewarm does not take room a waiting call needs', async () => {
+  const h = harness({ maxWorkers: 2, maxPerVersion: 1 });
+  void h.call('a', 'a0', 'v1');
+  void h.call('a', 'a1', 'v1');
+  await h.settle();
+  // a1 waits (v1 is at its own limit); the pool has room for one more worker, but a waiting call comes first.
+  assert.equal(h.pool.waitingFor('a'), 1);
+  assert.equal(h.pool.prewarm('v2', 'v1', async () => fake()), false);
+  await h.done('a0');
+  await h.done('a1');
+  await h.pool.close();
+});
+
 test('the pool: a waiting call\'s deadline still turns it away (one timer), and it leaves its caller\'s line', async () => {
   const pool = new WorkerPool({ maxWorkers: 1, maxPerVersion: 1, idleMs: 600_000, maxQueue: 100, maxQueuePerCaller: 100, queueTimeoutMs: 60_000 });
   let release!: () => void;

@@ -300,6 +300,18 @@ export class CallService {
     return result(outcome, target, mine, req);
   }
 
+  /**
+   * A version just published follows `after` (docs/limits.md, "Cold starts"): the callers of
+   * that one are likely to come to it (a call without a version, or with a range, resolves to it
+   * now), so where `after` has a warm worker the executor starts one for the new version ahead
+   * of its first call, if it has room (Executor.warm). `principal`: the publisher (the owner).
+   */
+  async warmPublished(principal: Principal, owner: string, name: string, version: string, after: string): Promise<void> {
+    if (this.executor.warm === undefined) return;
+    const [next, before] = await Promise.all([this.releases.resolveCall(principal, owner, name, version), this.releases.resolveCall(principal, owner, name, after)]);
+    this.executor.warm(this.runTarget(next), this.runTarget(before).key);
+  }
+
   /** The caller's share of the workers while calls wait for one (docs/limits.md, "Shares"). */
   shareOf(principal: Principal): number {
     return this.limits?.shareOf(principal) ?? 1;

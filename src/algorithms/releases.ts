@@ -68,6 +68,11 @@ export class ReleaseService {
   private readonly ofAlgorithm;
   /** What a (caller, reference) resolves to, until the store changes. */
   private readonly targets: VersionedCache<CallTarget | { missing: AppError }>;
+  /**
+   * Told of each version published once it is in the store, with the highest version before it
+   * (none for a first): services.ts has the executor warm the new one (CallService.warmPublished).
+   */
+  onPublished: ((principal: Principal, owner: string, name: string, version: string, after: string) => void) | undefined;
 
   constructor(
     store: MetadataStore,
@@ -168,6 +173,7 @@ export class ReleaseService {
         throw err;
       }
       const row = await this.versions().where('versions.algorithm_id', '=', algo.id).where('versions.build_id', '=', build.id).executeTakeFirstOrThrow();
+      if (latest !== undefined) this.onPublished?.(principal, algo.owner, algo.name, formatSemVer(next), formatSemVer(latest));
       return { algorithm: algo, version: toVersion(row) };
     });
   }

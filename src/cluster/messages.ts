@@ -196,24 +196,28 @@ export function encodeRunRequest(r: RunRequest): Message {
   return { header: { type: 'run', call: r.call, api: r.api, sdk: r.sdk, job: { ...job, target: named } }, body: input };
 }
 
-export function decodeRunRequest({ header, body }: Message): RunRequest {
-  if (header.type !== 'run') throw new MessageError(`expected a run request, got ${JSON.stringify(header.type)}`);
-  const job = obj(header, 'job');
-  const t = obj(job, 'target');
+/** A job's or a warm request's target, checked; its key is made here, never taken from the sender. */
+function decodeTarget(t: Record<string, unknown>): RunTarget {
   const build = obj(t, 'build');
-  const contentType = str(job, 'contentType');
   const runner = str(t, 'runner');
-  if (!CONTENT_TYPES.has(contentType)) throw new MessageError(`content type ${JSON.stringify(contentType)} is not one of json, text, binary`);
   if (!RUNNERS.has(runner)) throw new MessageError(`runner ${JSON.stringify(runner)} is unknown`);
   const hash = str(build, 'hash');
   if (!/^[0-9a-f]{8,128}$/.test(hash)) throw new MessageError('the build hash is not hexadecimal');
-  const api = str(header, 'api');
-  if (!api.startsWith(`${HOST_PREFIX}.`) || !SUBJECT.test(api)) throw new MessageError('a run request names an API subject that is not one');
   const algorithmId = num(build, 'algorithmId');
   if (!Number.isSafeInteger(algorithmId) || algorithmId < 1) throw new MessageError('the build names no algorithm id');
   const ref = { algorithmId, hash };
   const network = t.network === true;
-  const target: RunTarget = { build: ref, key: targetKey(ref, network), runner: runner as RunnerKind, entry: str(t, 'entry'), network };
+  return { build: ref, key: targetKey(ref, network), runner: runner as RunnerKind, entry: str(t, 'entry'), network };
+}
+
+export function decodeRunRequest({ header, body }: Message): RunRequest {
+  if (header.type !== 'run') throw new MessageError(`expected a run request, got ${JSON.stringify(header.type)}`);
+  const job = obj(header, 'job');
+  const contentType = str(job, 'contentType');
+  if (!CONTENT_TYPES.has(contentType)) throw new MessageError(`content type ${JSON.stringify(contentType)} is not one of json, text, binary`);
+  const target = decodeTarget(obj(job, 'target'));
+  const api = str(header, 'api');
+  if (!api.startsWith(`${HOST_PREFIX}.`) || !SUBJECT.test(api)) throw new MessageError('a run request names an API subject that is not one');
   // Whose turn the job waits for on the worker (absent from an API node of an older version: one shared line).
   const caller = job.caller === undefined ? undefined : str(job, 'caller');
   if (caller !== undefined && caller.length > 256) throw new MessageError('the caller is longer than 256 characters');
@@ -295,6 +299,29 @@ export function encodeHostReply(r: HostReply): Message {
 export function decodeHostReply({ header, body }: Message): HostReply {
   if (header.type !== 'host_answer') throw new MessageError(`expected an SDK answer, got ${JSON.stringify(header.type)}`);
   return { type: 'host_answer', header: obj(header, 'header'), body };
+}
+
+/**
+ * A warm request (API node → the worker node warm for `after`, on its own run subject; no
+ * answer): start a worker for `target`, a version just published after the version whose key is
+ * `after`, if there is room (Executor.warm; docs/limits.md, "Cold starts").
+ */
+export interface WarmRequest {
+  type: 'warm';
+  target: RunTarget;
+  after: string;
+}
+
+export function encodeWarmRequest(w: WarmRequest): Uint8Array {
+  const { key: _derived, ...named } = w.target;
+  return frame({ type: 'warm', target: named, after: w.after });
+}
+
+export function decodeWarmRequest({ header }: Message): WarmRequest {
+  if (header.type !== 'warm') throw new MessageError(`expected a warm request, got ${JSON.stringify(header.type)}`);
+  const after = str(header, 'after');
+  if (after.length > 256) throw new MessageError('the version a warm request follows is longer than 256 characters');
+  return { type: 'warm', target: decodeTarget(obj(header, 'target')), after };
 }
 
 export function encodeTaken(t: Taken): Uint8Array {

@@ -13,6 +13,7 @@ import {
   type HostHandler,
   type Job,
   type Outcome,
+  type RunTarget,
 } from '../runtime/contract.ts';
 import {
   BEAT_PREFIX,
@@ -25,6 +26,7 @@ import {
   encodeBeat,
   encodeHostReply,
   encodeRunRequest,
+  encodeWarmRequest,
   HOST_PREFIX,
   MessageError,
   replyFrom,
@@ -269,6 +271,39 @@ export class NatsExecutor implements Executor {
    * The worker to send a job for `key` to, or undefined for the queue group: one warm for the
    * version with an idle worker, else the one with the most free slots.
    */
+  /** Idle workers per version key across the live worker nodes, as their last beats said (tests; WorkerPool.load's `warm` of each). */
+  warmKeys(): Record<string, number> {
+    const all: Record<string, number> = {};
+    const now = Date.now();
+    for (const w of this.workers.values()) {
+      if (now - w.seen > LOST_AFTER_MS) continue;
+      for (const [key, n] of Object.entries(w.warm)) all[key] = (all[key] ?? 0) + n;
+    }
+    return all;
+  }
+
+  /**
+   * A version just published (Executor.warm): the worker node with the most idle workers of the
+   * version it follows (as its last beat said) is asked to start one for it, if it has room; none
+   * is asked when no worker node has one idle. No answer is waited for.
+   */
+  warm(target: RunTarget, after: string): void {
+    if (!this.connected) return;
+    let chosen: [string, WorkerView] | undefined;
+    const now = Date.now();
+    for (const entry of this.workers) {
+      const [, w] = entry;
+      if (w.draining || now - w.seen > LOST_AFTER_MS || (w.warm[after] ?? 0) === 0) continue;
+      if (!chosen || w.warm[after]! > chosen[1].warm[after]!) chosen = entry;
+    }
+    if (chosen === undefined) return;
+    try {
+      this.wire.send(`${WORKER_PREFIX}.${chosen[0]}.run`, encodeWarmRequest({ type: 'warm', target, after }));
+    } catch (err) {
+      this.log.warn({ err }, 'could not ask a worker node to warm a version just published');
+    }
+  }
+
   private route(key: string): string | undefined {
     let warm: [string, WorkerView] | undefined;
     let roomy: [string, WorkerView] | undefined;

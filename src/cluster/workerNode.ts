@@ -6,6 +6,7 @@ import {
   beatSubject,
   decodeHostReply,
   decodeRunRequest,
+  decodeWarmRequest,
   encodeBeat,
   encodeHostRequest,
   encodeRunReply,
@@ -134,7 +135,15 @@ export class WorkerNode {
       }
       try {
         const opened = this.wire.open(data, Date.now() + 10_000, 64 * 1024 * 1024);
-        request = decodeRunRequest(opened instanceof Promise ? await opened : opened);
+        const message = opened instanceof Promise ? await opened : opened;
+        if (message.header.type === 'warm') {
+          // A version just published, to start a worker for ahead of its first call (no answer;
+          // not where its jobs would run without the network, whose keys differ).
+          const warm = decodeWarmRequest(message);
+          if (!this.draining && (this.allowNetwork || !warm.target.network)) this.executor.warm?.(warm.target, warm.after);
+          return;
+        }
+        request = decodeRunRequest(message);
       } catch (err) {
         this.log.warn({ err }, 'dropped a job that is not one (malformed message on the bus)');
         // Its sender, if it waits for an answer, gets one now rather than at its timeout.

@@ -112,6 +112,13 @@ export interface Executor {
    * job's `traceparent` is what crosses).
    */
   run(job: Job, host?: HostHandler, span?: Span): Promise<Outcome>;
+  /**
+   * A version just published (`target`) follows the version whose key is `after` (docs/limits.md,
+   * "Cold starts": warming a new version): where that one has a worker, start one for `target`
+   * ahead of its first call, if there is room. Best effort: it returns at once, and nothing it
+   * fails to do is anyone's error.
+   */
+  warm?(target: RunTarget, after: string): void;
   close(): Promise<void>;
 }
 

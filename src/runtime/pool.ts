@@ -150,6 +150,27 @@ export class WorkerPool {
     }
   }
 
+  /**
+   * Starts a worker of version `key` ahead of its first call (docs/limits.md, "Cold starts":
+   * warming a new version), where version `after` has a worker (idle or busy): a new version of
+   * an algorithm in use, whose callers are likely to come to it. Only into room the pool has:
+   * none of `key` yet, nobody waiting for a worker, and fewer than `maxWorkers` (no worker is
+   * stopped for it). Once started it is idle, as if a call had just ended on it, and it stands
+   * for eviction as `after` does (its start time and call rate), so it is not the first worker
+   * stopped when room is needed. False when it was not started.
+   */
+  prewarm(key: string, after: string, start: () => Promise<Worker>): boolean {
+    if (this.closed || key === after || this.counts.has(key) || !this.counts.has(after) || this.queue.length > 0 || this.total >= this.options.maxWorkers) return false;
+    const now = performance.now();
+    const like = this.costs.get(after);
+    if (like !== undefined) this.costs.set(key, { startMs: like.startMs, heat: decayed(like, now), at: now });
+    this.launch(key, start).then(
+      (worker) => this.release(key, worker),
+      () => undefined,
+    );
+    return true;
+  }
+
   /** `waitMs`: the longest this call may wait in the queue (its own deadline), if shorter. */
   private acquire(key: string, start: () => Promise<Worker>, extra: number, waitMs: number, caller: string, weight: number): Promise<Worker> {
     if (this.closed) return Promise.reject(new Error('the worker pool is closed'));

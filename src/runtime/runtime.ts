@@ -6,7 +6,7 @@ import type { GvisorOptions } from './gvisor.ts';
 import { NO_METRICS, type Metrics } from '../metrics.ts';
 import { Spares, type SpareLog, type SpareOptions } from './spares.ts';
 import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
-import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome } from './contract.ts';
+import { BuildMissingError, WorkerStartError, type BuildRef, type Executor, type HostHandler, type Job, type Outcome, type RunTarget } from './contract.ts';
 
 /** Where an executor finds a build's files on this machine (algorithms/artifacts.ts). */
 export interface BuildFiles {
@@ -155,7 +155,7 @@ export class AlgorithmRuntime implements Executor {
         cold = true;
         began = performance.now();
         span?.set('algohost.cold_start', true);
-        return this.start(job, deadline, spares);
+        return this.start(job.target, deadline, spares);
       },
       async (worker) => {
         span?.set('algohost.worker_wait_ms', performance.now() - asked);
@@ -174,11 +174,25 @@ export class AlgorithmRuntime implements Executor {
   }
 
   /**
+   * Starts a worker for a version just published where the version it follows (`after`, a key)
+   * has one here and the pool has room (WorkerPool.prewarm): a worker started for its build,
+   * not a spare (a spare's load is paired with the call that takes it), built in the background.
+   * Not counted as a cold start: no call waited for it.
+   */
+  warm(target: RunTarget, after: string): void {
+    this.pool.prewarm(target.key, after, async () => {
+      const { build } = target;
+      if (!this.builds.isPresent(build.algorithmId, 'build', build.hash) && !(await this.builds.ensure(build.algorithmId, 'build', build.hash))) throw new BuildMissingError(build);
+      return this.start(target, performance.now() + this.options.startTimeoutMs, false, false);
+    });
+  }
+
+  /**
    * A worker for the job's build, given until `deadline` (the call's) to be ready: a spare given
    * the build (loading it: Worker.loadAhead), where one is ready and the build can go into one
    * and `spares` allows; else one started for it.
    */
-  private async start({ target }: Job, deadline: number, spares: boolean): Promise<Worker> {
+  private async start(target: RunTarget, deadline: number, spares: boolean, counted = true): Promise<Worker> {
     const metrics = this.options.metrics ?? NO_METRICS;
     const began = performance.now();
     const left = () => Math.max(1, Math.min(this.options.startTimeoutMs, deadline - performance.now()));
@@ -202,10 +216,10 @@ export class AlgorithmRuntime implements Executor {
         },
         { startTimeoutMs: left(), maxStdoutBytes: this.options.maxStdoutBytes },
       );
-      metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
+      if (counted) metrics.coldStart(target.runner, (performance.now() - began) / 1000, true);
       return worker;
     } catch (err) {
-      metrics.coldStart(target.runner, 0, false);
+      if (counted) metrics.coldStart(target.runner, 0, false);
       throw new WorkerStartError((err as Error).message);
     }
   }
