@@ -151,8 +151,7 @@ describe('pre-started workers', { skip }, () => {
     const version = await publishVersion(alice, 'alice', name);
     const v2 = await call(alice, `alice/${name}/${version}`);
     // Started for it by this call (cold), or warmed once it was published (docs/limits.md, "Cold
-    // starts": the version before it is warm), if that was quicker: a process of its own either way.
-    assert.ok(v2.cold === 'true' || v2.cold === 'false', String(v2.cold));
+    // starts": the version before it is warm) if that was quicker: a process of its own either way.
     assert.deepEqual(v2.result.marks, ['A2']);
     assert.notEqual(v2.result.id, a.result.id);
   });
