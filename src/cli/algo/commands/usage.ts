@@ -45,8 +45,9 @@ Your calls and compute seconds (the billing unit) over a range of UTC days, as a
 as an owner of algorithms (the last 30 days by default; docs/usage.md), then the limits and
 quotas that hold for you and what is left of them: calls per minute, calls at once, compute
 seconds this month (UTC; when the count starts again) and hosted bytes stored, and your share
-of the workers when they are all busy (docs/limits.md). The key in use may have limits of its own: they are shown too. Reading
-usage needs a key that may manage (allow_algo_management); the limits, any key.
+of the workers when they are all busy (docs/limits.md). The key in use may have limits of its
+own: they are shown too. Reading usage needs a key that may manage (allow_algo_management);
+the limits, any key.
   --from, --to   the range, both days included
   --user NAME    whose (default: the user the API key belongs to)`,
 
