@@ -23,7 +23,8 @@ export interface Queued {
   readonly key?: string;
   /**
    * The caller's share (docs/limits.md, "Shares"): items of theirs served a turn, a whole number
-   * from 1 (the default) to MAX_WEIGHT. The latest item a caller queued says it for them.
+   * from 1 (the default) to MAX_WEIGHT. The latest item a caller queued with one says it for
+   * them; an item without leaves it as it is.
    */
   readonly weight?: number;
   /** Set once the item has left the queue (taken or removed): left behind lazily, skipped. */
@@ -49,9 +50,8 @@ interface Line<T> {
 /** The largest share a caller may have: a turn of theirs is at most this many items. */
 export const MAX_WEIGHT = 1000;
 
-/** An item's weight as the queue takes it: a whole number from 1 to MAX_WEIGHT. */
-function weightOf(item: Queued): number {
-  const w = item.weight;
+/** A weight as the queue takes it: a whole number from 1 to MAX_WEIGHT (1 for anything not a number of at least 1). */
+export function weightOf(w: number | undefined): number {
   return w === undefined || !(w >= 1) ? 1 : Math.min(MAX_WEIGHT, Math.floor(w));
 }
 
@@ -107,7 +107,7 @@ export class FairQueue<T extends Queued> {
       line = { all: deque(), byKey: new Map(), weight: 1, served: 0 };
       this.lines.set(item.caller, line);
     }
-    line.weight = weightOf(item);
+    if (item.weight !== undefined) line.weight = weightOf(item.weight);
     item.settled = false;
     line.all.items.push(item);
     line.all.live++;

@@ -148,6 +148,18 @@ test('shares: a turn cut short keeps its place; a newcomer waits at most one tur
   assert.deepEqual([1, 2, 3, 4].map(() => { const i = q.take(() => true)!; return `${i.caller}${i.n}`; }), ['p3', 'a1', 'p4', 'p5']);
 });
 
+test('shares: an item without a weight (an async call found queued at a restart) leaves its caller\'s share as it is', () => {
+  const w = (caller: string, n: number, weight?: number) => ({ caller, n, weight, settled: undefined as boolean | undefined });
+  const q = new FairQueue<ReturnType<typeof w>>(1000, 1000);
+  for (let i = 0; i < 3; i++) q.push(w('p', i, 2));
+  q.push(w('p', 3));
+  q.push(w('f', 0));
+  q.push(w('f', 1));
+  const out: string[] = [];
+  for (let i = q.take(() => true); i; i = q.take(() => true)) out.push(`${i.caller}${i.n}`);
+  assert.deepEqual(out, ['p0', 'p1', 'f0', 'p2', 'p3', 'f1']);
+});
+
 test('shares: a weight is a whole number from 1 to MAX_WEIGHT (anything else is read as the nearest)', () => {
   const w = (caller: string, n: number, weight?: number) => ({ caller, n, weight, settled: undefined as boolean | undefined });
   for (const [given, turn] of [[0, 1], [-5, 1], [Number.NaN, 1], [2.7, 2], [MAX_WEIGHT + 50, MAX_WEIGHT]] as const) {

@@ -199,6 +199,27 @@ describe('compute seconds per month', () => {
     assert.equal(run?.http_status, 429);
     assert.match(run?.error ?? '', /compute seconds you may use this month/);
   });
+
+  test('a trigger\'s run is held to its user\'s own quota, not the operator\'s: given more, it runs', { timeout: 120_000, skip: CLUSTER && 'the run may be claimed by the other API node, whose clock the test does not move' }, async () => {
+    // Alice has used the operator's second this month (the test above); a quota of her own, larger, holds for her triggers' runs as for her calls.
+    const user = await s.services.users.require('alice');
+    await writeUserLimits(s.services.store, user.id, { compute_seconds_per_month: 3600 });
+    try {
+      assert.equal((await callAlgo(alice, 'alice/Echo', 'x')).status, 200);
+      const runs = async () => (await json(await alice('/v1/users/alice/triggers'))).results as { id: string }[];
+      const trigger = (await runs())[0]!;
+      const before = new Set(((await json(await alice(`/v1/users/alice/triggers/${trigger.id}/runs`))).results as { id: string }[]).map((r) => r.id));
+      assert.equal((await alice('/v1/data/.my/inbox/b.txt', { method: 'PUT', body: 'b' })).status, 200);
+      let run: { id: string; status: string; http_status: number | null; error: string | null } | undefined;
+      for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+        run = ((await json(await alice(`/v1/users/alice/triggers/${trigger.id}/runs`))).results as (typeof run & object)[]).find((r) => !before.has(r.id));
+        if (run && (run.status === 'succeeded' || run.status === 'failed')) break;
+      }
+      assert.equal(run?.status, 'succeeded', JSON.stringify(run));
+    } finally {
+      await writeUserLimits(s.services.store, user.id, {}, true);
+    }
+  });
 });
 
 test('the quotas\' migration back-fills compute per user and month from the usage rows and the bytes stored from the files (SQLite)', () => {

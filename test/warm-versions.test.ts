@@ -63,6 +63,18 @@ describe('warming a version just published', { skip }, () => {
     assert.equal(r.cold, 'false', 'the first call of the version just published started a worker');
   });
 
+  test('a private version of a public algorithm is not warmed: calls without a version stay on the public one', async () => {
+    const first = await release(alice, 'alice', 'Public', source('one'), { settings: { language: 'javascript' } });
+    assert.equal((await call('alice/Public', 'a')).result, 'one:a');
+    assert.ok(await until(() => warmFor(first.hash), 10_000), `no idle worker of the first version: ${JSON.stringify(warmKeys())}`);
+    assert.equal((await upload(alice, 'alice', 'Public', source('two'))).status, 200);
+    const hash = await compile(alice, 'alice', 'Public');
+    await publish(alice, 'alice', 'Public', {}, { algorithm_callability: 'private' });
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.equal(warmFor(hash), false, `a worker of the private version was started: ${JSON.stringify(warmKeys())}`);
+    assert.equal((await call('alice/Public', 'b')).result, 'one:b');
+  });
+
   test('a new version of an algorithm nobody calls starts nothing: its first call is cold', async () => {
     const first = await release(alice, 'alice', 'Quiet', source('one'), { settings: { language: 'javascript' } });
     const two = await next('Quiet', 'two');

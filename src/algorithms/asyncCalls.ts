@@ -419,7 +419,7 @@ export class LocalQueue implements AsyncQueue {
     return { waiting: this.waiting.length, running: this.running };
   }
 
-  async enqueue(id: string, caller = '', weight = 1): Promise<void> {
+  async enqueue(id: string, caller = '', weight?: number): Promise<void> {
     if (!this.run) throw new AppError('server_busy', 'this server is not running async calls yet; retry shortly');
     const refused = this.waiting.push({ caller, id, weight });
     if (refused === 'caller_queue_full') {

@@ -301,14 +301,20 @@ export class CallService {
   }
 
   /**
-   * A version just published follows `after` (docs/limits.md, "Cold starts"): the callers of
-   * that one are likely to come to it (a call without a version, or with a range, resolves to it
-   * now), so where `after` has a warm worker the executor starts one for the new version ahead
-   * of its first call, if it has room (Executor.warm). `principal`: the publisher (the owner).
+   * A version just published (docs/limits.md, "Cold starts"); `after`: the version a call without
+   * a version went to before it. Where such calls now go to the new one (it is public, or the
+   * algorithm has no public version), `after`'s callers are likely to come to it, so where
+   * `after` has a warm worker the executor starts one for the new version ahead of its first
+   * call, if it has room (Executor.warm). `principal`: the publisher (the owner).
    */
   async warmPublished(principal: Principal, owner: string, name: string, version: string, after: string): Promise<void> {
     if (this.executor.warm === undefined) return;
-    const [next, before] = await Promise.all([this.releases.resolveCall(principal, owner, name, version), this.releases.resolveCall(principal, owner, name, after)]);
+    const [next, now, before] = await Promise.all([
+      this.releases.resolveCall(principal, owner, name, version),
+      this.releases.resolveCall(principal, owner, name, undefined),
+      this.releases.resolveCall(principal, owner, name, after),
+    ]);
+    if (now.build.hash !== next.build.hash) return;
     this.executor.warm(this.runTarget(next), this.runTarget(before).key);
   }
 

@@ -69,8 +69,9 @@ export class ReleaseService {
   /** What a (caller, reference) resolves to, until the store changes. */
   private readonly targets: VersionedCache<CallTarget | { missing: AppError }>;
   /**
-   * Told of each version published once it is in the store, with the highest version before it
-   * (none for a first): services.ts has the executor warm the new one (CallService.warmPublished).
+   * Told of each version published once it is in the store, with the version a call without a
+   * version resolved to before it, as its owner calls (none for a first): services.ts has the
+   * executor warm the new one (CallService.warmPublished).
    */
   onPublished: ((principal: Principal, owner: string, name: string, version: string, after: string) => void) | undefined;
 
@@ -139,6 +140,10 @@ export class ReleaseService {
         );
       }
       const latest = all.reduce<SemVer | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
+      // What a call without a version went to until now (the latest public version; an algorithm
+      // with none, its owner's latest private one): its callers are who may come to the new one.
+      const candidates = all.map((r) => published(toVersion(r)));
+      const unversioned = resolveVersion(candidates, { kind: 'latest' }, true) ?? resolveVersion(candidates, { kind: 'latestPrivate' }, true);
       const next = nextVersion(latest, info.version_type);
       const visibility = callability ?? algo.settings.algorithm_callability;
       try {
@@ -173,7 +178,7 @@ export class ReleaseService {
         throw err;
       }
       const row = await this.versions().where('versions.algorithm_id', '=', algo.id).where('versions.build_id', '=', build.id).executeTakeFirstOrThrow();
-      if (latest !== undefined) this.onPublished?.(principal, algo.owner, algo.name, formatSemVer(next), formatSemVer(latest));
+      if (unversioned !== undefined) this.onPublished?.(principal, algo.owner, algo.name, formatSemVer(next), formatSemVer(unversioned));
       return { algorithm: algo, version: toVersion(row) };
     });
   }

@@ -112,24 +112,31 @@ export class KeyService {
 
   /**
    * The principal of key `keyId` as it stands now (not cached): how a call accepted earlier
-   * (output=void) acts when it runs, so that a key revoked or narrowed since is honoured.
+   * (output=void) or a trigger's run acts when it runs, so that a key revoked or narrowed since
+   * is honoured, and its user's own limits (a compute quota, a share) are theirs as they are now.
    */
   async principalById(keyId: string, userId?: number): Promise<Principal> {
     // A call a console session queued acts as the user, as the session did (it held all permissions).
     if (keyId.startsWith(SESSION_KEY_PREFIX) && userId !== undefined) {
-      const user = await this.db.selectFrom('users').select(['id', 'username']).where('id', '=', userId).executeTakeFirst();
+      const user = await this.db
+        .selectFrom('users')
+        .leftJoin('user_limits', 'user_limits.user_id', 'users.id')
+        .select(['users.id', 'users.username', ...LIMIT_COLUMNS])
+        .where('users.id', '=', userId)
+        .executeTakeFirst();
       if (!user) throw new AppError('unknown_user', 'the user who made this call no longer exists');
-      return { userId: user.id, username: user.username, keyId, permissions: { ...FULL_PERMISSIONS } };
+      return { userId: user.id, username: user.username, keyId, permissions: { ...FULL_PERMISSIONS }, limits: ownLimits(user) };
     }
     const row = await this.db
       .selectFrom('api_keys')
       .innerJoin('users', 'users.id', 'api_keys.user_id')
-      .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username'])
+      .leftJoin('user_limits', 'user_limits.user_id', 'users.id')
+      .select(['api_keys.id as keyId', 'api_keys.permissions', 'api_keys.revoked_at', 'users.id as userId', 'users.username', ...LIMIT_COLUMNS])
       .where('api_keys.id', '=', keyId)
       .executeTakeFirst();
     if (!row) throw new AppError('invalid_api_key', 'the API key of this call no longer exists');
     if (row.revoked_at !== null) throw new AppError('api_key_revoked', 'the API key of this call was revoked before it ran');
-    return { userId: row.userId, username: row.username, keyId: row.keyId, permissions: JSON.parse(row.permissions) as KeyPermissions };
+    return { userId: row.userId, username: row.username, keyId: row.keyId, permissions: JSON.parse(row.permissions) as KeyPermissions, limits: ownLimits(row) };
   }
 
   /**

@@ -267,10 +267,6 @@ export class NatsExecutor implements Executor {
     answer.resolve(m);
   }
 
-  /**
-   * The worker to send a job for `key` to, or undefined for the queue group: one warm for the
-   * version with an idle worker, else the one with the most free slots.
-   */
   /** Idle workers per version key across the live worker nodes, as their last beats said (tests; WorkerPool.load's `warm` of each). */
   warmKeys(): Record<string, number> {
     const all: Record<string, number> = {};
@@ -299,11 +295,17 @@ export class NatsExecutor implements Executor {
     if (chosen === undefined) return;
     try {
       this.wire.send(`${WORKER_PREFIX}.${chosen[0]}.run`, encodeWarmRequest({ type: 'warm', target, after }));
+      // The new version's first calls go there (route) before its next beat says whether it did.
+      chosen[1].warm[target.key] = Math.max(1, chosen[1].warm[target.key] ?? 0);
     } catch (err) {
       this.log.warn({ err }, 'could not ask a worker node to warm a version just published');
     }
   }
 
+  /**
+   * The worker to send a job for `key` to, or undefined for the queue group: one warm for the
+   * version with an idle worker, else the one with the most free slots.
+   */
   private route(key: string): string | undefined {
     let warm: [string, WorkerView] | undefined;
     let roomy: [string, WorkerView] | undefined;

@@ -1,4 +1,5 @@
 import { TokenBucket } from './bucket.ts';
+import { weightOf } from '../fairQueue.ts';
 import type { KeyLimits } from '../../client/src/types.ts';
 import { monthBounds, type ComputeMeter } from './compute.ts';
 import { AlgorithmSlots } from './algorithmSlots.ts';
@@ -400,9 +401,9 @@ export class Limits {
     readonly shareDefault = 1,
   ) {}
 
-  /** A caller's share of the workers while calls wait for one: their own, else the operator's. */
+  /** A caller's share of the workers while calls wait for one: their own, else the operator's (1 to MAX_WEIGHT, whatever the store holds). */
   shareOf(caller: LimitedCaller): number {
-    return caller.limits?.share ?? this.shareDefault;
+    return weightOf(caller.limits?.share ?? this.shareDefault);
   }
 
   /** The limits' clock. */

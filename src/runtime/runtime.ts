@@ -181,9 +181,14 @@ export class AlgorithmRuntime implements Executor {
    */
   warm(target: RunTarget, after: string): void {
     this.pool.prewarm(target.key, after, async () => {
-      const { build } = target;
-      if (!this.builds.isPresent(build.algorithmId, 'build', build.hash) && !(await this.builds.ensure(build.algorithmId, 'build', build.hash))) throw new BuildMissingError(build);
-      return this.start(target, performance.now() + this.options.startTimeoutMs, false, false);
+      try {
+        const { build } = target;
+        if (!this.builds.isPresent(build.algorithmId, 'build', build.hash) && !(await this.builds.ensure(build.algorithmId, 'build', build.hash))) throw new BuildMissingError(build);
+        return await this.start(target, performance.now() + this.options.startTimeoutMs, false, false);
+      } catch (err) {
+        this.options.log?.warn({ err, build: target.build.hash }, 'a worker for a version just published could not be started ahead of its first call; that call starts one');
+        throw err;
+      }
     });
   }
 
