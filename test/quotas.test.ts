@@ -348,7 +348,7 @@ describe('hosted bytes stored', () => {
     // The quota (1000 bytes), what is stored (under it: in bytes) and what is left.
     assert.match(shown.stdout, new RegExp(`\\nhosted bytes +1\\.00 kB +${used} B +${QUOTA - used} B\\n`));
     assert.match(shown.stdout, /compute this month +no limit +0 s/);
-    assert.match(shown.stdout, /\nshare when workers are busy +1 call a turn\n/);
+    assert.match(shown.stdout, /\nshare of workers +1 call a turn\n/);
     const asJson = await algo(s.url, carolKey, ['usage', '--json']);
     const parsed = JSON.parse(asJson.stdout);
     assert.deepEqual(parsed.limits.storage, { bytes: QUOTA, used_bytes: used, remaining_bytes: QUOTA - used });

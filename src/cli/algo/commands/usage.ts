@@ -33,7 +33,7 @@ function limitRows(l: UserLimits | NonNullable<UserLimits['key']>): string[][] {
     ],
     ['hosted bytes', l.storage.bytes === null ? none : bytes(l.storage.bytes), bytes(l.storage.used_bytes), l.storage.remaining_bytes === null ? '' : bytes(l.storage.remaining_bytes), ''],
     // The user's share of busy workers (a key has none of its own).
-    ...('share' in l ? [['share when workers are busy', `${l.share} call${l.share === 1 ? '' : 's'} a turn`, '', '', '']] : []),
+    ...('share' in l ? [['share of workers', `${l.share} call${l.share === 1 ? '' : 's'} a turn`, '', '', '']] : []),
   ];
 }
 
