@@ -3,6 +3,7 @@ import net from 'node:net';
 import path from 'node:path';
 import proxyAddr from '@fastify/proxy-addr';
 import type { ExportSettings } from './tracing.ts';
+import { MAX_WEIGHT } from './fairQueue.ts';
 
 /**
  * The only module that reads `process.env`. Everything else receives a `Config` (or the part
@@ -944,7 +945,7 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     ],
   },
   limitShare: {
-    read: (env) => int('ALGOHOST_LIMIT_SHARE', env.ALGOHOST_LIMIT_SHARE, DEFAULTS.limitShare, 1, 1000),
+    read: (env) => int('ALGOHOST_LIMIT_SHARE', env.ALGOHOST_LIMIT_SHARE, DEFAULTS.limitShare, 1, MAX_WEIGHT),
     docs: [
       { vars: ["ALGOHOST_LIMIT_SHARE"], shown: code(DEFAULTS.limitShare), meaning: "A user's share of the workers while calls wait for one, unless `algohost user limits` gives them their own (`--share`): the calls of theirs served in each turn of the round robin across callers. A user of share 4 gets four calls started for every one of a user of share 1 while both have calls waiting; nobody is ever passed over. 1 to 1000 (docs/limits.md, \"Shares\")." },
     ],

@@ -347,7 +347,7 @@ export class CallService {
     if (span.recording) callAttributes(span, target, req, context.depth);
     try {
       // `weight`: the caller's share of the workers while calls wait (docs/limits.md, "Shares").
-      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), weight: this.limits?.shareOf(principal), traceparent: traceparentOf(span) };
+      const job = { target: this.runTarget(target), contentType: req.contentType, input: req.input, timeoutMs, nesting: context.depth - 1, caller: String(principal.userId), weight: this.shareOf(principal), traceparent: traceparentOf(span) };
       const outcome = await this.executor.run(job, this.internal.handler(context, span), span);
       if (span.recording) spanOutcome(span, outcome);
       return this.done(principal, req, target, mine, outcome);

@@ -142,8 +142,7 @@ export class ReleaseService {
       const latest = all.reduce<SemVer | undefined>((best, v) => (!best || compareSemVer(v, best) > 0 ? v : best), undefined);
       // What a call without a version went to until now (the latest public version; an algorithm
       // with none, its owner's latest private one): its callers are who may come to the new one.
-      const candidates = all.map((r) => published(toVersion(r)));
-      const unversioned = resolveVersion(candidates, { kind: 'latest' }, true) ?? resolveVersion(candidates, { kind: 'latestPrivate' }, true);
+      const unversioned = choose(all.map((r) => published(toVersion(r))), { kind: 'latest' }, true);
       const next = nextVersion(latest, info.version_type);
       const visibility = callability ?? algo.settings.algorithm_callability;
       try {
@@ -255,10 +254,7 @@ export class ReleaseService {
     }
     const rows = (await this.ofAlgorithm([algo.id])).map(toVersion);
     const candidates = rows.map(published);
-    // The owner's "latest" is the latest public version too; only an algorithm with no public
-    // version at all (a private one) gives its owner its latest private version instead.
-    let chosen = resolveVersion(candidates, selector, mine);
-    if (!chosen && selector.kind === 'latest' && mine) chosen = resolveVersion(candidates, { kind: 'latestPrivate' }, mine);
+    const chosen = choose(candidates, selector, mine);
     const version = chosen && rows.find((r) => r.id === chosen.id);
     if (!version) throw notFound(algo.owner, algo.name, selectorText);
     const build = await this.builds.succeeded(algo.id, version.buildHash);
@@ -270,6 +266,15 @@ export class ReleaseService {
 /** A call target's cache key: what a reference resolves to depends on who asks (owner or not, private or public). */
 function targetKey(principal: Principal, owner: string, name: string, selectorText: string | undefined): string {
   return `${principal.userId}\u0000${owner.toLowerCase()}\u0000${name.toLowerCase()}\u0000${selectorText ?? ''}`;
+}
+
+/**
+ * The version `selector` names among `candidates`, as a caller sees it (`mine`: the owner). The
+ * owner's "latest" is the latest public version too; only an algorithm with no public version
+ * at all (a private one) gives its owner its latest private version instead.
+ */
+function choose<V extends PublishedVersion>(candidates: readonly V[], selector: Selector, mine: boolean): V | undefined {
+  return resolveVersion(candidates, selector, mine) ?? (selector.kind === 'latest' && mine ? resolveVersion(candidates, { kind: 'latestPrivate' }, mine) : undefined);
 }
 
 function published(v: Version): PublishedVersion & { id: number } {

@@ -160,7 +160,7 @@ export class WorkerPool {
    * stopped when room is needed. False when it was not started.
    */
   prewarm(key: string, after: string, start: () => Promise<Worker>): boolean {
-    if (this.closed || key === after || this.counts.has(key) || !this.counts.has(after) || this.queue.length > 0 || this.total >= this.options.maxWorkers) return false;
+    if (this.closed || this.counts.has(key) || !this.counts.has(after) || this.queue.length > 0 || this.total >= this.options.maxWorkers) return false;
     const now = performance.now();
     const like = this.costs.get(after);
     if (like !== undefined) this.costs.set(key, { startMs: like.startMs, heat: decayed(like, now), at: now });

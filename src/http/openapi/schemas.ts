@@ -1,4 +1,5 @@
 import { ERROR_CODES, type ErrorCode } from '../../errors.ts';
+import { MAX_WEIGHT } from '../../fairQueue.ts';
 
 /**
  * The JSON schemas (2020-12, as OpenAPI 3.1 takes them) of what the API sends and takes:
@@ -277,7 +278,7 @@ export const SCHEMAS: Record<string, Schema> = {
       ref('LimitState'),
       obj(
         {
-          share: { type: 'integer', minimum: 1, maximum: 1000, description: 'Your share of the workers while calls wait for one: your calls served a turn (docs/limits.md, "Shares").' },
+          share: { type: 'integer', minimum: 1, maximum: MAX_WEIGHT, description: 'Your share of the workers while calls wait for one: your calls served a turn (docs/limits.md, "Shares").' },
           compute: ref('ComputeQuotaState'),
           storage: ref('StorageQuotaState'),
           key: { oneOf: [{ allOf: [ref('LimitState'), obj({ compute: ref('ComputeQuotaState'), storage: ref('StorageQuotaState') })] }, { type: 'null' }], description: 'The asking key\'s own limits, null when it has none.' },
