@@ -33,6 +33,7 @@ import {
   WORKERS_QUEUE,
   type RunReply,
   type RunRequest,
+  type WarmRequest,
 } from '../src/cluster/messages.ts';
 import { MAX_SDK_BODY } from '../src/algorithms/hostRequests.ts';
 import { BuildMissingError, ExecutorBusyError, targetKey, WorkerLostError, WorkerStartError, type Job } from '../src/runtime/contract.ts';
@@ -81,8 +82,14 @@ async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | un
   const nc = await conn();
   const wire = new Wire(nc, name, logger(), key, 'worker');
   const got: RunRequest[] = [];
+  const warms: WarmRequest[] = [];
   const onMsg = async (msg: Msg) => {
-    const r = decodeRunRequest(await wire.open(wire.unseal(msg)));
+    const message = await wire.open(wire.unseal(msg));
+    if (message.header.type === 'warm') {
+      warms.push(decodeWarmRequest(message));
+      return;
+    }
+    const r = decodeRunRequest(message);
     got.push(r);
     wire.send(r.api, encodeTaken({ type: 'taken', call: r.call, worker: name }));
     const reply = answer(r);
@@ -94,6 +101,7 @@ async function fakeWorker(name: string, answer: (r: RunRequest) => RunReply | un
   await nc.flush();
   return {
     got,
+    warms,
     beat(free: number, warm: Record<string, number> = {}, draining = false, instance = 'first') {
       wire.send(beatSubject(name), encodeBeat({ type: 'beat', node: name, instance, role: 'worker', host: 'test', running: 0, free, warm, draining }));
     },
@@ -252,6 +260,31 @@ describe("the API node's executor", { skip }, () => {
     await exec.close();
     await warm.stop();
     await roomy.stop();
+  });
+
+  test('a version just published: every live worker node is asked to warm it, whatever its last beat said (it decides by its own pool); a draining one is not; one whose beat showed the old version idle gets its first call', async () => {
+    const nc = await conn();
+    const exec = new NatsExecutor(nc, logger(), KEY, apiName());
+    const name = (r: RunRequest) => ['Old', 'New'].find((n) => keyOf(n) === r.job.target.key);
+    const idle = await fakeWorker('w-idle', (r) => ok(Buffer.from(JSON.stringify('idle:' + name(r)))));
+    // Its beat was sent before its call of the old version ended: it shows nothing idle.
+    const stale = await fakeWorker('w-stale', (r) => ok(Buffer.from(JSON.stringify('stale:' + name(r)))));
+    const draining = await fakeWorker('w-draining', () => undefined);
+    idle.beat(1, { [keyOf('Old')]: 1 });
+    stale.beat(8);
+    draining.beat(0, { [keyOf('Old')]: 2 }, true);
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 100));
+    exec.warm(job('New').target, keyOf('Old'));
+    await nc.flush();
+    const deadline = Date.now() + 5000;
+    while ((idle.warms.length === 0 || stale.warms.length === 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    for (const w of [idle, stale]) assert.deepEqual(w.warms.map((m) => [m.target.key, m.after]), [[keyOf('New'), keyOf('Old')]]);
+    assert.equal(draining.warms.length, 0);
+    const first = await exec.run(job('New'));
+    assert.equal(first.kind === 'result' && first.body.toString(), '"idle:New"');
+    await exec.close();
+    for (const w of [idle, stale, draining]) await w.stop();
   });
 
   test('an outcome whose header is too big for one message (a megabyte of stdout) comes back wrapped, still bound to its call', async () => {

@@ -279,26 +279,26 @@ export class NatsExecutor implements Executor {
   }
 
   /**
-   * A version just published (Executor.warm): the worker node with the most idle workers of the
-   * version it follows (as its last beat said) is asked to start one for it, if it has room; none
-   * is asked when no worker node has one idle. No answer is waited for.
+   * A version just published (Executor.warm): every live worker node is asked to start a worker
+   * for it, and each does where its own pool has a worker of the version it follows (idle or
+   * busy) and room (WorkerPool.prewarm), as one server does. The worker node decides, not this
+   * node: a beat is up to a second old, and one sent just before a call ended says nothing of the
+   * worker that call leaves idle. No answer is waited for.
    */
   warm(target: RunTarget, after: string): void {
     if (!this.connected) return;
-    let chosen: [string, WorkerView] | undefined;
     const now = Date.now();
-    for (const entry of this.workers) {
-      const [, w] = entry;
-      if (w.draining || now - w.seen > LOST_AFTER_MS || (w.warm[after] ?? 0) === 0) continue;
-      if (!chosen || w.warm[after]! > chosen[1].warm[after]!) chosen = entry;
-    }
-    if (chosen === undefined) return;
-    try {
-      this.wire.send(`${WORKER_PREFIX}.${chosen[0]}.run`, encodeWarmRequest({ type: 'warm', target, after }));
-      // The new version's first calls go there (route) before its next beat says whether it did.
-      chosen[1].warm[target.key] = Math.max(1, chosen[1].warm[target.key] ?? 0);
-    } catch (err) {
-      this.log.warn({ err }, 'could not ask a worker node to warm a version just published');
+    for (const [id, w] of this.workers) {
+      if (w.draining || now - w.seen > LOST_AFTER_MS) continue;
+      try {
+        this.wire.send(`${WORKER_PREFIX}.${id}.run`, encodeWarmRequest({ type: 'warm', target, after }));
+      } catch (err) {
+        this.log.warn({ err, worker: id }, 'could not ask a worker node to warm a version just published');
+        continue;
+      }
+      // Where its last beat said it had `after` idle, the new version's first calls go there
+      // (route) before its next beat says whether it did.
+      if ((w.warm[after] ?? 0) > 0) w.warm[target.key] = Math.max(1, w.warm[target.key] ?? 0);
     }
   }
 
