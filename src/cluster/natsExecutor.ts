@@ -77,7 +77,10 @@ interface WorkerView {
   instances: Map<string, number>;
   seen: number;
   free: number;
+  /** Idle workers per version key, counted down and up by this node between beats (route, giveBack, warm). */
   warm: Record<string, number>;
+  /** The same as the last beat said, untouched: what warmKeys reports. */
+  reported: Record<string, number>;
   draining: boolean;
 }
 
@@ -273,7 +276,7 @@ export class NatsExecutor implements Executor {
     const now = Date.now();
     for (const w of this.workers.values()) {
       if (now - w.seen > LOST_AFTER_MS) continue;
-      for (const [key, n] of Object.entries(w.warm)) all[key] = (all[key] ?? 0) + n;
+      for (const [key, n] of Object.entries(w.reported)) all[key] = (all[key] ?? 0) + n;
     }
     return all;
   }
@@ -396,7 +399,7 @@ export class NatsExecutor implements Executor {
     instances.set(b.instance, now);
     // A restarted node's old process is remembered until its calls could be failed as lost.
     for (const [i, at] of instances) if (now - at > 10 * LOST_AFTER_MS) instances.delete(i);
-    this.workers.set(b.node, { instance: b.instance, instances, seen: now, free: b.free, warm: b.warm, draining: b.draining });
+    this.workers.set(b.node, { instance: b.instance, instances, seen: now, free: b.free, warm: { ...b.warm }, reported: b.warm, draining: b.draining });
   }
 
   private namesakeLogged = 0;
@@ -422,7 +425,7 @@ export class NatsExecutor implements Executor {
           p.worker = t.worker;
           p.instance = this.workers.get(t.worker)?.instance;
           // Heard from now, if its first beat has not come yet.
-          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { instance: undefined, instances: new Map(), seen: Date.now(), free: 0, warm: {}, draining: false });
+          if (!this.workers.has(t.worker)) this.workers.set(t.worker, { instance: undefined, instances: new Map(), seen: Date.now(), free: 0, warm: {}, reported: {}, draining: false });
         }
         return;
       }
