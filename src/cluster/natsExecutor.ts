@@ -84,6 +84,11 @@ interface WorkerView {
   draining: boolean;
 }
 
+/** Whether a worker node takes work now: heard from within LOST_AFTER_MS, and not draining. */
+function takesWork(w: WorkerView, now: number): boolean {
+  return !w.draining && now - w.seen <= LOST_AFTER_MS;
+}
+
 /**
  * The executor of an API node (`serve --role api`): each job goes over NATS to one worker node,
  * and the call's SDK requests come back to this node on a subject of its own, where they are
@@ -292,7 +297,7 @@ export class NatsExecutor implements Executor {
     if (!this.connected) return;
     const now = Date.now();
     for (const [id, w] of this.workers) {
-      if (w.draining || now - w.seen > LOST_AFTER_MS) continue;
+      if (!takesWork(w, now)) continue;
       try {
         this.wire.send(`${WORKER_PREFIX}.${id}.run`, encodeWarmRequest({ type: 'warm', target, after }));
       } catch (err) {
@@ -315,7 +320,7 @@ export class NatsExecutor implements Executor {
     const now = Date.now();
     for (const entry of this.workers) {
       const [, w] = entry;
-      if (w.draining || now - w.seen > LOST_AFTER_MS || w.free <= 0) continue;
+      if (!takesWork(w, now) || w.free <= 0) continue;
       if ((w.warm[key] ?? 0) > 0 && (!warm || w.warm[key]! > warm[1].warm[key]!)) warm = entry;
       if (!roomy || w.free > roomy[1].free) roomy = entry;
     }
