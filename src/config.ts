@@ -131,6 +131,8 @@ export interface Config {
   asyncResultTtlS: number;
   /** ALGOHOST_EVENT_RETENTION_H: how long events are kept for the live stream to resume from (docs/events.md). */
   eventRetentionH: number;
+  /** ALGOHOST_TRIGGER_RUNS_PER_EVENT: trigger runs one event may cause across its whole chain (docs/events.md). */
+  triggerRunsPerEvent: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
@@ -242,6 +244,7 @@ export const DEFAULTS = {
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
   eventRetentionH: 24,
+  triggerRunsPerEvent: 50,
   limitCallsPerMin: 0,
   limitBurst: 0,
   limitConcurrency: 0,
@@ -918,6 +921,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_EVENT_RETENTION_H', env.ALGOHOST_EVENT_RETENTION_H, DEFAULTS.eventRetentionH, 1, 24 * 90),
     docs: [
       { vars: ["ALGOHOST_EVENT_RETENTION_H"], shown: code(DEFAULTS.eventRetentionH), meaning: "How long events are kept, in hours (1 to 90 days): a live stream (`GET /v1/users/:user/events`) resumes with `Last-Event-ID` after an event kept that long; an older one answers 410 `event_expired` (docs/events.md)." },
+    ],
+  },
+  triggerRunsPerEvent: {
+    read: (env) => int('ALGOHOST_TRIGGER_RUNS_PER_EVENT', env.ALGOHOST_TRIGGER_RUNS_PER_EVENT, DEFAULTS.triggerRunsPerEvent, 1, 100_000),
+    docs: [
+      { vars: ["ALGOHOST_TRIGGER_RUNS_PER_EVENT"], shown: code(DEFAULTS.triggerRunsPerEvent), meaning: "How many trigger runs one event may cause across its whole chain (the runs it fires, the runs their writes fire, and so on, every depth and status counted, whoever's triggers they are): past it one `trigger.failed` names the budget and nothing more of the chain is run or recorded. By default as many as a user may have triggers (docs/events.md)." },
     ],
   },
   limitCallsPerMin: {

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
+import { writeUserLimits } from '../src/limits/userLimits.ts';
 
 let s: TestServer;
 let alice: ReturnType<typeof api>;
@@ -50,6 +51,7 @@ interface Run {
   output: string | null;
   http_status: number | null;
   error: string | null;
+  waiting: string | null;
 }
 
 async function createTrigger(body: Record<string, unknown>, who = alice, user = 'alice'): Promise<Trigger> {
@@ -270,6 +272,100 @@ def apply(uri):
       ['data://alice/loop/one.seed.sdk', 2],
     ]);
     for (const x of [t, t2]) await alice(`/v1/users/alice/triggers/${x.id}`, { method: 'DELETE' });
+  });
+});
+
+describe('budgets', () => {
+  /** Every run of these triggers once the outbox is read to its end and none is queued or running (bounded). */
+  async function settled(ids: string[], ms = 90_000): Promise<Run[]> {
+    const end = Date.now() + ms;
+    const db = s.services.store.db;
+    for (;;) {
+      const all = (await Promise.all(ids.map((id) => runs(id)))).flat();
+      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
+      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      if (cursor >= last && all.every((r) => r.status === 'succeeded' || r.status === 'failed')) return all;
+      if (Date.now() > end) assert.fail(`not settled within ${ms} ms: ${all.length} runs, cursor ${cursor} of ${last}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** The budget's `trigger.failed` events raised for events under `subject`. */
+  async function budgetEvents(subject: string) {
+    return (await eventsOf('trigger.failed')).filter((e) => e.subject.startsWith(subject) && typeof e.data.budget === 'number');
+  }
+
+  for (const k of [6, 50]) {
+    test(`${k} triggers firing each other on one path, each naming no algorithm: one upload causes 50 runs in all, and one trigger.failed names the budget`, async () => {
+      const dir = `amp${k}`;
+      await mkdir(alice, '.my', dir);
+      const ts: Trigger[] = [];
+      for (let i = 0; i < k; i++) ts.push(await createTrigger({ path: `data://.my/${dir}/**`, algorithm: 'alice/NoSuchAlgorithm' }));
+      await put(alice, `data://.my/${dir}/x`, 'x');
+      const all = await settled(ts.map((t) => t.id));
+      // 9e3d0b8: K = 6 made 1,956 runs; every one now counts against the upload's budget.
+      assert.equal(all.length, 50, `runs: ${all.length}`);
+      const byDepth = new Map<number, number>();
+      for (const r of all) byDepth.set(r.depth, (byDepth.get(r.depth) ?? 0) + 1);
+      if (k === 50) assert.deepEqual([...byDepth], [[1, 50]]);
+      else assert.deepEqual([...byDepth].sort(), [[1, 6], [2, 30], [3, 14]]);
+      const budget = await budgetEvents(`data://alice/${dir}/`);
+      assert.equal(budget.length, 1, JSON.stringify(budget));
+      assert.equal(budget[0]!.data.budget, 50);
+      assert.equal(budget[0]!.data.not_run, true);
+      assert.match(String(budget[0]!.data.error), /at most 50 trigger runs.*ALGOHOST_TRIGGER_RUNS_PER_EVENT/);
+      // The failures of runs that never started fire nothing: none of them made a run.
+      const notRun = new Set((await eventsOf('trigger.failed')).filter((e) => e.data.not_run === true).map((e) => e.data.run_id));
+      assert.ok(!all.some((r) => notRun.has(r.event_id)));
+      for (const t of ts) await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+    });
+  }
+
+  test('a chain that writes real outputs, each where the others watch, stops at the budget: 50 runs, 50 files', async () => {
+    await mkdir(alice, '.my', 'relay');
+    const ts: Trigger[] = [];
+    for (let i = 0; i < 8; i++) ts.push(await createTrigger({ types: ['data.file.created'], path: 'data://.my/relay/**', algorithm: 'alice/Upper', input: '{{name}}', output: 'data://.my/relay/{{run}}' }));
+    await put(alice, 'data://.my/relay/start', 's');
+    const all = await settled(ts.map((t) => t.id));
+    assert.equal(all.length, 50);
+    assert.ok(all.every((r) => r.status === 'succeeded'), JSON.stringify(all.filter((r) => r.status !== 'succeeded')));
+    // Depth 1: 8; depth 2: each output fires the 7 others, 42 of those 56 within the budget.
+    const depths = all.map((r) => r.depth);
+    assert.deepEqual([depths.filter((d) => d === 1).length, depths.filter((d) => d === 2).length, depths.filter((d) => d === 3).length], [8, 42, 0]);
+    const listing = (await json(await alice('/v1/data/.my/relay'))) as { files?: unknown[] };
+    assert.equal(listing.files?.length, 51, 'the seed and one output per run');
+    assert.equal((await budgetEvents('data://alice/relay/')).length, 1);
+    for (const t of ts) await alice(`/v1/users/alice/triggers/${t.id}`, { method: 'DELETE' });
+  });
+});
+
+describe("the owner's limits", () => {
+  test('a run over its owner\'s calls a minute waits in its queue, saying why, and starts when allowed: none fails, none counts an attempt', async () => {
+    const carolKey = await s.user('carol');
+    const carol = api(s.url, carolKey);
+    await writeUserLimits(s.services.store, (await s.services.users.require('carol')).id, { calls_per_min: 60, burst: 1 });
+    await release(carol, 'carol', 'Shout', { 'src/index.js': 'exports.apply = (x) => String(x).toUpperCase();\n' }, { settings: { language: 'javascript' } });
+    await mkdir(carol, '.my', 'paced');
+    // Publishing spent no call; the bucket is full (1 token), and refills one a second.
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/paced/**', algorithm: 'carol/Shout', input: '{{name}}' }, carol, 'carol');
+    for (const name of ['a', 'b', 'c']) assert.equal((await put(carol, `data://carol/paced/${name}`, 'x')).status, 200);
+    const waits = new Set<string>();
+    const end = Date.now() + 60_000;
+    let all: Run[] = [];
+    while (Date.now() < end) {
+      all = await runs(t.id, carol, 'carol');
+      for (const r of all) if (r.status === 'queued' && r.waiting) waits.add(r.waiting);
+      if (all.length === 3 && all.every((r) => r.status === 'succeeded' || r.status === 'failed')) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.deepEqual(all.map((r) => r.status), ['succeeded', 'succeeded', 'succeeded'], JSON.stringify(all));
+    assert.deepEqual(all.map((r) => r.attempts), [1, 1, 1]);
+    assert.ok([...waits].some((w) => /^rate_limited: you may make 60 calls a minute/.test(w)), `seen waiting: ${JSON.stringify([...waits])}`);
+    // One token a second: the third started at least a second and a half after the first.
+    const started = all.map((r) => Date.parse((r as Run & { started_at: string }).started_at)).sort((a, b) => a - b);
+    assert.ok(started[2]! - started[0]! >= 1500, `started ${started[2]! - started[0]!} ms apart`);
+    assert.ok(all.every((r) => r.waiting === null));
+    await carol(`/v1/users/carol/triggers/${t.id}`, { method: 'DELETE' });
   });
 });
 

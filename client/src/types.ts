@@ -640,6 +640,8 @@ export interface TriggerRun {
   output: string | null;
   http_status: number | null;
   error: string | null;
+  /** Why a queued run waits: its owner's calls a minute or at once (`rate_limited: …`); null otherwise. */
+  waiting: string | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;

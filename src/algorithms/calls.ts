@@ -33,15 +33,16 @@ export interface CallRequest {
   trace?: Span | undefined;
   /**
    * Not a request of its own to the limits (docs/limits.md): an async call run from its queue
-   * (its rate was taken when it was accepted) or a trigger's run. No token is taken, and it
-   * holds none of the caller's concurrent calls.
+   * (its rate was taken when it was accepted). No token is taken, and it holds none of the
+   * caller's concurrent calls.
    */
   admitted?: boolean;
   /**
-   * With `admitted`: held to the compute quota all the same (a trigger's run spends the user's
-   * compute as a request would; an async call's run was held to it when it was accepted).
+   * A run taken from a queue that its caller's limits hold as a request (a trigger's run): it
+   * takes a token and holds one of the caller's calls at once, and a LimitError sends it back to
+   * its queue; the owner's cap on the algorithm makes it wait rather than be refused.
    */
-  quota?: boolean;
+  queued?: boolean;
 }
 
 /** What the HTTP layer needs to answer a call. */
@@ -180,8 +181,7 @@ export class CallService {
     this.admit(principal, req);
     // The caller's month of compute, read once a month here when a compute quota holds them
     // (docs/limits.md); a warm path awaits nothing.
-    if ((!req.admitted || req.quota) && this.limits?.needsLoad(principal)) await this.limits.ready(principal);
-    if (req.admitted && req.quota) this.limits?.checkCompute(principal);
+    if (!req.admitted && this.limits?.needsLoad(principal)) await this.limits.ready(principal);
     // A nested call holds none of the caller's concurrent calls: its parent holds one already.
     let release = req.admitted || this.limits === undefined ? undefined : this.limits.admit(principal, req.parent === undefined);
     // Shared limits (several API nodes) may wait for the database; one node's never do.
@@ -196,7 +196,7 @@ export class CallService {
       const max = target.algorithm.settings.max_concurrency;
       if (max !== undefined && this.limits !== undefined) {
         const slots = this.limits.algorithms;
-        const slot = req.admitted ? await slots.wait(target.algorithm.id, max) : await slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
+        const slot = req.admitted || req.queued ? await slots.wait(target.algorithm.id, max) : await slots.take(target.algorithm.id, max, `${target.algorithm.owner}/${target.algorithm.name}`);
         try {
           return rated(await this.run(principal, req, target, log), rateLimit);
         } finally {

@@ -49,4 +49,10 @@ export interface TriggerOrigin {
   depth: number;
   /** The triggers whose runs led here, in order, this one last. */
   chain: string[];
+  /**
+   * The event that began the chain (one no trigger's run made): every run it causes, at every
+   * depth, counts against its budget (ALGOHOST_TRIGGER_RUNS_PER_EVENT). Absent in events made
+   * before budgets.
+   */
+  root?: string;
 }

@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import { Readable } from 'node:stream';
 import { AppError } from '../errors.ts';
+import { LimitError } from '../limits/limits.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
 import { Pacer, type Pressure } from '../concurrency.ts';
 import type { Principal, TriggerOrigin } from '../auth/principal.ts';
@@ -45,12 +46,20 @@ import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } f
  * run's own `call.completed` and `trigger.failed`. An event made by a chain of runs never fires
  * a trigger already in that chain, and a chain stops at MAX_DEPTH: the run that would go deeper
  * is recorded as failed, with `trigger.failed`, and not started.
+ *
+ * Budgets: depth alone bounds which runs execute, not how many are recorded (K triggers that
+ * fire each other make K!/(K-d)! runs at depth d). So the event that began a chain (its `root`,
+ * carried in every origin) may cause at most `runsPerEvent` runs in all, every depth and status
+ * counted in `trigger_chains`; past it one `trigger.failed` names the budget and nothing more is
+ * recorded. And the `trigger.failed` of a run that never started (`not_run`) fires nothing.
  */
 
 /** How deep a chain of triggers may go: a run fired by an event no trigger made is depth 1. */
 export const MAX_DEPTH = 3;
 /** Triggers one user may have. */
 export const MAX_TRIGGERS = 50;
+/** Runs one event may cause across its whole chain, by default: as many as a user may have triggers. */
+export const RUNS_PER_EVENT = MAX_TRIGGERS;
 /** Starts of one run at most (a node lost mid-run is a start). */
 export const MAX_ATTEMPTS = 3;
 /** Runs one node has under way at once. */
@@ -82,6 +91,8 @@ export interface TriggerOptions {
   inFlight?: number;
   /** Each run's span (docs/traces.md). */
   tracing?: Tracer;
+  /** Runs one event may cause across its whole chain (ALGOHOST_TRIGGER_RUNS_PER_EVENT; RUNS_PER_EVENT). */
+  runsPerEvent?: number;
 }
 
 interface Log {
@@ -101,6 +112,7 @@ export class Triggers {
   private readonly inFlightMax: number;
   private readonly pacer: Pacer;
   private readonly tracing: Tracer;
+  private readonly runsPerEvent: number;
 
   constructor(
     private readonly store: MetadataStore,
@@ -113,6 +125,7 @@ export class Triggers {
     this.inFlightMax = options.inFlight ?? IN_FLIGHT;
     this.pacer = new Pacer(options.pressure);
     this.tracing = options.tracing ?? NO_TRACING;
+    this.runsPerEvent = options.runsPerEvent ?? RUNS_PER_EVENT;
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -348,17 +361,29 @@ export class Triggers {
     }
   }
 
-  /** The run of trigger `t` for event `e`, written (queued, or failed at once); false when the event is the trigger's own. */
+  /**
+   * The run of trigger `t` for event `e`, written (queued, or failed at once); false when the
+   * event fires nothing: the trigger's own chain made it, a run that never started made it, or
+   * the chain's budget is spent.
+   */
   private async fire(trx: Db, t: TriggerRow, e: NamedEvent): Promise<boolean> {
     const event = cloudEvent(e, e.username);
+    // The record of a run that never started (too deep, over budget, a template error) tells;
+    // it causes nothing. Were it to fire triggers, each refusal would make more refusals.
+    if (e.type === 'trigger.failed' && event.data.not_run === true) return false;
     const from = originOf(event.data);
     // A write its own chain made: never fires it again.
     if (from?.chain.includes(t.id)) return false;
     const depth = (from?.depth ?? 0) + 1;
     const chain = [...(from?.chain ?? []), t.id];
+    const root = from === undefined ? e.event_id : (from.root ?? from.run);
     const id = newId('run');
     const now = this.now();
-    const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null, traceparent: e.traceparent };
+    // Once per trigger and event (the UNIQUE key): an event read again fires nothing again.
+    const done = await trx.selectFrom('trigger_runs').select('id').where('trigger_id', '=', t.id).where('event_id', '=', e.event_id).executeTakeFirst();
+    if (done) return false;
+    if (!(await this.spend(trx, root, t, e, { depth, chain, now }))) return false;
+    const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), root, waiting: null, attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null, traceparent: e.traceparent };
     let error: string | null = null;
     let rendered: { contentType: 'json' | 'text'; input: Buffer; output: string | null } | undefined;
     if (depth > MAX_DEPTH) {
@@ -384,7 +409,7 @@ export class Triggers {
         .values({ ...base, status: 'failed', content_type: 'text', input: null, output: null, error, finished_at: now })
         .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
         .executeTakeFirst();
-      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, { ...triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain }, now), traceparent: e.traceparent });
+      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, { ...triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain, root }, now, true), traceparent: e.traceparent });
       return true;
     }
     await trx
@@ -393,6 +418,33 @@ export class Triggers {
       .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
       .execute();
     return true;
+  }
+
+  /**
+   * Counts one more run against the budget of the chain `root` began (one event causes at most
+   * `runsPerEvent` runs, every depth and status counted, whoever's triggers they are); false
+   * when it is spent. The first run refused raises one `trigger.failed` that names the budget,
+   * and that event fires nothing; later ones are not recorded at all.
+   */
+  private async spend(trx: Db, root: string, t: TriggerRow, e: NamedEvent, at: { depth: number; chain: string[]; now: number }): Promise<boolean> {
+    const row = await trx.selectFrom('trigger_chains').select(['runs', 'spent']).where('root', '=', root).executeTakeFirst();
+    if (row === undefined) {
+      await trx.insertInto('trigger_chains').values({ root, user_id: e.user_id, runs: 1, spent: 0, created_at: at.now }).execute();
+      return true;
+    }
+    if (Number(row.runs) < this.runsPerEvent) {
+      await trx.updateTable('trigger_chains').set({ runs: Number(row.runs) + 1 }).where('root', '=', root).execute();
+      return true;
+    }
+    if (Number(row.spent) === 1) return false;
+    await trx.updateTable('trigger_chains').set({ spent: 1 }).where('root', '=', root).execute();
+    const error = `not run: one event may cause at most ${this.runsPerEvent} trigger runs across its whole chain (ALGOHOST_TRIGGER_RUNS_PER_EVENT), and event ${root} has caused ${this.runsPerEvent}; no more of its chain is run or recorded`;
+    // Of no run: none was made.
+    const origin = { trigger: t.id, depth: at.depth, chain: at.chain, root };
+    const failed = triggerFailed(t, { id: null, event_id: e.event_id, event_type: e.type, subject: e.subject, request_id: null, depth: at.depth }, error, origin, at.now, true);
+    await appendEvent(trx, { ...failed, data: { ...failed.data, budget: this.runsPerEvent }, traceparent: e.traceparent });
+    this.log?.warn({ trigger: t.id, root, budget: this.runsPerEvent }, 'a chain of trigger runs reached its budget; the rest of it is not run');
+    return false;
   }
 
   /** Claims the runs due and starts them, up to the node's share at once. */
@@ -428,7 +480,8 @@ export class Triggers {
    * so that one trigger's backlog does not hold every other trigger's runs behind it.
    */
   private async claim(n: number): Promise<{ run: RunRow; trigger: TriggerRow; username: string; lease: number }[]> {
-    const due = (eb: ExpressionBuilder<Schema, 'trigger_runs'>, now: number) => eb.or([eb('status', '=', 'queued'), eb.and([eb('status', '=', 'running'), eb('claimed_until', '<=', now)])]);
+    // A queued run is due once its owner's limits let it (claimed_until: 0, or Retry-After); a running one once its lease ran out.
+    const due = (eb: ExpressionBuilder<Schema, 'trigger_runs'>, now: number) => eb.and([eb('status', 'in', ['queued', 'running']), eb('claimed_until', '<=', now)]);
     const waiting = (db: Db, now: number) =>
       db
         .selectFrom('trigger_runs')
@@ -464,8 +517,8 @@ export class Triggers {
             continue;
           }
           const lease = now + t.timeout_s * 1000 + LEASE_MARGIN_MS;
-          await trx.updateTable('trigger_runs').set({ status: 'running', attempts: r.attempts + 1, claimed_until: lease, started_at: now }).where('id', '=', r.id).execute();
-          claimed.push({ run: { ...r, attempts: r.attempts + 1, claimed_until: lease, started_at: now }, trigger: t, username: user.username, lease });
+          await trx.updateTable('trigger_runs').set({ status: 'running', attempts: r.attempts + 1, claimed_until: lease, started_at: now, waiting: null }).where('id', '=', r.id).execute();
+          claimed.push({ run: { ...r, attempts: r.attempts + 1, claimed_until: lease, started_at: now, waiting: null }, trigger: t, username: user.username, lease });
         }
         if (claimed.length >= n) break;
       }
@@ -495,7 +548,7 @@ export class Triggers {
   private async executeRun(c: { run: RunRow; trigger: TriggerRow; username: string; lease: number }, span: Span): Promise<void> {
     const { run, trigger: t } = c;
     const chain = JSON.parse(run.chain) as string[];
-    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
+    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain, ...(run.root === null ? {} : { root: run.root }) };
     let status = 200;
     let body: string;
     let error: string | null = null;
@@ -510,7 +563,15 @@ export class Triggers {
         throw e;
       }
       const ref = splitAlgorithm(t.algorithm);
-      const result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, admitted: true, quota: true, trace: span }, this.log);
+      let result;
+      try {
+        // A call of its owner's like any other: their calls a minute, at once and compute quota.
+        result = await this.calls.call(principal, { owner: ref.owner, name: ref.name, version: ref.version, contentType: run.content_type, input: run.input ?? Buffer.alloc(0), timeoutS: t.timeout_s, stdout: false, queued: true, trace: span }, this.log);
+      } catch (err) {
+        // Over the owner's rate or calls at once: back to its queue, saying why, until allowed.
+        if (err instanceof LimitError && (err.code === 'rate_limited' || err.code === 'concurrency_limited')) return await this.putBack(c, err);
+        throw err;
+      }
       if (result.workerLost && run.attempts < MAX_ATTEMPTS) {
         // Its node was lost mid-call: started again by whichever node claims it next.
         await this.store.db.updateTable('trigger_runs').set({ status: 'queued', claimed_until: 0 }).where('id', '=', run.id).where('claimed_until', '=', c.lease).execute();
@@ -536,6 +597,21 @@ export class Triggers {
       error = e.message;
     }
     await this.finish(run, t, c.lease, status, body, error, traceparentOf(span));
+  }
+
+  /**
+   * A run its owner's call limits refused, back in its queue: not a start (its attempt is given
+   * back), not due again before the limit's Retry-After, and saying why it waits.
+   */
+  private async putBack(c: { run: RunRow; lease: number }, err: LimitError): Promise<void> {
+    const retryS = Number(err.extra?.retry_after_s ?? (err.headers?.find(([h]) => h === 'retry-after')?.[1] ?? 1));
+    const now = this.now();
+    await this.store.db
+      .updateTable('trigger_runs')
+      .set({ status: 'queued', attempts: Math.max(0, c.run.attempts - 1), claimed_until: now + Math.max(1, retryS) * 1000, started_at: null, waiting: `${err.code}: ${err.message}` })
+      .where('id', '=', c.run.id)
+      .where('claimed_until', '=', c.lease)
+      .execute();
   }
 
   /** Writes a run's result to its output path: text as UTF-8, JSON as its text, bytes as they are. */
@@ -570,7 +646,7 @@ export class Triggers {
    */
   private async finish(run: RunRow, t: TriggerRow, lease: number, status: number, body: string, error: string | null, traceparent: string | null): Promise<void> {
     const chain = JSON.parse(run.chain) as string[];
-    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain };
+    const origin: TriggerOrigin = { trigger: t.id, run: run.id, depth: run.depth, chain, ...(run.root === null ? {} : { root: run.root }) };
     await this.store.write(async (trx) => {
       const now = this.now();
       const done = await trx
@@ -600,9 +676,12 @@ export class Triggers {
     this.log?.info({ trigger: id }, 'turned off a trigger whose key is gone');
   }
 
-  /** Removes finished runs older than RUN_KEEP_MS. */
+  /** Removes finished runs older than RUN_KEEP_MS, and the budgets of chains begun that long ago. */
   async sweep(now = this.now()): Promise<number> {
-    const r = await this.store.write((trx) => trx.deleteFrom('trigger_runs').where('finished_at', '<', now - RUN_KEEP_MS).executeTakeFirst());
+    const r = await this.store.write(async (trx) => {
+      await trx.deleteFrom('trigger_chains').where('created_at', '<', now - RUN_KEEP_MS).execute();
+      return trx.deleteFrom('trigger_runs').where('finished_at', '<', now - RUN_KEEP_MS).executeTakeFirst();
+    });
     return Number(r.numDeletedRows);
   }
 
@@ -703,12 +782,23 @@ function originOf(data: Record<string, unknown>): TriggerOrigin | undefined {
   return t as TriggerOrigin;
 }
 
-function triggerFailed(t: TriggerRow, run: Pick<RunRow, 'id' | 'event_id' | 'event_type' | 'subject' | 'request_id' | 'depth'>, error: string, origin: TriggerOrigin, now: number) {
+/**
+ * The `trigger.failed` of a run; `notRun`: it never started (too deep, a template error, over
+ * the chain's budget), which the event says (`not_run`) so that it fires no trigger.
+ */
+function triggerFailed(
+  t: TriggerRow,
+  run: { id: string | null; event_id: string; event_type: string; subject: string; request_id: string | null; depth: number },
+  error: string,
+  origin: TriggerOrigin | Omit<TriggerOrigin, 'run'>,
+  now: number,
+  notRun = false,
+) {
   return {
     userId: t.user_id,
     type: 'trigger.failed' as const,
     subject: run.subject,
-    data: { trigger_id: t.id, run_id: run.id, event_id: run.event_id, event_type: run.event_type, request_id: run.request_id, algorithm: t.algorithm, depth: run.depth, error, trigger: origin },
+    data: { trigger_id: t.id, run_id: run.id, event_id: run.event_id, event_type: run.event_type, request_id: run.request_id, algorithm: t.algorithm, depth: run.depth, error, ...(notRun ? { not_run: true } : {}), trigger: origin },
     time: now,
   };
 }
@@ -768,6 +858,7 @@ function runView(r: RunRow): RunView {
     output: r.output,
     http_status: r.http_status,
     error: r.error,
+    waiting: r.status === 'queued' ? r.waiting : null,
     created_at: iso(r.created_at)!,
     started_at: iso(r.started_at),
     finished_at: iso(r.finished_at),

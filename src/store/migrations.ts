@@ -837,6 +837,37 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   ALTER TABLE user_limits ADD COLUMN share BIGINT;
   `,
   },
+  // Trigger chains' budget (src/events/triggers.ts): the event that began a chain (one no
+  // trigger's run made) is each run's `root`, and `trigger_chains` counts the runs it has caused,
+  // every depth and status, so that one upload makes at most the budget's runs. A run put back
+  // in its queue by its owner's call limits says why (`waiting`), and is not due before
+  // `claimed_until` (0 otherwise, as before).
+  {
+    sqlite: `
+  ALTER TABLE trigger_runs ADD COLUMN root TEXT;
+  ALTER TABLE trigger_runs ADD COLUMN waiting TEXT;
+  CREATE TABLE trigger_chains (
+    root TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    runs INTEGER NOT NULL,
+    spent INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+  );
+  CREATE INDEX trigger_chains_created ON trigger_chains(created_at);
+  `,
+    postgres: `
+  ALTER TABLE trigger_runs ADD COLUMN root TEXT COLLATE "C";
+  ALTER TABLE trigger_runs ADD COLUMN waiting TEXT;
+  CREATE TABLE trigger_chains (
+    root TEXT COLLATE "C" PRIMARY KEY,
+    user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    runs INTEGER NOT NULL,
+    spent INTEGER NOT NULL,
+    created_at BIGINT NOT NULL
+  );
+  CREATE INDEX trigger_chains_created ON trigger_chains(created_at);
+  `,
+  },
 ];
 
 /**

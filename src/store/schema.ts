@@ -410,6 +410,22 @@ export interface TriggerRunsTable {
   finished_at: number | null;
   /** The W3C traceparent of the span that made it (docs/traces.md): what carries its trace on; null: none (made before traces). */
   traceparent: Traceparent;
+  /** The `event_id` of the event that began its chain (one no trigger's run made); null: made before budgets. */
+  root: string | null;
+  /** Why a queued run waits (its owner's call limits); null when it waits for nothing but a node. */
+  waiting: string | null;
+}
+
+/** One chain of trigger runs: what its first event has caused so far (src/events/triggers.ts). */
+export interface TriggerChainsTable {
+  /** The `event_id` of the event that began it. */
+  root: string;
+  user_id: number;
+  /** Runs recorded for it, every depth and status. */
+  runs: number;
+  /** 1 once a run was refused for the budget (its one `trigger.failed` raised). */
+  spent: number;
+  created_at: number;
 }
 
 /** An `Idempotency-Key` and the answer it stands for (src/http/idempotency.ts), kept 24 h. */
@@ -436,6 +452,7 @@ export interface Schema {
   user_storage: UserStorageTable;
   triggers: TriggersTable;
   trigger_runs: TriggerRunsTable;
+  trigger_chains: TriggerChainsTable;
   idempotency_keys: IdempotencyKeysTable;
   subscriptions: SubscriptionsTable;
   deliveries: DeliveriesTable;

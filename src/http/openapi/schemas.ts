@@ -354,6 +354,7 @@ export const SCHEMAS: Record<string, Schema> = {
     output: strOrNull,
     http_status: { type: ['integer', 'null'] },
     error: strOrNull,
+    waiting: { type: ['string', 'null'], description: "Why a queued run waits: its owner's calls a minute or at once (`rate_limited: …`, `concurrency_limited: …`); null otherwise." },
     created_at: time,
     started_at: timeOrNull,
     finished_at: timeOrNull,
