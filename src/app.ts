@@ -261,10 +261,13 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
           req.principal = tracedPrincipal(await services.sessions.authenticate(cookie, csrf, download), requestSpan(req.raw));
           req.sessionCookie = cookie;
           req.byDownloadLink = download !== undefined;
+          // The user's requests a minute (docs/limits.md, "Requests"), before any body is read.
+          await services.limits.admitRequest(req.principal);
           return;
         }
       }
       req.principal = tracedPrincipal(await services.keys.authenticate(authorization), requestSpan(req.raw));
+      await services.limits.admitRequest(req.principal);
     });
     await authed.register(passwordRoutes, { sessions: services.sessions });
     await authed.register(keyRoutes, { keys: services.keys, users: services.users });
@@ -284,6 +287,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   const direct = new DirectCalls({
     calls: services.calls,
     authenticate: (authorization, at) => services.keys.authenticate(authorization, at),
+    admitRequest: (principal) => services.limits.admitRequest(principal),
     cachedPrincipal: (authorization, at) => services.keys.cachedPrincipal(authorization, at),
     version: () => services.store.version(),
     fallback: fastify,

@@ -135,6 +135,10 @@ export interface Config {
   triggerRunsPerEvent: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
+  /** ALGOHOST_LIMIT_REQUESTS_PER_MIN: authenticated requests of every kind a user may make a minute (0: no limit; docs/limits.md). */
+  limitRequestsPerMin: number;
+  /** ALGOHOST_LIMIT_REQUEST_BURST: requests at once after a quiet spell (0: three seconds' worth of the rate). */
+  limitRequestBurst: number;
   /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
   limitBurst: number;
   /** ALGOHOST_LIMIT_CONCURRENCY: a user's calls under way at once (0: no limit). */
@@ -246,6 +250,8 @@ export const DEFAULTS = {
   eventRetentionH: 24,
   triggerRunsPerEvent: 50,
   limitCallsPerMin: 0,
+  limitRequestsPerMin: 0,
+  limitRequestBurst: 0,
   limitBurst: 0,
   limitConcurrency: 0,
   limitComputeSecondsPerMonth: 0,
@@ -927,6 +933,18 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_TRIGGER_RUNS_PER_EVENT', env.ALGOHOST_TRIGGER_RUNS_PER_EVENT, DEFAULTS.triggerRunsPerEvent, 1, 100_000),
     docs: [
       { vars: ["ALGOHOST_TRIGGER_RUNS_PER_EVENT"], shown: code(DEFAULTS.triggerRunsPerEvent), meaning: "How many trigger runs one event may cause across its whole chain (the runs it fires, the runs their writes fire, and so on, every depth and status counted, whoever's triggers they are): past it one `trigger.failed` names the budget and nothing more of the chain is run or recorded. By default as many as a user may have triggers (docs/events.md)." },
+    ],
+  },
+  limitRequestsPerMin: {
+    read: (env) => int('ALGOHOST_LIMIT_REQUESTS_PER_MIN', env.ALGOHOST_LIMIT_REQUESTS_PER_MIN, DEFAULTS.limitRequestsPerMin, 0, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_REQUESTS_PER_MIN"], shown: code(DEFAULTS.limitRequestsPerMin), meaning: "Authenticated requests of every kind (data, management, events, calls) a user may make a minute, every key of theirs together, unless `algohost user limits --requests-per-min` gives them their own: a token bucket refilled at this rate, across API nodes. Past it a request is answered 429 `rate_limited` (policy `requests`) with `Retry-After` and `RateLimit` headers, before its body is read: a refused upload stores nothing. Requests an algorithm makes through the SDK during a call are not counted (the call is). 0: no limit (docs/limits.md, \"Requests\")." },
+    ],
+  },
+  limitRequestBurst: {
+    read: (env) => int('ALGOHOST_LIMIT_REQUEST_BURST', env.ALGOHOST_LIMIT_REQUEST_BURST, DEFAULTS.limitRequestBurst, 0, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_LIMIT_REQUEST_BURST"], shown: code(DEFAULTS.limitRequestBurst), meaning: "How many requests may come at once after a quiet spell: the size of the requests-per-minute bucket. 0: three seconds' worth of the rate (at least 1)." },
     ],
   },
   limitCallsPerMin: {

@@ -39,7 +39,7 @@ import { Webhooks, type WebhookOptions } from './events/webhooks.ts';
 import { Triggers, type TriggerOptions } from './events/triggers.ts';
 import { appendEvents } from './events/outbox.ts';
 import { Pressure } from './concurrency.ts';
-import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
+import { CallLimiter, defaultBurst, Limits, REQUESTS } from './limits/limits.ts';
 import { ComputeMeter } from './limits/compute.ts';
 import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
@@ -268,6 +268,8 @@ export async function createServices(config: Config, options: ServiceOptions = {
     meter,
     new AlgorithmSlots(shared),
     config.limitShare,
+    { callsPerMin: config.limitRequestsPerMin, burst: config.limitRequestsPerMin === 0 ? 0 : config.limitRequestBurst || defaultBurst(config.limitRequestsPerMin), concurrency: 0 },
+    new CallLimiter(options.now, shared, REQUESTS),
   );
   const calls = new CallService(releases, options.executor ?? runtime, allowsNetwork, usage, limits, metrics, tracing, options.executor !== undefined);
   // A version published has a worker started ahead of its first call where the one it follows is warm (docs/limits.md, "Cold starts").

@@ -132,8 +132,10 @@ export async function apply(input) {
     assert.match(body.error.message, /60 calls a minute/);
     // Another user has a bucket of their own.
     assert.equal((await callAlgo(bob, 'alice/Echo', 'hi')).status, 200);
-    const { compute, storage, ...limits } = await json(await alice('/v1/users/alice/limits'));
+    const { compute, storage, requests, ...limits } = await json(await alice('/v1/users/alice/limits'));
     assert.deepEqual(limits, { calls_per_min: 60, burst: 3, concurrency: 2, remaining: 0, reset_s: 3, in_flight: 0, share: 1, key: null });
+    // No rate of every request unless the operator or the user's own limits give one.
+    assert.deepEqual(requests, { requests_per_min: null, request_burst: null, remaining: null, reset_s: null });
     assert.equal(compute.seconds_per_month, null);
     assert.equal(compute.remaining_s, null);
     assert.deepEqual(storage, { bytes: null, used_bytes: 0, remaining_bytes: null });
@@ -200,7 +202,7 @@ export async function apply(input) {
     // The user's other keys are not held to it; the key's refusal took nothing from the user.
     assert.equal((await callAlgo(alice, 'alice/Echo', 'hi')).status, 200);
     const limits = await json(await slow('/v1/users/alice/limits'));
-    const { compute: _c, storage: _s, ...own } = limits.key;
+    const { compute: _c, storage: _s, requests: _r, ...own } = limits.key;
     assert.deepEqual(own, { calls_per_min: 6, burst: 1, concurrency: 1, remaining: 0, reset_s: 10, in_flight: 0 });
     assert.equal(limits.remaining, 1, 'the user\'s bucket: 3, less the two calls that went through');
     // Bad limits are refused, naming what is wrong.
@@ -228,8 +230,9 @@ export async function apply(input) {
     const set = await runCli(['user', 'limits', 'alice', '--calls-per-min', '30', '--concurrency', '0'], s.home);
     assert.equal(set.code, 0, set.stderr);
     const quotas = { compute_seconds_per_month: null, storage_bytes: null };
-    const own = { ...quotas, share: null };
-    const force = { ...quotas, share: 1 };
+    const requests = { requests_per_min: null, request_burst: null };
+    const own = { ...quotas, share: null, ...requests };
+    const force = { ...quotas, share: 1, ...requests };
     const { used, ...set1 } = JSON.parse(set.stdout);
     assert.deepEqual(set1, { username: 'alice', own: { calls_per_min: 30, burst: null, concurrency: 0, ...own }, in_force: { calls_per_min: 30, burst: 2, concurrency: null, ...force } });
     assert.equal(typeof used.compute_seconds_this_month, 'number');
@@ -242,8 +245,14 @@ export async function apply(input) {
     // The quotas: a user's own, and 0 for none.
     const quota = await runCli(['user', 'limits', 'alice', '--compute-seconds-per-month', '3600', '--storage-bytes', '0'], s.home);
     assert.equal(quota.code, 0, quota.stderr);
-    assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0, share: null });
-    assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null, share: 1 });
+    assert.deepEqual(JSON.parse(quota.stdout).own, { calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: 3600, storage_bytes: 0, share: null, ...requests });
+    assert.deepEqual(JSON.parse(quota.stdout).in_force, { calls_per_min: 60, burst: 3, concurrency: 2, compute_seconds_per_month: 3600, storage_bytes: null, share: 1, ...requests });
+    // Every request's rate: her own, the burst three seconds' worth when not given.
+    const reqs = await runCli(['user', 'limits', 'alice', '--requests-per-min', '120'], s.home);
+    assert.equal(reqs.code, 0, reqs.stderr);
+    assert.equal(JSON.parse(reqs.stdout).own.requests_per_min, 120);
+    assert.deepEqual([JSON.parse(reqs.stdout).in_force.requests_per_min, JSON.parse(reqs.stdout).in_force.request_burst], [120, 6]);
+    assert.equal((await runCli(['user', 'limits', 'alice', '--requests-per-min', 'default'], s.home)).code, 0);
     // A share of her own (the operator's default from the environment otherwise), and back.
     const shared = await cli(['user', 'limits', 'alice', '--share', '4'], s.home, 60_000, { ...env, ALGOHOST_LIMIT_SHARE: '2' });
     assert.equal(shared.code, 0, shared.stderr);
@@ -292,6 +301,40 @@ describe('limits across API nodes', () => {
       assert.ok(ok >= 4, `the burst is given: ${ok}`);
       const refused = answers.find((r) => r.status === 429)!;
       assert.equal((await json(refused)).error.code, 'rate_limited');
+    } finally {
+      await writeUserLimits(s.services.store, user.id, {}, true);
+    }
+  });
+
+  test('every request, over both nodes: past the user\'s requests a minute, 429 before the body is read (a refused upload stores nothing); another user is not held', async () => {
+    const user = await s.services.users.require('carol');
+    const frank = api(s.url, await s.user('frank'));
+    assert.ok([200, 201, 409].includes((await carol('/v1/data/.my', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'reqs' }) })).status));
+    await writeUserLimits(s.services.store, user.id, { requests_per_min: 60, request_burst: 4 });
+    try {
+      const state = (await json(await carol('/v1/users/carol/limits'))).requests;
+      assert.equal(state.requests_per_min, 60);
+      assert.equal(state.request_burst, 4);
+      assert.ok(state.remaining <= 3, JSON.stringify(state));
+      const t0 = Date.now();
+      const answers = await Promise.all(Array.from({ length: 16 }, (_, i) => carol(`/v1/data/.my/reqs/f${i}`, { method: 'PUT', body: `file ${i}` })));
+      const elapsedS = (Date.now() - t0) / 1000;
+      const ok = answers.filter((r) => r.status === 200);
+      assert.ok(answers.every((r) => r.status === 200 || r.status === 429), answers.map((r) => r.status).join(' '));
+      assert.ok(ok.length <= 3 + Math.ceil(elapsedS), `${ok.length} admitted in ${elapsedS} s`);
+      const refused = answers.find((r) => r.status === 429)!;
+      assert.equal(refused.headers.get('ratelimit-policy'), '"requests";q=60;w=60');
+      assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+      const body = await json(refused);
+      assert.equal(body.error.code, 'rate_limited');
+      assert.equal(body.error.limit, 'requests_per_min');
+      // Another user's requests meanwhile: not held.
+      const other = await frank('/v1/data/.my');
+      assert.equal(other.status, 200);
+      await writeUserLimits(s.services.store, user.id, {}, true);
+      // Exactly the admitted uploads are stored: a refused one left nothing.
+      const listing = await json(await carol('/v1/data/.my/reqs'));
+      assert.equal(listing.files?.length ?? 0, ok.length);
     } finally {
       await writeUserLimits(s.services.store, user.id, {}, true);
     }

@@ -167,6 +167,8 @@ export interface KeyLimits {
   compute_seconds_per_month?: number;
   /** Uploads with this key are refused once they would take the user's stored bytes past this. */
   storage_bytes?: number;
+  /** Authenticated requests of every kind a minute with this key (a token bucket of three seconds' worth). */
+  requests_per_min?: number;
 }
 
 /** The call limits of a user or key and what is left of them now (GET /v1/users/:user/limits); null: no limit. */
@@ -213,7 +215,19 @@ export interface UserLimits extends CallLimitsState {
   share: number;
   compute: ComputeQuotaState;
   storage: StorageQuotaState;
-  key: (CallLimitsState & { compute: ComputeQuotaState; storage: StorageQuotaState }) | null;
+  /** Every authenticated request (docs/limits.md, "Requests"). */
+  requests: RequestLimitsState;
+  key: (CallLimitsState & { compute: ComputeQuotaState; storage: StorageQuotaState; requests: RequestLimitsState }) | null;
+}
+
+/** The rate of every authenticated request and what is left of it now; null: no limit. */
+export interface RequestLimitsState {
+  requests_per_min: number | null;
+  request_burst: number | null;
+  /** Requests that may be made now before 429. */
+  remaining: number | null;
+  /** Seconds until the bucket is full again. */
+  reset_s: number | null;
 }
 
 export interface KeyRecord {

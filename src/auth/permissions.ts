@@ -16,7 +16,7 @@ export const FULL_PERMISSIONS: Readonly<KeyPermissions> = Object.freeze({
 
 const BOOLEAN_FIELDS = ['allow_algo', 'allow_web_algo', 'allow_data', 'allow_data_write', 'allow_algo_management'] as const;
 const ALL_FIELDS = new Set<string>([...BOOLEAN_FIELDS, 'algo_acl', 'referer_host', 'limits']);
-const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes'] as const;
+const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes', 'requests_per_min'] as const;
 /** The largest value of each limit (bytes stored may be large). */
 const LIMIT_MAX: Record<(typeof LIMIT_FIELDS)[number], number> = {
   calls_per_min: 10_000_000,
@@ -24,6 +24,7 @@ const LIMIT_MAX: Record<(typeof LIMIT_FIELDS)[number], number> = {
   concurrency: 10_000_000,
   compute_seconds_per_month: 1_000_000_000_000,
   storage_bytes: Number.MAX_SAFE_INTEGER,
+  requests_per_min: 10_000_000,
 };
 
 const NAME = '[A-Za-z][A-Za-z0-9_]{0,29}';

@@ -69,6 +69,8 @@ export interface LimitFlags {
   computeSecondsPerMonth?: string | undefined;
   storageBytes?: string | undefined;
   share?: string | undefined;
+  requestsPerMin?: string | undefined;
+  requestBurst?: string | undefined;
   clear?: boolean;
 }
 
@@ -134,6 +136,8 @@ export async function userCommand(config: Config, sub: string | undefined, args:
         compute_seconds_per_month: limitFlag('compute-seconds-per-month', f.computeSecondsPerMonth, usage),
         storage_bytes: limitFlag('storage-bytes', f.storageBytes, usage),
         share: shareFlag(f.share, usage),
+        requests_per_min: limitFlag('requests-per-min', f.requestsPerMin, usage),
+        request_burst: limitFlag('request-burst', f.requestBurst, usage),
       };
       const changing = f.clear === true || Object.values(change).some((v) => v !== undefined);
       if (f.clear === true && Object.values(change).some((v) => v !== undefined)) usage('user limits: --clear puts every limit back to the default; give it alone');
@@ -142,6 +146,7 @@ export async function userCommand(config: Config, sub: string | undefined, args:
         const own = changing ? await writeUserLimits(s.store, user.id, change, f.clear === true) : await readUserLimits(s.store.db, user.id);
         const inForce = s.limits.of({ userId: user.id, limits: own });
         const quotas = s.limits.quotasOf({ userId: user.id, limits: own });
+        const requests = s.limits.requestLimitsOf({ userId: user.id, limits: own });
         const none = (n: number) => (n === 0 ? null : n);
         return {
           username: user.username,
@@ -153,6 +158,8 @@ export async function userCommand(config: Config, sub: string | undefined, args:
             compute_seconds_per_month: none(quotas.computeSecondsPerMonth),
             storage_bytes: none(quotas.storageBytes),
             share: s.limits.shareOf({ userId: user.id, limits: own }),
+            requests_per_min: none(requests.callsPerMin),
+            request_burst: none(requests.burst),
           },
           // What the store has counted (a server's last second or so of calls is written with its next flush).
           used: { compute_seconds_this_month: await computeUsedS(s.store.db, user.id, Date.now()), storage_bytes: await s.hosted.storedBytes(user.id) },

@@ -16,7 +16,8 @@ const USAGE = `usage:
   algohost user list [--home DIR]
   algohost user delete NAME [--home DIR]
   algohost user limits NAME [--calls-per-min N] [--burst N] [--concurrency N]
-                    [--compute-seconds-per-month N] [--storage-bytes N] [--share N] [--clear] [--home DIR]
+                    [--compute-seconds-per-month N] [--storage-bytes N] [--share N]
+                    [--requests-per-min N] [--request-burst N] [--clear] [--home DIR]
   algohost key create USER [--name NAME] [--permissions JSON] [--home DIR]
   algohost key list USER [--home DIR]
   algohost key revoke USER KEY_ID [--home DIR]
@@ -80,6 +81,8 @@ async function main(argv: string[]): Promise<number> {
       concurrency: { type: 'string' },
       'compute-seconds-per-month': { type: 'string' },
       'storage-bytes': { type: 'string' },
+      'requests-per-min': { type: 'string' },
+      'request-burst': { type: 'string' },
       share: { type: 'string' },
       clear: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -156,7 +159,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'user':
-      return userCommand(config, sub, rest, { passwordStdin: values['password-stdin'] === true, limits: { callsPerMin: values['calls-per-min'], burst: values.burst, concurrency: values.concurrency, computeSecondsPerMonth: values['compute-seconds-per-month'], storageBytes: values['storage-bytes'], share: values.share, clear: values.clear === true } }, usage);
+      return userCommand(config, sub, rest, { passwordStdin: values['password-stdin'] === true, limits: { callsPerMin: values['calls-per-min'], burst: values.burst, concurrency: values.concurrency, computeSecondsPerMonth: values['compute-seconds-per-month'], storageBytes: values['storage-bytes'], share: values.share, requestsPerMin: values['requests-per-min'], requestBurst: values['request-burst'], clear: values.clear === true } }, usage);
     case 'key':
       return keyCommand(config, sub, rest, { name: values.name, permissions: values.permissions }, usage);
     default:

@@ -27,6 +27,8 @@ export interface DirectCallsOptions {
   calls: CallService;
   /** keys.authenticate, as of the store's version `at`. */
   authenticate(authorization: string | undefined, at: string): Promise<Principal>;
+  /** limits.admitRequest: the caller's requests a minute (throws 429); awaits nothing on one node. */
+  admitRequest: (principal: Principal) => void | Promise<void>;
   /** keys.cachedPrincipal: the same principal when it is cached, without a promise. */
   cachedPrincipal(authorization: string | undefined, at: string): Principal | undefined;
   /** The store's version (MetadataStore.version). */
@@ -103,7 +105,9 @@ export class DirectCalls {
     try {
       // A body that came with the headers has been parsed by the time this microtask runs: it
       // is taken as it is, and a warm call's frame leaves for its worker without another turn.
-      await undefined;
+      const admitted = this.o.admitRequest(principal);
+      if (admitted !== undefined) await admitted;
+      else await undefined;
       const input = checkedInput(bufferedBody(req, MAX_INPUT_BYTES) ?? (await readInput(req.headers, req)), options.contentType);
       // Fields one by one: `{ ...ref, … }` here cost ~10 µs per call in place (V8's object
       // spread takes a slow path for this object; timed along the call path, 2026-11-22).

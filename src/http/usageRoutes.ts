@@ -5,7 +5,7 @@ import { usageRange, type UsageRecorder } from '../algorithms/usage.ts';
 import { AppError } from '../errors.ts';
 import { isOwner } from '../data/acl.ts';
 import type { CallsState, ComputeState, Limits } from '../limits/limits.ts';
-import type { CallLimitsState, ComputeQuotaState, StorageQuotaState, UserLimits } from '../../client/src/types.ts';
+import type { CallLimitsState, ComputeQuotaState, RequestLimitsState, StorageQuotaState, UserLimits } from '../../client/src/types.ts';
 
 interface UserParams {
   username: string;
@@ -57,6 +57,7 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
     });
     const usedBytes = (await opts.storedBytes?.(principal.userId)) ?? 0;
     const storage = (quota: number): StorageQuotaState => ({ bytes: none(quota), used_bytes: usedBytes, remaining_bytes: quota === 0 ? null : Math.max(0, quota - usedBytes) });
+    const requests = (s: CallsState): RequestLimitsState => ({ requests_per_min: none(s.limits.callsPerMin), request_burst: none(s.limits.burst), remaining: s.remaining, reset_s: s.reset_s });
     const key = await opts.limits.keyState(principal);
     const own = principal.permissions.limits;
     // The user's, and the asking key's own when it has some (calls with it are held to both).
@@ -65,7 +66,8 @@ export async function usageRoutes(app: FastifyInstance, opts: { usage: UsageReco
       share: opts.limits.shareOf(principal),
       compute: compute(await opts.limits.computeState(principal)),
       storage: storage(opts.limits.quotasOf(principal).storageBytes),
-      key: key && { ...calls(key), compute: compute(await opts.limits.computeState(principal, true)), storage: storage(own?.storage_bytes ?? 0) },
+      requests: requests(await opts.limits.requestState(principal)),
+      key: key && { ...calls(key), compute: compute(await opts.limits.computeState(principal, true)), storage: storage(own?.storage_bytes ?? 0), requests: requests(await opts.limits.requestState(principal, true)) },
     } satisfies UserLimits;
   });
 }

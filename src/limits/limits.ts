@@ -26,6 +26,9 @@ export interface LimitSettings {
   storage_bytes: number | null;
   /** Their share of the workers while calls wait (docs/limits.md, "Shares"): calls of theirs served a turn. */
   share: number | null;
+  /** Authenticated requests of every kind a minute (docs/limits.md, "Requests"), and their burst. */
+  requests_per_min: number | null;
+  request_burst: number | null;
 }
 
 /** Quotas in force for one user (docs/limits.md); 0 is none. */
@@ -37,6 +40,9 @@ export interface Quotas {
 }
 
 export const NO_QUOTAS: Quotas = Object.freeze({ computeSecondsPerMonth: 0, storageBytes: 0 });
+
+/** No rate, no concurrency: nothing limited. */
+export const NO_RATE: CallLimits = Object.freeze({ callsPerMin: 0, burst: 0, concurrency: 0 });
 
 /** The quotas in force for a user: their own values over the operator's defaults. */
 export function resolveQuotas(operator: Quotas, own: LimitSettings | null | undefined): Quotas {
@@ -97,6 +103,17 @@ export interface CallsState {
 }
 
 /**
+ * What a limiter counts: calls (scopes `u<user>`, `k<key>`; policy "calls") or every
+ * authenticated request (`ru<user>`, `rk<key>`; policy "requests"), each in buckets of its own.
+ */
+export interface RateKind {
+  prefix: '' | 'r';
+  noun: 'calls' | 'requests';
+}
+export const CALLS: RateKind = Object.freeze({ prefix: '', noun: 'calls' });
+export const REQUESTS: RateKind = Object.freeze({ prefix: 'r', noun: 'requests' });
+
+/**
  * The buckets and counts of one process. A scope whose bucket is full and with no call under
  * way holds nothing worth keeping: scopes idle that long are dropped, so memory follows the
  * callers active lately, not every caller ever seen.
@@ -112,6 +129,8 @@ export class CallLimiter {
      * under way are the database's (SharedLimitStore), this process holds only the tokens it took.
      */
     private readonly shared?: { store: SharedLimitStore; instance: string; log?: (err: unknown) => void },
+    /** Calls, or every request (a second limiter, with buckets of its own). */
+    readonly kind: RateKind = CALLS,
   ) {}
 
   private scope(id: string, limits: CallLimits, now: number): Scope {
@@ -136,8 +155,9 @@ export class CallLimiter {
     if (quiet(limits) && (key === undefined || quiet(key.limits))) return NOTHING;
     const now = this.now();
     this.sweep(now);
-    const scopes: { s: Scope; limits: CallLimits; who: string; id: string }[] = [{ s: this.scope(`u${userId}`, limits, now), limits, who: 'you', id: `u${userId}` }];
-    if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`k${key.id}`, key.limits, now), limits: key.limits, who: 'this key', id: `k${key.id}` });
+    const p = this.kind.prefix;
+    const scopes: { s: Scope; limits: CallLimits; who: string; id: string }[] = [{ s: this.scope(`${p}u${userId}`, limits, now), limits, who: 'you', id: `${p}u${userId}` }];
+    if (key !== undefined && !quiet(key.limits)) scopes.push({ s: this.scope(`${p}k${key.id}`, key.limits, now), limits: key.limits, who: 'this key', id: `${p}k${key.id}` });
     if (this.shared !== undefined) {
       // The tokens this process holds may do, with no call under way to count: nothing to wait for.
       if (!(concurrent && scopes.some((x) => x.limits.concurrency > 0)) && scopes.every((x) => x.limits.callsPerMin === 0 || leased(x.s, now))) {
@@ -149,7 +169,7 @@ export class CallLimiter {
     // Every limit is looked at before anything is taken: a refusal takes nothing.
     for (const { s, limits: l, who } of scopes) {
       if (concurrent && l.concurrency > 0 && s.inFlight >= l.concurrency) throw concurrencyError(who, s.inFlight, l);
-      if (s.bucket !== undefined && !s.bucket.has(now)) throw rateError(who, l, s.bucket.retryAfterS(now));
+      if (s.bucket !== undefined && !s.bucket.has(now)) throw rateError(who, l, s.bucket.retryAfterS(now), this.kind.noun);
     }
     const held: Scope[] = [];
     for (const { s, limits: l } of scopes) {
@@ -223,7 +243,7 @@ export class CallLimiter {
    */
   private async leaseOf(x: { s: Scope; limits: CallLimits; who: string; id: string }, now: number): Promise<Lease> {
     const l = x.limits;
-    const refused = (left: number) => rateError(x.who, l, Math.max(1, Math.ceil(((1 - left) * 60) / l.callsPerMin)));
+    const refused = (left: number) => rateError(x.who, l, Math.max(1, Math.ceil(((1 - left) * 60) / l.callsPerMin)), this.kind.noun);
     // Found and spent in one step (no turn of the event loop between): two calls never spend one token.
     const spend = (): Lease | undefined => {
       if (!leased(x.s, this.now())) return undefined;
@@ -292,11 +312,11 @@ export class CallLimiter {
       const r = b.remaining(now);
       if (best === undefined || r < best.r) best = { l, r, b };
     };
-    consider(`u${userId}`, limits);
-    if (key !== undefined) consider(`k${key.id}`, key.limits);
+    consider(`${this.kind.prefix}u${userId}`, limits);
+    if (key !== undefined) consider(`${this.kind.prefix}k${key.id}`, key.limits);
     if (best === undefined) return undefined;
     const { l, r, b } = best;
-    return rateFields(l, r, r > 0 ? b.fullInS(now) : b.retryAfterS(now));
+    return rateFields(l, r, r > 0 ? b.fullInS(now) : b.retryAfterS(now), this.kind.noun);
   }
 
   /** The state of a scope's calls now (`u<user id>`, `k<key id>`; nothing is taken). */
@@ -341,8 +361,12 @@ function concurrencyError(who: string, inFlight: number, l: CallLimits): LimitEr
   return new LimitError('concurrency_limited', `${who === 'you' ? 'you have' : 'this key has'} ${inFlight} calls under way, the most ${who === 'you' ? 'you' : 'it'} may have at once; wait for one to end`, [['retry-after', '1']], { limit: 'concurrency', scope: who === 'you' ? 'user' : 'key', concurrency: l.concurrency });
 }
 
-function rateError(who: string, l: CallLimits, retry: number): LimitError {
-  return new LimitError('rate_limited', `${who} may make ${l.callsPerMin} calls a minute (${l.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(l, 0, retry)], { limit: 'calls_per_min', scope: who === 'you' ? 'user' : 'key', calls_per_min: l.callsPerMin, burst: l.burst, retry_after_s: retry });
+function rateError(who: string, l: CallLimits, retry: number, noun: RateKind['noun'] = 'calls'): LimitError {
+  const extra =
+    noun === 'calls'
+      ? { limit: 'calls_per_min', scope: who === 'you' ? 'user' : 'key', calls_per_min: l.callsPerMin, burst: l.burst, retry_after_s: retry }
+      : { limit: 'requests_per_min', scope: who === 'you' ? 'user' : 'key', requests_per_min: l.callsPerMin, request_burst: l.burst, retry_after_s: retry };
+  return new LimitError('rate_limited', `${who} may make ${l.callsPerMin} ${noun} a minute (${l.burst} at once); the next may be made in ${retry} s`, [['retry-after', String(retry)], ...rateFields(l, 0, retry, noun)], extra);
 }
 
 /** A scope's bucket under `limits`: the one it has while they are the same; a changed limit starts a fresh one (full, as a new caller's). */
@@ -352,10 +376,10 @@ function bucketFor(bucket: TokenBucket | undefined, limits: CallLimits, now: num
 }
 
 /** The RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) of a rate. */
-export function rateFields(limits: CallLimits, remaining: number, resetS: number): [string, string][] {
+export function rateFields(limits: CallLimits, remaining: number, resetS: number, noun: RateKind['noun'] = 'calls'): [string, string][] {
   return [
-    ['ratelimit-policy', `"calls";q=${limits.callsPerMin};w=60`],
-    ['ratelimit', `"calls";r=${remaining};t=${resetS}`],
+    ['ratelimit-policy', `"${noun}";q=${limits.callsPerMin};w=60`],
+    ['ratelimit', `"${noun}";r=${remaining};t=${resetS}`],
   ];
 }
 
@@ -399,7 +423,41 @@ export class Limits {
     readonly algorithms = new AlgorithmSlots(),
     /** The operator's default share of the workers (ALGOHOST_LIMIT_SHARE). */
     readonly shareDefault = 1,
+    /** The operator's default rate of every authenticated request (ALGOHOST_LIMIT_REQUESTS_PER_MIN; concurrency unused). */
+    readonly requestDefaults: CallLimits = NO_RATE,
+    /** The buckets of requests: a limiter of their own (scopes `ru…`, `rk…`). */
+    readonly requests = new CallLimiter(undefined, undefined, REQUESTS),
   ) {}
+
+  /** The request rate in force for a caller: their own, else the operator's. */
+  requestLimitsOf(caller: LimitedCaller): CallLimits {
+    const own = caller.limits;
+    if (!own || (own.requests_per_min === null && own.request_burst === null)) return this.requestDefaults;
+    const perMin = own.requests_per_min ?? this.requestDefaults.callsPerMin;
+    const burst = own.request_burst ?? (own.requests_per_min !== null ? 0 : this.requestDefaults.burst);
+    return { callsPerMin: perMin, burst: perMin === 0 ? 0 : burst > 0 ? burst : defaultBurst(perMin), concurrency: 0 };
+  }
+
+  /**
+   * Admits one authenticated request (docs/limits.md, "Requests"): a token from the user's
+   * bucket of requests, and their key's when it has a rate of its own (`requests_per_min`).
+   * Throws 429 `rate_limited` (policy "requests"), taking nothing; on one node it awaits nothing.
+   */
+  admitRequest(caller: LimitedCaller): void | Promise<void> {
+    const user = this.requestLimitsOf(caller);
+    const own = caller.permissions?.limits?.requests_per_min;
+    const key = own && caller.keyId !== undefined ? { id: caller.keyId, limits: { callsPerMin: own, burst: defaultBurst(own), concurrency: 0 } } : undefined;
+    if (user.callsPerMin === 0 && key === undefined) return;
+    const r = this.requests.admit(caller.userId, user, false, key);
+    if (r instanceof Promise) return r.then(() => undefined);
+  }
+
+  /** The state of a caller's requests (GET /v1/users/:user/limits); with `key`, of their key's own rate (0: none). */
+  requestState(caller: LimitedCaller, key = false): Promise<CallsState> {
+    if (!key) return this.requests.state(`ru${caller.userId}`, this.requestLimitsOf(caller));
+    const own = caller.permissions?.limits?.requests_per_min ?? 0;
+    return this.requests.state(`rk${caller.keyId}`, { callsPerMin: own, burst: own === 0 ? 0 : defaultBurst(own), concurrency: 0 });
+  }
 
   /** A caller's share of the workers while calls wait for one: their own, else the operator's (1 to MAX_WEIGHT, whatever the store holds). */
   shareOf(caller: LimitedCaller): number {
@@ -544,19 +602,25 @@ export function computeFields(quota: number, windowS: number, remaining: number,
   ];
 }
 
+/** Every field of a user's own values, as user_limits' columns. */
+export const LIMIT_FIELDS = ['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes', 'share', 'requests_per_min', 'request_burst'] as const satisfies readonly (keyof LimitSettings)[];
+
 /** A user's own values as a row of user_limits (left-joined: all null when the user has none). */
-export function ownLimits(row: {
-  calls_per_min: number | string | null;
-  burst: number | string | null;
-  concurrency: number | string | null;
-  compute_seconds_per_month: number | string | null;
-  storage_bytes: number | string | null;
-  share: number | string | null;
-}): LimitSettings | null {
-  if (row.calls_per_min === null && row.burst === null && row.concurrency === null && row.compute_seconds_per_month === null && row.storage_bytes === null && row.share === null) return null;
-  const n = (v: number | string | null) => (v === null ? null : Number(v));
-  return { calls_per_min: n(row.calls_per_min), burst: n(row.burst), concurrency: n(row.concurrency), compute_seconds_per_month: n(row.compute_seconds_per_month), storage_bytes: n(row.storage_bytes), share: n(row.share) };
+export function ownLimits(row: Record<(typeof LIMIT_FIELDS)[number], number | string | null>): LimitSettings | null {
+  if (LIMIT_FIELDS.every((f) => row[f] === null)) return null;
+  const own = {} as LimitSettings;
+  for (const f of LIMIT_FIELDS) own[f] = row[f] === null ? null : Number(row[f]);
+  return own;
 }
 
 /** The columns of user_limits a principal is read with (KeyService, sessions). */
-export const LIMIT_COLUMNS = ['user_limits.calls_per_min', 'user_limits.burst', 'user_limits.concurrency', 'user_limits.compute_seconds_per_month', 'user_limits.storage_bytes', 'user_limits.share'] as const;
+export const LIMIT_COLUMNS = [
+  'user_limits.calls_per_min',
+  'user_limits.burst',
+  'user_limits.concurrency',
+  'user_limits.compute_seconds_per_month',
+  'user_limits.storage_bytes',
+  'user_limits.share',
+  'user_limits.requests_per_min',
+  'user_limits.request_burst',
+] as const satisfies readonly `user_limits.${(typeof LIMIT_FIELDS)[number]}`[];

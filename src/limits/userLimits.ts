@@ -1,5 +1,5 @@
 import type { Db, MetadataStore } from '../store/db.ts';
-import { ownLimits, type LimitSettings } from './limits.ts';
+import { LIMIT_FIELDS, ownLimits, type LimitSettings } from './limits.ts';
 import { utcMonth } from './compute.ts';
 
 /**
@@ -9,11 +9,11 @@ import { utcMonth } from './compute.ts';
  */
 
 /** Every value the operator's default. */
-export const NO_SETTINGS: Readonly<LimitSettings> = Object.freeze({ calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: null, storage_bytes: null, share: null });
+export const NO_SETTINGS: Readonly<LimitSettings> = Object.freeze({ calls_per_min: null, burst: null, concurrency: null, compute_seconds_per_month: null, storage_bytes: null, share: null, requests_per_min: null, request_burst: null });
 
 /** The user's own values (null: they have none, the operator's defaults hold). */
 export async function readUserLimits(db: Db, userId: number): Promise<LimitSettings | null> {
-  const row = await db.selectFrom('user_limits').select(['calls_per_min', 'burst', 'concurrency', 'compute_seconds_per_month', 'storage_bytes', 'share']).where('user_id', '=', userId).executeTakeFirst();
+  const row = await db.selectFrom('user_limits').select(LIMIT_FIELDS).where('user_id', '=', userId).executeTakeFirst();
   return row ? ownLimits(row) : null;
 }
 

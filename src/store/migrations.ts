@@ -868,6 +868,18 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   CREATE INDEX trigger_chains_created ON trigger_chains(created_at);
   `,
   },
+  // Request limits (docs/limits.md, "Requests"): a user's own rate of every authenticated
+  // request, and its burst (null: the operator's). Read with the key, as the call limits.
+  {
+    sqlite: `
+  ALTER TABLE user_limits ADD COLUMN requests_per_min INTEGER;
+  ALTER TABLE user_limits ADD COLUMN request_burst INTEGER;
+  `,
+    postgres: `
+  ALTER TABLE user_limits ADD COLUMN requests_per_min BIGINT;
+  ALTER TABLE user_limits ADD COLUMN request_burst BIGINT;
+  `,
+  },
 ];
 
 /**

@@ -13,6 +13,8 @@ export interface UserLimitsTable {
   compute_seconds_per_month: number | null;
   storage_bytes: number | null;
   share: number | null;
+  requests_per_min: number | null;
+  request_burst: number | null;
   updated_at: number;
 }
 

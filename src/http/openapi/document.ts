@@ -48,8 +48,8 @@ function errorResponse(status: number): Record<string, unknown> {
   if (status === 401) headers['WWW-Authenticate'] = { description: '`Simple realm="algohost"` (git\'s routes: Basic; /metrics: Bearer).', schema: { type: 'string' } };
   if (status === 429 || status === 503) headers['Retry-After'] = { description: 'Seconds to wait.', schema: { type: 'integer' } };
   if (status === 429) {
-    headers['RateLimit-Policy'] = { description: 'draft-ietf-httpapi-ratelimit-headers: `"calls";q=N;w=60`.', schema: { type: 'string' } };
-    headers.RateLimit = { description: 'draft-ietf-httpapi-ratelimit-headers: `"calls";r=N;t=S`.', schema: { type: 'string' } };
+    headers['RateLimit-Policy'] = { description: 'draft-ietf-httpapi-ratelimit-headers: `"calls";q=N;w=60` (calls a minute), `"requests";q=N;w=60` (every request a minute) or `"compute";q=N;w=S` (the month\'s compute seconds).', schema: { type: 'string' } };
+    headers.RateLimit = { description: 'draft-ietf-httpapi-ratelimit-headers: `"calls";r=N;t=S` (or `"requests"`, `"compute"`).', schema: { type: 'string' } };
   }
   const codes = codesOf(status);
   return {

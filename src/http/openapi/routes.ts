@@ -81,7 +81,8 @@ export const PATH_PARAMS: Record<string, { description: string; schema?: Schema 
 };
 
 /** Statuses any route behind a key may answer: a bad request, the key, the user's rights, a missing thing, the server. */
-const KEYED = [400, 401, 403, 404, 500, 503];
+// Every request with a key or session may meet its user's requests a minute (docs/limits.md, "Requests"): 429.
+const KEYED = [400, 401, 403, 404, 429, 500, 503];
 const OPEN = [400, 500, 503];
 
 const query = (name: string, description: string, schema: Schema = { type: 'string' }): Param => ({ name, in: 'query', description, schema });
@@ -126,7 +127,7 @@ const CALL_ANSWERS: Record<number, Answer> = {
     },
   },
 };
-const CALL_ERRORS = [...KEYED, 409, 413, 415, 422, 429];
+const CALL_ERRORS = [...KEYED, 409, 413, 415, 422];
 const CALL_STRICT: RouteDoc['strict'] = { unless: { query: ['output', 'raw'] }, schema: { anyOf: [{ $ref: 'openapi.json#/components/schemas/CallEnvelope' }, { $ref: 'openapi.json#/components/schemas/AsyncCallAccepted' }] } };
 const RAW_FAILURE: Answer = { description: 'With `output=raw`, the algorithm failed: the message as text. Otherwise an error envelope.', content: { 'text/plain': TEXT, 'application/json': ref('ErrorEnvelope') } };
 
@@ -297,7 +298,7 @@ const account: RouteDoc[] = [
     answers: ok('UsageReport', 'As a caller and as an owner.'), errors: KEYED,
   },
   { method: 'GET', route: '/v1/users/:username/limits', paths: [`${U}/limits`], operationId: 'getLimits', tag: 'Usage and limits', auth: 'key', summary: 'The call limits in force and what is left of them', answers: ok('Limits', 'Yours, and the asking key\'s own.'), errors: KEYED },
-  { method: 'PUT', route: '/v1/users/:username/password', paths: [`${U}/password`], operationId: 'changePassword', tag: 'Sessions', auth: 'key', summary: 'Change your console password', body: { required: true, content: json('PasswordChange') }, answers: { 204: { description: 'Changed (other sessions end).' } }, errors: [...KEYED, 413, 415, 429] },
+  { method: 'PUT', route: '/v1/users/:username/password', paths: [`${U}/password`], operationId: 'changePassword', tag: 'Sessions', auth: 'key', summary: 'Change your console password', body: { required: true, content: json('PasswordChange') }, answers: { 204: { description: 'Changed (other sessions end).' } }, errors: [...KEYED, 413, 415] },
 ];
 
 // ---------------------------------------------------------------------------------------------

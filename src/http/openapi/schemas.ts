@@ -71,7 +71,12 @@ const build = obj({
   resource_type: { const: 'algorithm_build' },
   version_info: obj({ git_hash: str }),
 });
-const keyLimits = obj({ calls_per_min: int, burst: int, concurrency: int }, [], { description: 'Limits of this key of its own, besides its user\'s (docs/limits.md).' });
+const keyLimits = obj({ calls_per_min: int, burst: int, concurrency: int, compute_seconds_per_month: int, storage_bytes: int, requests_per_min: int }, [], { description: 'Limits of this key of its own, besides its user\'s (docs/limits.md).' });
+const requestState = obj(
+  { requests_per_min: { type: ['integer', 'null'] }, request_burst: { type: ['integer', 'null'] }, remaining: { type: ['integer', 'null'] }, reset_s: { type: ['number', 'null'] } },
+  ['requests_per_min', 'request_burst', 'remaining', 'reset_s'],
+  { description: 'Every authenticated request, a minute (docs/limits.md, "Requests").' },
+);
 const permissions = obj(
   {
     allow_algo: bool,
@@ -281,9 +286,10 @@ export const SCHEMAS: Record<string, Schema> = {
           share: { type: 'integer', minimum: 1, maximum: MAX_WEIGHT, description: 'Your share of the workers while calls wait for one: your calls served a turn (docs/limits.md, "Shares").' },
           compute: ref('ComputeQuotaState'),
           storage: ref('StorageQuotaState'),
-          key: { oneOf: [{ allOf: [ref('LimitState'), obj({ compute: ref('ComputeQuotaState'), storage: ref('StorageQuotaState') })] }, { type: 'null' }], description: 'The asking key\'s own limits, null when it has none.' },
+          requests: requestState,
+          key: { oneOf: [{ allOf: [ref('LimitState'), obj({ compute: ref('ComputeQuotaState'), storage: ref('StorageQuotaState'), requests: requestState })] }, { type: 'null' }], description: 'The asking key\'s own limits, null when it has none.' },
         },
-        ['share', 'compute', 'storage', 'key'],
+        ['share', 'compute', 'storage', 'requests', 'key'],
       ),
     ],
     description: 'null is no limit (docs/limits.md).',
