@@ -242,6 +242,61 @@ describe('escape attempts fail', { skip }, () => {
     }
   });
 
+  test('nothing names the host: its host name, and no host path in the mount table (Python and JavaScript)', async () => {
+    const js = `import fs from 'node:fs';
+      import os from 'node:os';
+      import { spawnSync } from 'node:child_process';
+      const read = (p) => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return e.code; } };
+      export function apply() {
+        return { nodename: os.hostname(), uname: String(spawnSync('/usr/bin/uname', ['-n']).stdout).trim(), hostname: read('/etc/hostname'),
+          mountinfo: read('/proc/self/mountinfo'), mountinfo1: read('/proc/1/mountinfo'), mounts: read('/proc/self/mounts') };
+      }`;
+    const py = `import os
+def read(p):
+    try:
+        with open(p) as f:
+            return f.read()
+    except OSError as e:
+        return type(e).__name__
+def apply(input):
+    return {'nodename': os.uname().nodename, 'hostname': read('/etc/hostname'),
+            'mountinfo': read('/proc/self/mountinfo'), 'mountinfo1': read('/proc/1/mountinfo'), 'mounts': read('/proc/self/mounts')}
+`;
+    // Named as a spare's directory is (<runner>-<pid>-<n>), under the home's run/spares.
+    const spareLike = (name: string, runner: 'node' | 'python', entry: string, source: string): SandboxSpec => {
+      const dir = path.join(serverHome, 'run', 'spares', `${runner}-${process.pid}-${name}`);
+      fs.mkdirSync(dir, { recursive: true });
+      fs.writeFileSync(path.join(dir, entry), source);
+      return { runner, algoDir: dir, entry, network: false, limits: { ...DEFAULT_LIMITS } };
+    };
+    const fence = probeFence();
+    const kinds: [string, Partial<SandboxSpec>][] = [
+      ['no network', {}],
+      ['the host\'s network', { network: true }],
+      ...(fence.available ? [['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }] as [string, Partial<SandboxSpec>]] : []),
+    ];
+    const runners = fileURLToPath(new URL('../src/runtime/runners', import.meta.url));
+    const repo = fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '');
+    const host = os.hostname();
+    const named = new RegExp(`(^|[^A-Za-z0-9.-])${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}([^A-Za-z0-9-]|$)`);
+    const hostPaths = [root, serverHome, runners, repo, process.cwd(), os.homedir(), `-${process.pid}-`, 'algohost-'];
+    let n = 0;
+    for (const [kind, extra] of kinds) {
+      for (const [lang, spec] of [['JavaScript', spareLike(`${++n}`, 'node', 'index.mjs', js)], ['Python', spareLike(`${++n}`, 'python', 'main.py', py)]] as const) {
+        const w = await start({ ...spec, ...extra });
+        const o = JSON.parse(text(await w.call('json', Buffer.from('null'), 10_000))) as Record<string, string>;
+        const what = `${kind}, ${lang}`;
+        assert.match(o.mountinfo ?? '', / \/algo /, `${what}: the mount table was read, so the check means something: ${JSON.stringify(o)}`);
+        assert.equal(o.nodename, 'sandbox', `${what}: the sandbox's own host name`);
+        if (o.uname !== undefined) assert.equal(o.uname, 'sandbox', `${what}: uname -n`);
+        for (const [file, value] of Object.entries(o)) {
+          assert.doesNotMatch(value, named, `${what}: ${file} names the host (${host}): ${value}`);
+          for (const p of hostPaths) assert.equal(value.includes(p), false, `${what}: ${file} shows the host path ${p}: ${value}`);
+        }
+      }
+    }
+  });
+
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {
     const w = await start(
       algorithm(
