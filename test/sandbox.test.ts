@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
+import { DEFAULT_LIMITS, probeSandbox, spawnTool, type SandboxSpec } from '../src/runtime/sandbox.ts';
 import { probeFence } from '../src/runtime/egressFence.ts';
 import { Worker } from '../src/runtime/worker.ts';
 import { assertTimeoutKillsSandbox, groupGone, text } from './helpers/workers.ts';
@@ -295,6 +295,34 @@ def apply(input):
         }
       }
     }
+  });
+
+  test('a build step\'s tools, bound from the host, show no host path in its mount table', async () => {
+    // A tool reached through a link, as the server's esbuild is (node_modules/.bin).
+    const tools = path.join(serverHome, 'install', 'node_modules');
+    fs.mkdirSync(path.join(tools, 'esbuild', 'bin'), { recursive: true });
+    fs.mkdirSync(path.join(tools, '.bin'), { recursive: true });
+    fs.writeFileSync(path.join(tools, 'esbuild', 'bin', 'esbuild'), '#!/bin/sh\necho tool ran\n', { mode: 0o755 });
+    fs.symlinkSync('../esbuild/bin/esbuild', path.join(tools, '.bin', 'esbuild'));
+    const build = path.join(root, 'build-step');
+    fs.mkdirSync(build, { recursive: true });
+    const child = spawnTool({
+      algoDir: build,
+      argv: () => ['/bin/sh', '-c', '/tools/esbuild; uname -n; grep " /tools/esbuild " /proc/self/mountinfo'],
+      network: false,
+      limits: DEFAULT_LIMITS,
+      binds: { [path.join(tools, '.bin', 'esbuild')]: '/tools/esbuild' },
+    });
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s));
+    child.stderr!.setEncoding('utf8').on('data', (s: string) => (out += s));
+    const code = await new Promise((r) => child.once('exit', r));
+    assert.equal(code, 0, out);
+    const [ran, nodename, line] = out.trim().split('\n');
+    assert.equal(ran, 'tool ran');
+    assert.equal(nodename, 'sandbox');
+    assert.match(line ?? '', / \/tools\/esbuild /, out);
+    for (const p of [root, serverHome, 'node_modules', 'algohost-']) assert.equal(out.includes(p), false, `the tool's mount shows the host path ${p}: ${line}`);
   });
 
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {

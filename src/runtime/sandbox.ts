@@ -341,17 +341,24 @@ function probeStaging(): SandboxSupport {
 }
 
 /**
- * The host directories a launch's read-only binds come from, to be staged (STAGE): the
- * algorithm's (a build step's writable /algo is bound as it is), the runners, and the directory
- * of its /etc files. A build's other binds (a compiler, say) are the operator's system paths,
- * bound as they are.
+ * The host directories a launch's read-only binds come from, to be staged (STAGE): a bound
+ * directory itself, a bound file's directory (a build's esbuild binary, its /etc files). Not a
+ * build step's writable /algo (an overlay without an upper layer is read-only), nor the host's
+ * own /usr and /etc files (their paths say nothing of this host).
  */
 function stagedDirs(l: Launch): string[] {
   const dirs = new Set<string>();
   for (const b of bindsOf(l)) {
-    if (b.writable) continue;
-    if (b.source === RUNNERS_DIR || (b.dest === '/algo' && b.source === path.resolve(l.algoDir))) dirs.add(b.source);
-    else if (etcDir !== undefined && path.dirname(b.source) === etcDir) dirs.add(etcDir);
+    if (b.writable || b.optional || /^\/(usr|etc)(\/|$)/.test(b.source)) continue;
+    let dir: string;
+    try {
+      // Where it really is: bwrap follows a link (esbuild's, say) to it, through the overlay.
+      dir = fs.realpathSync(b.source);
+      if (!fs.statSync(dir).isDirectory()) dir = path.dirname(dir);
+    } catch {
+      continue; // bwrap says it is missing
+    }
+    if (dir !== '/') dirs.add(dir);
   }
   return [...dirs];
 }
