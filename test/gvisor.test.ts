@@ -114,6 +114,15 @@ def apply(input):
         except OSError as e:
             out['setuid'] = type(e).__name__
         return out
+    if do == 'host':
+        out = {'nodename': os.uname().nodename}
+        for p in ['/etc/hostname', '/proc/self/mountinfo', '/proc/1/mountinfo']:
+            try:
+                with open(p) as f:
+                    out[p] = f.read()
+            except OSError as e:
+                out[p] = type(e).__name__
+        return out
     raise ValueError(do)
 `;
 
@@ -155,6 +164,11 @@ export async function apply(input, ctx) {
       const { spawnSync } = await import('node:child_process');
       const nested = spawnSync('/usr/bin/unshare', ['-Ur', '/usr/bin/id', '-u']);
       out.nested = nested.status === 0 ? String(nested.stdout).trim() : 'refused';
+      return out;
+    }
+    case 'host': {
+      const out = { nodename: os.hostname() };
+      for (const p of ['/etc/hostname', '/proc/self/mountinfo', '/proc/1/mountinfo']) { try { out[p] = fs.readFileSync(p, 'utf8'); } catch (e) { out[p] = e.code; } }
       return out;
     }
   }
@@ -264,6 +278,21 @@ describe('ALGOHOST_SANDBOX=gvisor', { skip }, () => {
       else assert.equal(o.nested, 'refused', 'no nested user namespace (where code would hold every capability again)');
     }
     assert.ok(fs.existsSync(secret));
+  });
+
+  test('nothing names the host: the sandbox\'s own host name, and no host path in its mount table', async () => {
+    const name = new RegExp(`(^|[^A-Za-z0-9.-])${os.hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}([^A-Za-z0-9-]|$)`);
+    for (const algo of ['GvPy', 'GvJs']) {
+      const r = await call(algo, { do: 'host' });
+      assert.equal(r.error, undefined, JSON.stringify(r));
+      const o = r.result as Record<string, string>;
+      assert.match(o['/proc/self/mountinfo'] ?? '', / \/algo /, `${algo}: the mount table was read: ${JSON.stringify(o)}`);
+      assert.equal(o.nodename, 'sandbox', `${algo}: its own host name`);
+      for (const [file, value] of Object.entries(o)) {
+        assert.doesNotMatch(value, name, `${algo}: ${file} names the host`);
+        for (const p of [s.home, REPO, `${os.tmpdir()}/`, os.homedir(), 'algohost-', gvisorBase()]) assert.equal(value.includes(p), false, `${algo}: ${file} shows the host path ${p}: ${value}`);
+      }
+    }
   });
 });
 

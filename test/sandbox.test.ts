@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_LIMITS, probeSandbox, type SandboxSpec } from '../src/runtime/sandbox.ts';
+import { DEFAULT_LIMITS, probeSandbox, spawnTool, type SandboxSpec } from '../src/runtime/sandbox.ts';
 import { probeFence } from '../src/runtime/egressFence.ts';
 import { Worker } from '../src/runtime/worker.ts';
 import { assertTimeoutKillsSandbox, groupGone, text } from './helpers/workers.ts';
@@ -240,6 +240,89 @@ describe('escape attempts fail', { skip }, () => {
         for (const p of hostPaths) assert.equal(value.includes(p), false, `${kind}: /proc/${what} shows the host path ${p}: ${value}`);
       }
     }
+  });
+
+  test('nothing names the host: its host name, and no host path in the mount table (Python and JavaScript)', async () => {
+    const js = `import fs from 'node:fs';
+      import os from 'node:os';
+      import { spawnSync } from 'node:child_process';
+      const read = (p) => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return e.code; } };
+      export function apply() {
+        return { nodename: os.hostname(), uname: String(spawnSync('/usr/bin/uname', ['-n']).stdout).trim(), hostname: read('/etc/hostname'),
+          mountinfo: read('/proc/self/mountinfo'), mountinfo1: read('/proc/1/mountinfo'), mounts: read('/proc/self/mounts') };
+      }`;
+    const py = `import os
+def read(p):
+    try:
+        with open(p) as f:
+            return f.read()
+    except OSError as e:
+        return type(e).__name__
+def apply(input):
+    return {'nodename': os.uname().nodename, 'hostname': read('/etc/hostname'),
+            'mountinfo': read('/proc/self/mountinfo'), 'mountinfo1': read('/proc/1/mountinfo'), 'mounts': read('/proc/self/mounts')}
+`;
+    // Named as a spare's directory is (<runner>-<pid>-<n>), under the home's run/spares.
+    const spareLike = (name: string, runner: 'node' | 'python', entry: string, source: string): SandboxSpec => {
+      const dir = path.join(serverHome, 'run', 'spares', `${runner}-${process.pid}-${name}`);
+      fs.mkdirSync(dir, { recursive: true });
+      fs.writeFileSync(path.join(dir, entry), source);
+      return { runner, algoDir: dir, entry, network: false, limits: { ...DEFAULT_LIMITS } };
+    };
+    const fence = probeFence();
+    const kinds: [string, Partial<SandboxSpec>][] = [
+      ['no network', {}],
+      ['the host\'s network', { network: true }],
+      ...(fence.available ? [['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }] as [string, Partial<SandboxSpec>]] : []),
+    ];
+    const runners = fileURLToPath(new URL('../src/runtime/runners', import.meta.url));
+    const repo = fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '');
+    const host = os.hostname();
+    const named = new RegExp(`(^|[^A-Za-z0-9.-])${host.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}([^A-Za-z0-9-]|$)`);
+    const hostPaths = [root, serverHome, runners, repo, process.cwd(), os.homedir(), `-${process.pid}-`, 'algohost-'];
+    let n = 0;
+    for (const [kind, extra] of kinds) {
+      for (const [lang, spec] of [['JavaScript', spareLike(`${++n}`, 'node', 'index.mjs', js)], ['Python', spareLike(`${++n}`, 'python', 'main.py', py)]] as const) {
+        const w = await start({ ...spec, ...extra });
+        const o = JSON.parse(text(await w.call('json', Buffer.from('null'), 10_000))) as Record<string, string>;
+        const what = `${kind}, ${lang}`;
+        assert.match(o.mountinfo ?? '', / \/algo /, `${what}: the mount table was read, so the check means something: ${JSON.stringify(o)}`);
+        assert.equal(o.nodename, 'sandbox', `${what}: the sandbox's own host name`);
+        if (o.uname !== undefined) assert.equal(o.uname, 'sandbox', `${what}: uname -n`);
+        for (const [file, value] of Object.entries(o)) {
+          assert.doesNotMatch(value, named, `${what}: ${file} names the host (${host}): ${value}`);
+          for (const p of hostPaths) assert.equal(value.includes(p), false, `${what}: ${file} shows the host path ${p}: ${value}`);
+        }
+      }
+    }
+  });
+
+  test('a build step\'s tools, bound from the host, show no host path in its mount table', async () => {
+    // A tool reached through a link, as the server's esbuild is (node_modules/.bin).
+    const tools = path.join(serverHome, 'install', 'node_modules');
+    fs.mkdirSync(path.join(tools, 'esbuild', 'bin'), { recursive: true });
+    fs.mkdirSync(path.join(tools, '.bin'), { recursive: true });
+    fs.writeFileSync(path.join(tools, 'esbuild', 'bin', 'esbuild'), '#!/bin/sh\necho tool ran\n', { mode: 0o755 });
+    fs.symlinkSync('../esbuild/bin/esbuild', path.join(tools, '.bin', 'esbuild'));
+    const build = path.join(root, 'build-step');
+    fs.mkdirSync(build, { recursive: true });
+    const child = spawnTool({
+      algoDir: build,
+      argv: () => ['/bin/sh', '-c', '/tools/esbuild; uname -n; grep " /tools/esbuild " /proc/self/mountinfo'],
+      network: false,
+      limits: DEFAULT_LIMITS,
+      binds: { [path.join(tools, '.bin', 'esbuild')]: '/tools/esbuild' },
+    });
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (s: string) => (out += s));
+    child.stderr!.setEncoding('utf8').on('data', (s: string) => (out += s));
+    const code = await new Promise((r) => child.once('exit', r));
+    assert.equal(code, 0, out);
+    const [ran, nodename, line] = out.trim().split('\n');
+    assert.equal(ran, 'tool ran');
+    assert.equal(nodename, 'sandbox');
+    assert.match(line ?? '', / \/tools\/esbuild /, out);
+    for (const p of [root, serverHome, 'node_modules', 'algohost-']) assert.equal(out.includes(p), false, `the tool's mount shows the host path ${p}: ${line}`);
   });
 
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {

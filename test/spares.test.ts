@@ -3,8 +3,10 @@
  * bubblewrap sandboxes: a cold start on a spare answers as a worker started for its build
  * would, every answer says whether it was cold, a spare is never given a second build (so two
  * owners, or two versions, never share a process), and builds a spare does not take start as
- * before. Whether a call ran on a spare is read from inside the sandbox: the directory bound at
- * its /algo (mountinfo's root field) is a spare's own, under the home's run/spares.
+ * before. Whether a call ran on a spare is read from inside the sandbox: a spare's runner was
+ * started with `--spare` (its /proc/self/cmdline); where its /algo comes from is not shown there
+ * (sandbox.ts, STAGE). What the sandbox sees of the host (its name, its mount table) is checked
+ * on a spare and on a worker with the network.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,14 +30,18 @@ const skip = support.available ? false : `bubblewrap unavailable: ${support.reas
 /** A JavaScript algorithm: who loaded this process (every build's load adds its mark), where /algo comes from, its own file. */
 const JS = (mark: string) => `
 import fs from 'node:fs';
+import os from 'node:os';
 const id = Math.random().toString(36).slice(2);
 globalThis.marks = [...(globalThis.marks ?? []), ${JSON.stringify(mark)}];
 let loaded = 0;
 export function load() { loaded++; }
 export function apply(input) {
-  const algo = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\\n').map((l) => l.split(' ')).find((f) => f[4] === '/algo');
-  return { input, id, marks: globalThis.marks, loaded, root: algo?.[3], ro: /(^|,)ro(,|$)/.test(algo?.[5] ?? ''), url: import.meta.url,
-    data: fs.readFileSync(new URL('./data.txt', import.meta.url), 'utf8') };
+  const mountinfo = fs.readFileSync('/proc/self/mountinfo', 'utf8');
+  const algo = mountinfo.split('\\n').map((l) => l.split(' ')).find((f) => f[4] === '/algo');
+  const read = (p) => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return e.code; } };
+  return { input, id, marks: globalThis.marks, loaded, argv: read('/proc/self/cmdline').split('\\0'), ro: /(^|,)ro(,|$)/.test(algo?.[5] ?? ''), url: import.meta.url,
+    data: fs.readFileSync(new URL('./data.txt', import.meta.url), 'utf8'),
+    host: { nodename: os.hostname(), hostname: read('/etc/hostname'), mountinfo, mountinfo1: read('/proc/1/mountinfo') } };
 }
 `;
 const PY = (mark: string) => `
@@ -45,10 +51,18 @@ builtins.marks = getattr(builtins, 'marks', []) + [${JSON.stringify(mark)}]
 _loaded = [0]
 def load():
     _loaded[0] += 1
+def _read(p):
+    try:
+        with open(p) as f:
+            return f.read()
+    except OSError as e:
+        return type(e).__name__
 def apply(input):
-    algo = [l.split(' ') for l in open('/proc/self/mountinfo').read().split('\\n') if len(l.split(' ')) > 5 and l.split(' ')[4] == '/algo'][0]
-    return {'input': input, 'id': _id, 'marks': builtins.marks, 'loaded': _loaded[0], 'root': algo[3], 'ro': 'ro' in algo[5].split(','),
-            'file': __file__, 'data': open(os.path.join(os.path.dirname(__file__), 'data.txt')).read()}
+    mountinfo = _read('/proc/self/mountinfo')
+    algo = [l.split(' ') for l in mountinfo.split('\\n') if len(l.split(' ')) > 5 and l.split(' ')[4] == '/algo'][0]
+    return {'input': input, 'id': _id, 'marks': builtins.marks, 'loaded': _loaded[0], 'argv': _read('/proc/self/cmdline').split('\\0'), 'ro': 'ro' in algo[5].split(','),
+            'file': __file__, 'data': open(os.path.join(os.path.dirname(__file__), 'data.txt')).read(),
+            'host': {'nodename': os.uname().nodename, 'hostname': _read('/etc/hostname'), 'mountinfo': mountinfo, 'mountinfo1': _read('/proc/1/mountinfo')}}
 `;
 
 const files = (lang: 'js' | 'py', mark: string): Record<string, string> =>
@@ -56,7 +70,26 @@ const files = (lang: 'js' | 'py', mark: string): Record<string, string> =>
     ? { 'src/index.js': JS(mark), 'src/data.txt': `data of ${mark}` }
     : { [`src/${mark}.py`]: PY(mark), 'src/data.txt': `data of ${mark}` };
 
-const onSpare = (result: { root?: string }) => typeof result.root === 'string' && result.root.includes('/run/spares/');
+const onSpare = (result: { argv?: string[] }) => Array.isArray(result.argv) && result.argv.includes('--spare');
+
+const REPO = path.resolve(import.meta.dirname, '..');
+
+/**
+ * What an algorithm read of the host: its host name is the sandbox's, and neither it nor its
+ * mount table names the host, or shows a path of the host's (the server's or a worker node's
+ * home, a spare's directory with the server's pid, the install directory).
+ */
+function assertNamesNoHost(host: Record<string, string>, what: string, home: string): void {
+  assert.match(host.mountinfo ?? '', / \/algo /, `${what}: the mount table was read: ${JSON.stringify(host)}`);
+  assert.equal(host.nodename, 'sandbox', `${what}: its own host name`);
+  const name = new RegExp(`(^|[^A-Za-z0-9.-])${os.hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}([^A-Za-z0-9-]|$)`);
+  for (const [file, value] of Object.entries(host)) {
+    assert.doesNotMatch(value, name, `${what}: ${file} names the host: ${value}`);
+    for (const p of [home, REPO, `${os.tmpdir()}/`, os.homedir(), 'run/spares', 'algohost-', `-${process.pid}-`]) {
+      assert.equal(value.includes(p), false, `${what}: ${file} shows the host path ${p}: ${value}`);
+    }
+  }
+}
 
 describe('pre-started workers', { skip }, () => {
   let s: TestServer;
@@ -100,11 +133,11 @@ describe('pre-started workers', { skip }, () => {
       const r = await call(who, ref);
       assert.equal(r.cold, 'true', 'the first call of a new algorithm is a cold start');
       if (onSpare(r.result)) return { ref, ...r };
-      roots.push(String(r.result.root));
+      roots.push(JSON.stringify(r.result.argv));
       // Not ready yet (or on a worker node that had not started any): a moment for the spare to start.
       await new Promise((res) => setTimeout(res, 500));
     }
-    assert.fail(`no call of a new ${lang} algorithm ran on a pre-started worker; /algo was ${roots.join(', ')}`);
+    assert.fail(`no call of a new ${lang} algorithm ran on a pre-started worker; its runner was started as ${roots.join(', ')}`);
   }
 
   /** Until a spare of `runner` is ready on this server (one server only; a cluster's are the worker nodes'), at most 15 s. */
@@ -115,10 +148,11 @@ describe('pre-started workers', { skip }, () => {
   }
 
   for (const lang of ['js', 'py'] as const) {
-    test(`${lang}: a cold start on a spare answers as a worker started for its build; the next call is warm`, async () => {
+    test(`${lang}: a cold start on a spare answers as a worker started for its build, naming nothing of the host; the next call is warm`, async () => {
       const first = await coldOnSpare(lang, 'alice', alice, 'A');
       const r = first.result;
       assert.equal(r.input, 'x');
+      assertNamesNoHost(r.host, `${lang} on a spare`, s.home);
       assert.equal(r.ro, true, '/algo is read-only in a spare too');
       assert.deepEqual(r.marks, ['A'], 'only its own build was ever loaded in this process');
       assert.equal(r.loaded, 1, 'load() ran once');
@@ -161,8 +195,9 @@ describe('pre-started workers', { skip }, () => {
     const ref = await publish(alice, 'alice', 'js', 'N', { network_access: 'full' });
     const r = await call(alice, ref);
     assert.equal(r.cold, 'true');
-    assert.equal(onSpare(r.result), false, JSON.stringify(r.result.root));
+    assert.equal(onSpare(r.result), false, JSON.stringify(r.result.argv));
     assert.deepEqual(r.result.marks, ['N']);
+    assertNamesNoHost(r.result.host, 'js with the host\'s network', s.home);
   });
 
   test('a load() that fails on a spare is a LoadingError on every call, as on a worker started for the build', async () => {

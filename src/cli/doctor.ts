@@ -98,6 +98,7 @@ function sandboxCheck(config: Config): CheckResult {
     return g.available ? ok('sandbox', `gVisor (${config.runscPath}) runs a sandbox`) : fail('sandbox', `ALGOHOST_SANDBOX=gvisor, but gVisor cannot run a sandbox: ${g.reason}`, 'apt-get install runsc, or ALGOHOST_SANDBOX=auto for bubblewrap (docs/security.md)');
   }
   const s = probeSandbox(config.bwrapPath);
+  if (s.available && s.hostPaths !== undefined) return warn('sandbox', `bubblewrap (${config.bwrapPath}) makes a sandbox, but ${s.hostPaths}`, 'Linux 5.11 or later (overlays in user namespaces), or ALGOHOST_SANDBOX=gvisor (docs/security.md)');
   if (s.available) return ok('sandbox', `bubblewrap (${config.bwrapPath}) makes a sandbox: own namespaces, uid 65534, no capabilities`);
   return fail('sandbox', `algorithms would run without a sandbox: ${s.reason}`, 'apt-get install bubblewrap, and allow user namespaces (below); ALGOHOST_SANDBOX=required makes the server refuse to start without one (docs/security.md)');
 }

@@ -218,9 +218,13 @@ const HOLDER =
   `read go <&${FENCE_FD.go} && [ "$go" = go ] || exit 92; exec ${FENCE_FD.go}<&-; ` +
   `unset NFT IP LOCALNET; exec "$@"`;
 
-/** The holder's command line, to put before bubblewrap's (its environment: holderEnv). */
-export function holderArgs(tools: FenceTools = FENCE_TOOLS): string[] {
-  return [tools.unshare, '--user', '--map-root-user', '--net', '--', '/bin/sh', '-c', HOLDER, 'holder'];
+/**
+ * The holder's command line, to put before bubblewrap's (its environment: holderEnv); with
+ * `mount`, its namespaces include a mount namespace, where what follows may mount (sandbox.ts
+ * stages a sandbox's directories there).
+ */
+export function holderArgs(tools: FenceTools = FENCE_TOOLS, mount = false): string[] {
+  return [tools.unshare, '--user', '--map-root-user', '--net', ...(mount ? ['--mount'] : []), '--', '/bin/sh', '-c', HOLDER, 'holder'];
 }
 
 /** What the holder needs in its environment (cleared before bubblewrap runs). */

@@ -88,6 +88,12 @@ export interface GvisorLaunch {
   seccomp: boolean;
 }
 
+/**
+ * The host name a sandbox has, under bubblewrap and gVisor alike (a UTS namespace of its own):
+ * the host's would say which machine of the deployment it runs on.
+ */
+export const SANDBOX_HOSTNAME = 'sandbox';
+
 /** The sandbox's user inside gVisor (see above). */
 export const GVISOR_UID = 0;
 
@@ -192,7 +198,7 @@ export function ociSpec(g: GvisorLaunch): Record<string, unknown> {
       noNewPrivileges: true,
     },
     root: { path: rootDir(), readonly: true },
-    hostname: 'sandbox',
+    hostname: SANDBOX_HOSTNAME,
     mounts,
     // With the network, runsc's --network=host uses the namespace it is in: no new one.
     linux: {

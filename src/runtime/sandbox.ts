@@ -7,8 +7,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWorkerCgroup, type WorkerCgroup } from './cgroup.ts';
 import crypto from 'node:crypto';
-import { FENCE_FD, FENCED_RESOLV_CONF, fencedHosts, FILES_ONLY_NSSWITCH, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
-import { CHANNEL_TO_STDIN, gvisorBundle, removeBundle, type BindMount, type GvisorOptions } from './gvisor.ts';
+import { FENCE_FD, FENCE_TOOLS, FENCED_RESOLV_CONF, fencedHosts, FILES_ONLY_NSSWITCH, holderArgs, holderEnv, raiseFence, type FencePolicy } from './egressFence.ts';
+import { CHANNEL_TO_STDIN, gvisorBundle, removeBundle, SANDBOX_HOSTNAME, type BindMount, type GvisorOptions } from './gvisor.ts';
 
 import type { RunnerKind } from './contract.ts';
 
@@ -154,6 +154,11 @@ const SANDBOX_UID = 65534;
 export interface SandboxSupport {
   available: boolean;
   reason?: string;
+  /**
+   * Set where bubblewrap works but the sandbox's directories cannot be staged (STAGE): why its
+   * mount table then shows where they are on the host.
+   */
+  hostPaths?: string;
 }
 
 /** Whether bubblewrap is installed and can create a sandbox here (checked by running it). */
@@ -164,7 +169,8 @@ export function probeSandbox(bwrap: string = BWRAP): SandboxSupport {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   if (r.status !== 0) return { available: false, reason: `bubblewrap cannot create a sandbox here: ${String(r.stderr).trim() || r.error?.message}` };
-  return { available: true };
+  const staging = probeStaging();
+  return staging.available ? { available: true } : { available: true, hostPaths: staging.reason! };
 }
 
 /** The system's programs and libraries, read-only (Debian's merged /usr). */
@@ -186,6 +192,8 @@ function namespaceArgs(network: boolean): string[] {
     '--uid', String(SANDBOX_UID),
     '--gid', String(SANDBOX_UID),
     '--cap-drop', 'ALL',
+    // A UTS namespace of its own (--unshare-all) starts with the host's name: it gets its own.
+    '--hostname', SANDBOX_HOSTNAME,
     '--die-with-parent',
     '--new-session',
   ];
@@ -274,6 +282,94 @@ function bindsOf(l: Launch): BindMount[] {
   ];
 }
 
+const UNSHARE = FENCE_TOOLS.unshare;
+/** The overlay's options: two layers, each named by a descriptor of the shell that mounts it. */
+const OVERLAY = 'ro,nosuid,nodev,lowerdir=/proc/self/fd/10:/proc/self/fd/11';
+/**
+ * A sandbox's /proc/self/mountinfo lists each bind mount with where its source is on the host's
+ * file system: the build's directory in the server's home, a spare's named with the server's pid,
+ * the runners in the install directory. bubblewrap cannot change that (it is where the directory
+ * is on its file system, however it is reached). So bubblewrap runs in a user and mount
+ * namespace of its own (made by `unshare`, or the egress fence's holder), where this shell first
+ * mounts each directory the sandbox gets read-only over itself as a read-only overlay of two
+ * layers named by descriptor: the directory, and an empty one (an overlay without an upper
+ * layer needs two). bubblewrap binds the overlay, and the sandbox's table says
+ * `/ /algo ... - overlay overlay ro,...,lowerdir=/proc/self/fd/10:/proc/self/fd/11`.
+ *
+ * The mounts are that namespace's alone: the server and other sandboxes see the directories as
+ * they are, and a spare's build, linked into its directory once it is taken, appears through the
+ * overlay (its directory is empty until then, and nothing in the sandbox has looked in it).
+ * Arguments: the empty directory, the directories, `--`, the command. Run by bash: dash cannot
+ * redirect descriptors above 9 (those below are the launch's).
+ */
+const STAGE =
+  'exec 11<"$1" || exit 94; shift; ' +
+  `while [ "$1" != -- ]; do exec 10<"$1" && /usr/bin/mount -t overlay -o ${OVERLAY} overlay "$1" || { echo "algohost: cannot stage $1 for the sandbox" >&2; exit 94; }; shift; done; ` +
+  'shift; exec 10<&- 11<&-; exec "$@"';
+
+let emptyDir: string | undefined;
+/** The empty layer of every overlay (STAGE): a directory of the server's own, removed at exit. */
+function emptyLayer(): string {
+  if (emptyDir === undefined || !fs.existsSync(emptyDir)) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'algohost-empty-'));
+    fs.chmodSync(dir, 0o755);
+    emptyDir = dir;
+    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  }
+  return emptyDir;
+}
+
+let staging: SandboxSupport | undefined;
+/**
+ * Whether a sandbox's directories can be staged here (overlays in a user namespace: Linux 5.11
+ * and later), checked once by staging the runners. Where they cannot, bubblewrap binds them as
+ * they are (probeSandbox says so).
+ */
+function probeStaging(): SandboxSupport {
+  staging ??= (() => {
+    const r = spawnSync(UNSHARE, ['--user', '--map-root-user', '--mount', '--', SH, '-c', STAGE, 'stage', emptyLayer(), RUNNERS_DIR, '--', '/usr/bin/true'], {
+      timeout: 10_000,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: {},
+      cwd: '/',
+    });
+    if (r.status === 0) return { available: true };
+    const why = String(r.stderr).trim().split('\n').filter(Boolean).pop() || r.error?.message || `exit ${r.status ?? r.signal}`;
+    return { available: false, reason: `the sandbox's directories cannot be mounted as overlays in a user namespace (Linux 5.11 or later), so its /proc/self/mountinfo shows where they are on the host: ${why}` };
+  })();
+  return staging;
+}
+
+/**
+ * The host directories a launch's read-only binds come from, to be staged (STAGE): a bound
+ * directory itself, a bound file's directory (a build's esbuild binary, its /etc files). Not a
+ * build step's writable /algo (an overlay without an upper layer is read-only), nor the host's
+ * own /usr and /etc files (their paths say nothing of this host).
+ */
+function stagedDirs(l: Launch): string[] {
+  const dirs = new Set<string>();
+  for (const b of bindsOf(l)) {
+    if (b.writable || b.optional || /^\/(usr|etc)(\/|$)/.test(b.source)) continue;
+    let dir: string;
+    try {
+      // Where it really is: bwrap follows a link (esbuild's, say) to it, through the overlay.
+      dir = fs.realpathSync(b.source);
+      if (!fs.statSync(dir).isDirectory()) dir = path.dirname(dir);
+    } catch {
+      continue; // bwrap says it is missing
+    }
+    if (dir !== '/') dirs.add(dir);
+  }
+  return [...dirs];
+}
+
+/** What runs bubblewrap: the stage (STAGE) in a user and mount namespace of its own, or, behind the fence, in the holder's. */
+function stageArgs(l: Launch): string[] {
+  if (!probeStaging().available) return fenced(l) ? holderArgs() : [];
+  const ns = fenced(l) ? holderArgs(FENCE_TOOLS, true) : [UNSHARE, '--user', '--map-root-user', '--mount', '--'];
+  return [...ns, SH, '-c', STAGE, 'stage', emptyLayer(), ...stagedDirs(l), '--'];
+}
+
 const bwrapBind = (b: BindMount): string[] => [b.optional ? '--ro-bind-try' : b.writable ? '--bind' : '--ro-bind', b.source, b.dest];
 
 /** bwrap reads the seccomp program from this descriptor (a pipe the server fills). */
@@ -316,7 +412,7 @@ function bwrapCommand(l: Launch): { file: string; args: string[]; options: Buffe
     args: [
       '-c', PRELUDE, 'sandbox', ...joinArgs(l, argsFd(l)), ...prlimitArgs(l), '--',
       // Behind the fence, bwrap shares the namespace the holder made (--share-net), never the host's.
-      ...(fenced(l) ? holderArgs() : []),
+      ...stageArgs(l),
       l.bwrap ?? BWRAP, '--args', String(argsFd(l)), '--', ...l.argv({ algo: '/algo', runner: '/runner' }),
     ],
     // NUL-terminated, for the pipe on argsFd(l).
