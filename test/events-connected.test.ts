@@ -16,6 +16,7 @@ import { Readable } from 'node:stream';
 import { Webhook } from 'standardwebhooks';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { connectAccount, dataPath } from './helpers/connectors.ts';
+import { release } from './helpers/algorithms.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { rcloneMissing, startWebDav, type WebDavServer } from './helpers/webdav.ts';
 import { startDropboxStandIn, type DropboxStandIn } from './helpers/dropboxStandIn.ts';
@@ -293,6 +294,47 @@ describe('who hears of it', () => {
       );
     } finally {
       await Promise.all([alices.close(), bobs.close(), bobsFiltered.close()]);
+    }
+  });
+});
+
+describe('triggers on storage two users share', () => {
+  /** A trigger's runs once the dispatcher has read the outbox to its end and none is queued or running (bounded). */
+  async function settledRuns(who: ReturnType<typeof api>, user: string, id: string): Promise<{ status: string; depth: number }[]> {
+    const db = s.services.store.db;
+    const end = Date.now() + 60_000;
+    for (;;) {
+      const runs = (await json(await who(`/v1/users/${user}/triggers/${id}/runs`))).results as { status: string; depth: number }[];
+      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
+      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      if (cursor >= last && runs.every((r) => r.status === 'succeeded' || r.status === 'failed')) return runs;
+      if (Date.now() > end) assert.fail(`not settled: ${JSON.stringify(runs)}, cursor ${cursor} of ${last}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test("a loop through one bucket, each user's trigger writing where the other's watches, cannot close: a write is its writer's event only", async () => {
+    await release(alice, 'alice', 'Relay', { 'src/index.js': 'exports.apply = (x) => `relayed ${x}`;\n' }, { settings: { language: 'javascript' } });
+    const trigger = async (who: ReturnType<typeof api>, user: string, watch: string, write: string) => {
+      const r = await who(`/v1/users/${user}/triggers`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ types: ['data.file.created'], path: `objstore+store://bkt/${watch}/**`, algorithm: 'alice/Relay', input: '{{name}}', output: `objstore+store://bkt/${write}/{{run}}` }) });
+      const t = await json(r);
+      assert.equal(r.status, 201, JSON.stringify(t));
+      return t.id as string;
+    };
+    const alicesTrigger = await trigger(alice, 'alice', 'ping', 'pong');
+    const bobsTrigger = await trigger(bob, 'bob', 'pong', 'ping');
+    try {
+      // Alice's upload: her run writes pong/, where bob's trigger watches the same bucket.
+      await put('objstore+store://bkt/ping/seed', 'seed');
+      assert.deepEqual((await settledRuns(alice, 'alice', alicesTrigger)).map((r) => [r.status, r.depth]), [['succeeded', 1]]);
+      assert.deepEqual(await settledRuns(bob, 'bob', bobsTrigger), [], 'bob hears nothing of what alice\'s run wrote');
+      // Bob's upload the other way: his run writes ping/, which alice's trigger watches.
+      await put('objstore+store://bkt/pong/seed', 'seed', bob);
+      assert.deepEqual((await settledRuns(bob, 'bob', bobsTrigger)).map((r) => [r.status, r.depth]), [['succeeded', 1]]);
+      assert.equal((await settledRuns(alice, 'alice', alicesTrigger)).length, 1, 'alice hears nothing of what bob\'s run wrote');
+    } finally {
+      await alice(`/v1/users/alice/triggers/${alicesTrigger}`, { method: 'DELETE' });
+      await bob(`/v1/users/bob/triggers/${bobsTrigger}`, { method: 'DELETE' });
     }
   });
 });
