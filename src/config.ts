@@ -133,6 +133,8 @@ export interface Config {
   eventRetentionH: number;
   /** ALGOHOST_TRIGGER_RUNS_PER_EVENT: trigger runs one event may cause across its whole chain (docs/events.md). */
   triggerRunsPerEvent: number;
+  /** ALGOHOST_TRIGGER_MAX_QUEUED: runs one user's triggers may have queued at once (docs/events.md). */
+  triggerMaxQueued: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_REQUESTS_PER_MIN: authenticated requests of every kind a user may make a minute (0: no limit; docs/limits.md). */
@@ -249,6 +251,7 @@ export const DEFAULTS = {
   asyncResultTtlS: 86_400,
   eventRetentionH: 24,
   triggerRunsPerEvent: 50,
+  triggerMaxQueued: 1000,
   limitCallsPerMin: 0,
   limitRequestsPerMin: 0,
   limitRequestBurst: 0,
@@ -933,6 +936,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_TRIGGER_RUNS_PER_EVENT', env.ALGOHOST_TRIGGER_RUNS_PER_EVENT, DEFAULTS.triggerRunsPerEvent, 1, 100_000),
     docs: [
       { vars: ["ALGOHOST_TRIGGER_RUNS_PER_EVENT"], shown: code(DEFAULTS.triggerRunsPerEvent), meaning: "How many trigger runs one event may cause across its whole chain (the runs it fires, the runs their writes fire, and so on, every depth and status counted, whoever's triggers they are): past it one `trigger.failed` names the budget and nothing more of the chain is run or recorded. By default as many as a user may have triggers (docs/events.md)." },
+    ],
+  },
+  triggerMaxQueued: {
+    read: (env) => int('ALGOHOST_TRIGGER_MAX_QUEUED', env.ALGOHOST_TRIGGER_MAX_QUEUED, DEFAULTS.triggerMaxQueued, 1, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_TRIGGER_MAX_QUEUED"], shown: code(DEFAULTS.triggerMaxQueued), meaning: "How many runs one user's triggers may have queued at once (waiting for a node, or for the user's own call limits). An event that would queue one more records that run as failed (`not run: … already queued`, with a `trigger.failed` that fires nothing) instead of growing the backlog (docs/events.md)." },
     ],
   },
   limitRequestsPerMin: {

@@ -323,7 +323,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     sandbox,
     network,
     webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, ...options.webhooks }),
-    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, ...options.triggers }),
+    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, maxQueued: config.triggerMaxQueued, ...options.triggers }),
     pressure,
     limits,
     metrics,

@@ -98,7 +98,8 @@ async function eventsOf(type: string): Promise<{ type: string; subject: string; 
 }
 
 before(async () => {
-  s = await startServer();
+  // A user's queued runs are capped at 60 here (the budget tests queue 50 at once).
+  s = await startServer({ env: { ALGOHOST_TRIGGER_MAX_QUEUED: '60' } });
   aliceKey = await s.user('alice');
   alice = api(s.url, aliceKey);
   bob = api(s.url, await s.user('bob'));
@@ -366,6 +367,35 @@ describe("the owner's limits", () => {
     assert.ok(started[2]! - started[0]! >= 1500, `started ${started[2]! - started[0]!} ms apart`);
     assert.ok(all.every((r) => r.waiting === null));
     await carol(`/v1/users/carol/triggers/${t.id}`, { method: 'DELETE' });
+  });
+});
+
+describe("one user's backlog", () => {
+  test('past the cap on queued runs, a new run is recorded as not run, not queued', async () => {
+    const gina = api(s.url, await s.user('gina'));
+    // One call a minute: every run past the first waits in the queue.
+    await writeUserLimits(s.services.store, (await s.services.users.require('gina')).id, { calls_per_min: 1, burst: 1 });
+    await mkdir(gina, '.my', 'flood');
+    const t = await createTrigger({ types: ['data.file.created'], path: 'data://.my/flood/**', algorithm: 'alice/Upper', input: '{{name}}' }, gina, 'gina');
+    for (let i = 0; i < 65; i += 13) await Promise.all(Array.from({ length: 13 }, (_, j) => put(gina, `data://gina/flood/f${i + j}`, 'x')));
+    const db = s.services.store.db;
+    const end = Date.now() + 60_000;
+    let all: Run[] = [];
+    for (;;) {
+      all = ((await json(await gina(`/v1/users/gina/triggers/${t.id}/runs?limit=200`))) as { results: Run[] }).results;
+      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
+      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      if (cursor >= last && all.length >= 65) break;
+      if (Date.now() > end) assert.fail(`${all.length} runs, cursor ${cursor} of ${last}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const refused = all.filter((r) => r.status === 'failed' && /already queued, the most one user may have \(ALGOHOST_TRIGGER_MAX_QUEUED\)/.test(r.error ?? ''));
+    const waiting = all.filter((r) => r.status === 'queued');
+    assert.equal(all.length, 65);
+    assert.ok(waiting.length <= 60, `${waiting.length} queued`);
+    assert.ok(refused.length >= 4, `${refused.length} refused: ${JSON.stringify(all.map((r) => r.status))}`);
+    assert.ok(refused.every((r) => r.attempts === 0));
+    await gina(`/v1/users/gina/triggers/${t.id}`, { method: 'DELETE' });
   });
 });
 

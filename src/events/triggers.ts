@@ -60,6 +60,8 @@ export const MAX_DEPTH = 3;
 export const MAX_TRIGGERS = 50;
 /** Runs one event may cause across its whole chain, by default: as many as a user may have triggers. */
 export const RUNS_PER_EVENT = MAX_TRIGGERS;
+/** Runs one user's triggers may have queued, by default. */
+export const MAX_QUEUED = 1_000;
 /** Starts of one run at most (a node lost mid-run is a start). */
 export const MAX_ATTEMPTS = 3;
 /** Runs one node has under way at once. */
@@ -93,6 +95,8 @@ export interface TriggerOptions {
   tracing?: Tracer;
   /** Runs one event may cause across its whole chain (ALGOHOST_TRIGGER_RUNS_PER_EVENT; RUNS_PER_EVENT). */
   runsPerEvent?: number;
+  /** Runs one user's triggers may have queued (ALGOHOST_TRIGGER_MAX_QUEUED; MAX_QUEUED). */
+  maxQueued?: number;
 }
 
 interface Log {
@@ -113,6 +117,7 @@ export class Triggers {
   private readonly pacer: Pacer;
   private readonly tracing: Tracer;
   private readonly runsPerEvent: number;
+  private readonly maxQueued: number;
 
   constructor(
     private readonly store: MetadataStore,
@@ -126,6 +131,7 @@ export class Triggers {
     this.pacer = new Pacer(options.pressure);
     this.tracing = options.tracing ?? NO_TRACING;
     this.runsPerEvent = options.runsPerEvent ?? RUNS_PER_EVENT;
+    this.maxQueued = options.maxQueued ?? MAX_QUEUED;
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -332,6 +338,8 @@ export class Triggers {
         const triggers = await trx.selectFrom('triggers').selectAll().where('user_id', 'in', users).where('enabled', '=', 1).execute();
         let n = 0;
         if (triggers.length > 0) {
+          // Each user's runs waiting, counted once a slice and kept as runs are queued.
+          const queued = new Map<number, number>();
           const filters = new Map<string, EventFilter>();
           for (const t of triggers) {
             try {
@@ -343,7 +351,7 @@ export class Triggers {
           for (const e of events) {
             for (const t of triggers) {
               if (t.user_id !== e.user_id || e.time < t.created_at || !filters.get(t.id)?.matches(e.type, e.subject)) continue;
-              if (await this.fire(trx, t, e)) n++;
+              if (await this.fire(trx, t, e, queued)) n++;
             }
           }
         }
@@ -366,7 +374,7 @@ export class Triggers {
    * event fires nothing: the trigger's own chain made it, a run that never started made it, or
    * the chain's budget is spent.
    */
-  private async fire(trx: Db, t: TriggerRow, e: NamedEvent): Promise<boolean> {
+  private async fire(trx: Db, t: TriggerRow, e: NamedEvent, queued: Map<number, number>): Promise<boolean> {
     const event = cloudEvent(e, e.username);
     // The record of a run that never started (too deep, over budget, a template error) tells;
     // it causes nothing. Were it to fire triggers, each refusal would make more refusals.
@@ -402,6 +410,15 @@ export class Triggers {
       } catch (err) {
         error = `not run: ${err instanceof AppError ? err.message : String(err)}`;
       }
+    }
+    if (rendered) {
+      // What one user may have waiting: a backlog past it is refused, not grown.
+      const waiting = queued.get(t.user_id) ?? (await this.queuedOf(trx, t.user_id));
+      if (waiting >= this.maxQueued) {
+        error = `not run: ${waiting} runs of your triggers are already queued, the most one user may have (ALGOHOST_TRIGGER_MAX_QUEUED); this one is dropped`;
+        rendered = undefined;
+      }
+      queued.set(t.user_id, rendered ? waiting + 1 : waiting);
     }
     if (!rendered) {
       const inserted = await trx
@@ -445,6 +462,18 @@ export class Triggers {
     await appendEvent(trx, { ...failed, data: { ...failed.data, budget: this.runsPerEvent }, traceparent: e.traceparent });
     this.log?.warn({ trigger: t.id, root, budget: this.runsPerEvent }, 'a chain of trigger runs reached its budget; the rest of it is not run');
     return false;
+  }
+
+  /** How many runs of the user's triggers are queued now. */
+  private async queuedOf(trx: Db, userId: number): Promise<number> {
+    const row = await trx
+      .selectFrom('trigger_runs')
+      .innerJoin('triggers', 'triggers.id', 'trigger_runs.trigger_id')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .where('triggers.user_id', '=', userId)
+      .where('trigger_runs.status', '=', 'queued')
+      .executeTakeFirst();
+    return Number(row?.n ?? 0);
   }
 
   /** Claims the runs due and starts them, up to the node's share at once. */
