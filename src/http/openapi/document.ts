@@ -94,6 +94,13 @@ const SECURITY: Record<RouteDoc['auth'], unknown[]> = {
  */
 const BEFORE_ROUTING = [408, 431];
 
+/**
+ * What fastify answers, before the route's own code, to a request with a body of a method whose
+ * bodies it reads (all but GET and HEAD), whether the route takes a body or not: over the body
+ * limit (413), of a type no parser of the route's takes (415). (Not JSON where JSON was said: 400.)
+ */
+const BODY_READ = (method: string) => (method === 'GET' || method === 'HEAD' ? [] : [413, 415]);
+
 function operation(r: RouteDoc, path: string, index: number): Operation {
   const op: Operation = {
     operationId: r.operationIds?.[index] ?? (index === 0 ? r.operationId : `${r.operationId}${index + 1}`),
@@ -119,7 +126,7 @@ function operation(r: RouteDoc, path: string, index: number): Operation {
     };
   }
   for (const [status, a] of Object.entries(r.answers)) op.responses[status] = answer(a);
-  for (const status of [...r.errors, ...BEFORE_ROUTING]) op.responses[String(status)] ??= { $ref: `#/components/responses/Error${status}` };
+  for (const status of [...r.errors, ...BODY_READ(r.method), ...BEFORE_ROUTING]) op.responses[String(status)] ??= { $ref: `#/components/responses/Error${status}` };
   return op;
 }
 
