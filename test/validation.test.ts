@@ -8,6 +8,7 @@ import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { rawRequest } from './helpers/raw.ts';
 import { createAlgorithm } from './helpers/algorithms.ts';
 import { errorAnswer, headerSafe } from '../src/http/answers.ts';
+import { clientErrorResponse } from '../src/http/clientErrors.ts';
 
 let s: TestServer;
 let key: string;
@@ -318,6 +319,13 @@ describe('every 400 in our envelope (issue 36)', () => {
     }
     // The server carries on.
     assert.equal((await api(s.url, key)('/v1/user')).status, 200);
+  });
+
+  test('a head that took too long is a 408 in the envelope (Node\'s timeout is 30 s: the answer itself, without the wait)', () => {
+    const answer = clientErrorResponse(Object.assign(new Error('timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), 'req-0000000000000001');
+    assert.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+    assert.match(answer, /\r\nConnection: close\r\n/);
+    assert.deepEqual(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error, { code: 'request_timeout', message: 'the request did not arrive whole in time', id: 'req-0000000000000001' });
   });
 
   test('JSON null, a list or a number where an object is documented: 400 with the route\'s code, and nothing changes', async () => {
