@@ -7,6 +7,7 @@ import type { Services } from './services.ts';
 import { AppError } from './errors.ts';
 import { healthReport } from './health.ts';
 import { sendError } from './http/errorHandler.ts';
+import { clientErrorHandler } from './http/clientErrors.ts';
 import { DATA_METHODS, dataRoutes, methodNotAllowed } from './http/dataRoutes.ts';
 import { isDataPath, malformedEncoding } from './data/paths.ts';
 import { keyRoutes } from './http/keyRoutes.ts';
@@ -148,6 +149,9 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
         req,
         reply,
       ),
+    // And so do requests Node's HTTP parser refuses before either (a control character in a
+    // header, headers too large): answered and logged with a request id of their own.
+    clientErrorHandler: clientErrorHandler(nextRequestId),
   });
 
   // Every route, as registered: the OpenAPI document is held to this set (docs/openapi.md).

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { buildApp, LOG_OPTIONS } from '../src/app.ts';
@@ -96,6 +97,28 @@ test('a download ticket in a URL is redacted from request lines', async () => {
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?download=[Redacted]"'), log);
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?x=1&download=[Redacted]&y=2"'), log);
     assert.ok(log.includes('"url":"/v1/data/.my/c/f?download"'), log);
+  });
+});
+
+test('a request the HTTP parser refuses is logged with the id its answer carries, and without its Authorization', async () => {
+  await withLoggedServer('info', {}, async ({ url, services, lines }) => {
+    const { apiKey } = await services.users.create('alice');
+    const { port } = new URL(url);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      const socket = net.connect({ host: '127.0.0.1', port: Number(port) }, () =>
+        socket.write(`GET /v1/user HTTP/1.1\r\nHost: x\r\nAuthorization: Simple ${apiKey}\r\nRange: bytes=\x7f\r\n\r\n`));
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    });
+    const id = (JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: { id: string } }).error.id;
+    const line = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.reqId === id);
+    assert.ok(line, `a log line with the answer's id ${id}:\n${lines.join('')}`);
+    assert.equal(line.code, 'malformed_request');
+    assert.equal(line.parserError, 'HPE_INVALID_HEADER_TOKEN');
+    assert.equal(line.remoteAddress, '127.0.0.1');
+    assert.equal(lines.join('').includes(apiKey.slice(3)), false, 'the key appears in the log');
   });
 });
 

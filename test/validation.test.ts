@@ -3,10 +3,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import http from 'node:http';
+import net from 'node:net';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { rawRequest } from './helpers/raw.ts';
 import { createAlgorithm } from './helpers/algorithms.ts';
 import { errorAnswer, headerSafe } from '../src/http/answers.ts';
+import { clientErrorResponse } from '../src/http/clientErrors.ts';
 
 let s: TestServer;
 let key: string;
@@ -274,5 +276,83 @@ describe('bad input: a clear 4xx, and nothing changes', () => {
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(await snapshot(s), before);
     assert.equal((await api(s.url, key)('/v1/data/.my/c/file.txt')).status, 200);
+  });
+});
+
+/** Sends `bytes` as they are on a new connection and reads what comes back until the server closes it. */
+function rawBytes(base: string, bytes: string | Buffer): Promise<{ status: number; head: string; body: string }> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = net.connect({ host: hostname, port: Number(port) }, () => socket.write(bytes));
+    socket.setTimeout(10_000, () => socket.destroy(new Error('no answer within 10 s')));
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('latin1');
+      const at = text.indexOf('\r\n\r\n');
+      resolve({ status: Number(text.slice(9, 12)), head: text.slice(0, at), body: text.slice(at + 4) });
+    });
+  });
+}
+
+describe('every 400 in our envelope (issue 36)', () => {
+  test('a request Node\'s HTTP parser refuses is answered in the envelope, with a code and a request id', async () => {
+    const head = (extra: string) => `GET /v1/user HTTP/1.1\r\nHost: x\r\nAuthorization: Simple ${key}\r\n${extra}\r\n`;
+    const cases: { what: string; bytes: string; status: number; code: string }[] = [
+      { what: 'DEL in a header value', bytes: head('Range: bytes=\x7f\r\n'), status: 400, code: 'malformed_request' },
+      { what: 'a control character in a header value', bytes: head('X-Note: a\x01b\r\n'), status: 400, code: 'malformed_request' },
+      { what: 'a space in a header name', bytes: head('X Note: a\r\n'), status: 400, code: 'malformed_request' },
+      { what: 'Content-Length and Transfer-Encoding both', bytes: `POST /v1/data/.my/c/f HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, status: 400, code: 'malformed_request' },
+      { what: 'a malformed request line', bytes: 'GET /v1/user HTTP/9\r\n\r\n', status: 400, code: 'malformed_request' },
+      { what: 'headers over 16 KiB', bytes: head(`X-Big: ${'b'.repeat(20_000)}\r\n`), status: 431, code: 'headers_too_large' },
+    ];
+    for (const c of cases) {
+      const res = await rawBytes(s.url, c.bytes);
+      assert.equal(res.status, c.status, `${c.what}: ${res.head} ${res.body}`);
+      assert.match(res.head, /\r\ncontent-type: application\/json/i, c.what);
+      assert.match(res.head, /\r\nx-error-message: ./i, c.what);
+      const body = JSON.parse(res.body);
+      assert.equal(body.error.code, c.code, c.what);
+      assert.match(body.error.id, /^req-[0-9a-f]{16}$/, `${c.what}: a request id`);
+      assert.ok(body.error.message.length > 10, c.what);
+    }
+    // The server carries on.
+    assert.equal((await api(s.url, key)('/v1/user')).status, 200);
+  });
+
+  test('a head that took too long is a 408 in the envelope (Node\'s timeout is 30 s: the answer itself, without the wait)', () => {
+    const answer = clientErrorResponse(Object.assign(new Error('timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), 'req-0000000000000001');
+    assert.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+    assert.match(answer, /\r\nConnection: close\r\n/);
+    assert.deepEqual(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error, { code: 'request_timeout', message: 'the request did not arrive whole in time', id: 'req-0000000000000001' });
+  });
+
+  test('JSON null, a list or a number where an object is documented: 400 with the route\'s code, and nothing changes', async () => {
+    const call = api(s.url, key);
+    await createAlgorithm(call, 'alice', 'Bodies', { language: 'python3' });
+    const before = await call('/v1/algorithms/alice/Bodies').then(json);
+    const sent: [string, string, string][] = [
+      ['PUT', '/v1/algorithms/alice/Bodies', 'invalid_body'],
+      ['POST', '/v1/algorithms/alice', 'invalid_body'],
+      ['POST', '/v1/algorithms/alice/Bodies/versions', 'invalid_body'],
+      ['POST', '/v1/users/alice/keys', 'invalid_body'],
+      ['POST', '/v1/users/alice/connectors', 'invalid_body'],
+      ['PUT', '/v1/users/alice/password', 'invalid_body'],
+      ['POST', '/v1/session', 'invalid_body'],
+      ['POST', '/v1/users/alice/triggers', 'invalid_trigger'],
+      ['POST', '/v1/users/alice/subscriptions', 'invalid_subscription'],
+    ];
+    for (const [method, path, code] of sent) {
+      for (const body of ['null', '[]', '[{"name":"x"}]', '5', '"text"']) {
+        const res = await rawRequest(s.url, method, path, { headers: { ...auth, 'content-type': json_ }, body });
+        assert.equal(res.status, 400, `${method} ${path} ${body}: ${res.body.slice(0, 200)}`);
+        assert.equal(JSON.parse(res.body).error.code, code, `${method} ${path} ${body}`);
+      }
+    }
+    assert.deepEqual(await call('/v1/algorithms/alice/Bodies').then(json), before, 'the algorithm is as it was');
+    // An optional body left out is still taken as {} (publish with no settings).
+    const noBody = await call('/v1/algorithms/alice/Bodies/versions', { method: 'POST' });
+    assert.notEqual(JSON.parse(await noBody.text()).error?.code, 'invalid_body');
   });
 });

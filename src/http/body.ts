@@ -81,15 +81,17 @@ export function parseJsonObject(text: string, allowed: readonly string[]): Recor
   } catch {
     throw new AppError('invalid_json', text.trim() === '' ? 'the request body is empty; send a JSON object' : 'the request body is not valid JSON');
   }
-  if (value === null) throw new AppError('invalid_body', 'the request body must be a JSON object');
   return checkObject(value, allowed);
 }
 
-/** A parsed body must be a JSON object with only the `allowed` fields (no body, or null: `{}`). */
+/**
+ * A parsed body must be a JSON object with only the `allowed` fields. No body at all is `{}`
+ * (an optional body left out); JSON `null` is a body, and not an object: refused like a list.
+ */
 export function checkObject(value: unknown, allowed: readonly string[]): Record<string, unknown> {
-  if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new AppError('invalid_body', 'the request body must be a JSON object');
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new AppError('invalid_body', `the request body must be a JSON object, not ${value === null ? 'null' : Array.isArray(value) ? 'a list' : `a ${typeof value}`}`);
   }
   for (const key of Object.keys(value)) {
     if (!allowed.includes(key)) {

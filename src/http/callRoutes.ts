@@ -223,6 +223,13 @@ export async function callRoutes(app: FastifyInstance, opts: { calls: CallServic
 
 /** Browser preflight for `/v1/web/algo`: carries no key, so it lives outside authentication. */
 export async function webPreflight(app: FastifyInstance): Promise<void> {
+  // A preflight's body means nothing (browsers send none): read to its end and dropped, whatever
+  // its type, rather than refused as of a type no parser takes (a 415 the preflight does not
+  // document). Read, not left unread: a body left in the stream cost the kept-alive connection.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, payload, done) => {
+    payload.on('end', () => done(null, undefined)).on('error', (err) => done(err, undefined)).resume();
+  });
   app.options('/v1/web/algo/*', async (req, reply) => {
     if (req.headers.origin) reply.header('access-control-allow-origin', req.headers.origin).header('vary', 'Origin');
     return reply

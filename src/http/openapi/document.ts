@@ -35,9 +35,9 @@ const TAGS: { name: string; description: string }[] = [
 ];
 
 const REASONS: Record<number, string> = {
-  400: 'Bad request', 401: 'No or bad credentials', 403: 'Not allowed', 404: 'Not found', 405: 'Method not allowed', 409: 'Conflict',
+  400: 'Bad request', 401: 'No or bad credentials', 403: 'Not allowed', 404: 'Not found', 405: 'Method not allowed', 408: 'Request timeout', 409: 'Conflict',
   410: 'Gone', 413: 'Too large', 415: 'Unsupported media type', 416: 'Range not satisfiable', 422: 'Idempotency key reused',
-  429: 'Too many requests', 500: 'Server error', 502: 'Storage error', 503: 'Unavailable', 504: 'Storage timeout',
+  429: 'Too many requests', 431: 'Headers too large', 500: 'Server error', 502: 'Storage error', 503: 'Unavailable', 504: 'Storage timeout',
 };
 
 /** `components.responses.ErrorNNN`: the envelope, its code one of that status's. */
@@ -87,6 +87,20 @@ const SECURITY: Record<RouteDoc['auth'], unknown[]> = {
   bearer: [{ MetricsToken: [] }],
 };
 
+/**
+ * What Node's HTTP parser answers before any route is found (clientErrors.ts), so any operation
+ * may: a head that took too long (408), headers over the size limit (431). (Its 400,
+ * `malformed_request`, is among every operation's 400s already.)
+ */
+const BEFORE_ROUTING = [408, 431];
+
+/**
+ * What fastify answers, before the route's own code, to a request with a body of a method whose
+ * bodies it reads (all but GET and HEAD), whether the route takes a body or not: over the body
+ * limit (413), of a type no parser of the route's takes (415). (Not JSON where JSON was said: 400.)
+ */
+const BODY_READ = (method: string) => (method === 'GET' || method === 'HEAD' ? [] : [413, 415]);
+
 function operation(r: RouteDoc, path: string, index: number): Operation {
   const op: Operation = {
     operationId: r.operationIds?.[index] ?? (index === 0 ? r.operationId : `${r.operationId}${index + 1}`),
@@ -112,7 +126,7 @@ function operation(r: RouteDoc, path: string, index: number): Operation {
     };
   }
   for (const [status, a] of Object.entries(r.answers)) op.responses[status] = answer(a);
-  for (const status of r.errors) op.responses[String(status)] ??= { $ref: `#/components/responses/Error${status}` };
+  for (const status of [...r.errors, ...BODY_READ(r.method), ...BEFORE_ROUTING]) op.responses[String(status)] ??= { $ref: `#/components/responses/Error${status}` };
   return op;
 }
 

@@ -133,6 +133,8 @@ export const SCHEMAS: Record<string, Schema> = {
           deleted: { type: 'integer', description: 'Files deleted before a delete failed (spec 4.5, 4.9).' },
         },
         ['code', 'message'],
+        // Some codes say more, each its own fields: a limit's name and figures (docs/limits.md).
+        { additionalProperties: true },
       ),
     },
     ['error'],
