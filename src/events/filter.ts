@@ -7,8 +7,9 @@ export interface EventFilter {
   matches(type: string, subject: string): boolean;
 }
 
-/** Longest type list and path pattern taken. */
+/** Longest type list, type pattern and path pattern taken. */
 const MAX_TYPES = 32;
+const MAX_TYPE = 64;
 const MAX_PATTERN = 1024;
 
 const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
@@ -60,6 +61,8 @@ export function parseFilter(username: string, types: unknown, path: unknown): Ev
   }
   if (list.length > MAX_TYPES) throw new AppError('invalid_query', `types: at most ${MAX_TYPES} patterns`);
   const typeRes = list.map((t) => {
+    // Each becomes a regular expression: a huge one is refused here, not by V8's compiler.
+    if (t.length > MAX_TYPE) throw new AppError('invalid_query', `types: "${t.slice(0, 40)}…" is longer than any event type or pattern of one (${MAX_TYPE} characters at most)`);
     if (!/^[a-z*]+(\.[a-z*]+)*$/.test(t)) throw new AppError('invalid_query', `types: "${t}" is not an event type or a pattern of one (letters, dots, *)`);
     const re = globRegExp(t, '.');
     if (!EVENT_TYPES.some((known) => re.test(known))) throw new AppError('invalid_query', `types: "${t}" matches no event type; docs/events.md lists them: ${EVENT_TYPES.join(', ')}`);
