@@ -304,9 +304,10 @@ describe('triggers on storage two users share', () => {
     const db = s.services.store.db;
     const end = Date.now() + 60_000;
     for (;;) {
-      const runs = (await json(await who(`/v1/users/${user}/triggers/${id}/runs`))).results as { status: string; depth: number }[];
+      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
       const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
       const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      const runs = (await json(await who(`/v1/users/${user}/triggers/${id}/runs`))).results as { status: string; depth: number }[];
       if (cursor >= last && runs.every((r) => r.status === 'succeeded' || r.status === 'failed')) return runs;
       if (Date.now() > end) assert.fail(`not settled: ${JSON.stringify(runs)}, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));

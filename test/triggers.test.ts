@@ -282,9 +282,10 @@ describe('budgets', () => {
     const end = Date.now() + ms;
     const db = s.services.store.db;
     for (;;) {
-      const all = (await Promise.all(ids.map((id) => runs(id)))).flat();
+      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
       const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
       const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      const all = (await Promise.all(ids.map((id) => runs(id)))).flat();
       if (cursor >= last && all.every((r) => r.status === 'succeeded' || r.status === 'failed')) return all;
       if (Date.now() > end) assert.fail(`not settled within ${ms} ms: ${all.length} runs, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));
@@ -382,9 +383,10 @@ describe("one user's backlog", () => {
     const end = Date.now() + 60_000;
     let all: Run[] = [];
     for (;;) {
-      all = ((await json(await gina(`/v1/users/gina/triggers/${t.id}/runs?limit=200`))) as { results: Run[] }).results;
+      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
       const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
       const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      all = ((await json(await gina(`/v1/users/gina/triggers/${t.id}/runs?limit=200`))) as { results: Run[] }).results;
       if (cursor >= last && all.length >= 65) break;
       if (Date.now() > end) assert.fail(`${all.length} runs, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));
