@@ -64,6 +64,15 @@ const IPV6_EMBEDDING: [network: string, prefix: number, name: string, at: number
   ['2002::', 16, '6to4', 2],
 ];
 
+/**
+ * The ranges as a packet filter (the egress fence's nftables) refuses them: it cannot look
+ * inside an address, so the IPv6 forms that carry an IPv4 address are refused whole.
+ */
+export const FILTER_RANGES = {
+  v4: IPV4_REFUSED.map(([network, prefix]) => (prefix === 32 ? network : `${network}/${prefix}`)),
+  v6: [...IPV6_REFUSED, ...IPV6_EMBEDDING].map(([network, prefix]) => `${network}/${prefix}`),
+};
+
 /** The 4 or 16 bytes of an IP address, or undefined when it is none (a zone, fe80::1%eth0, is dropped). */
 function ipBytes(address: string): number[] | undefined {
   if (net.isIPv4(address)) return address.split('.').map(Number);
