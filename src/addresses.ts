@@ -1,6 +1,6 @@
 /**
  * IP address arithmetic shared by the layers that judge addresses: sign-in counting
- * (auth/sessions.ts) and the connectors' egress rule (data/accounts/egress.ts).
+ * (auth/sessions.ts) and the one address rule (addressRule.ts).
  */
 
 /** The eight 16-bit groups of a valid IPv6 address (net.isIPv6, no zone), a dotted IPv4 tail included. */

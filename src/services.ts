@@ -31,6 +31,7 @@ import { Environments } from './algorithms/environments.ts';
 import { GitRepos } from './algorithms/gitRepos.ts';
 import { CallService, MAX_DETACHED } from './algorithms/calls.ts';
 import { SandboxNetwork } from './runtime/networkPolicy.ts';
+import { AddressRule } from './addressRule.ts';
 import type { FenceSupport } from './runtime/egressFence.ts';
 import { UsageRecorder, type UsageOptions } from './algorithms/usage.ts';
 import { ConnectedAccounts } from './data/accounts/accounts.ts';
@@ -182,10 +183,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // Secrets at rest (connector credentials, webhook secrets), each sealed to its row.
   const box = new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'));
   const accounts = new ConnectedAccounts(store, box);
+  // The one address rule (docs/security.md): where the server may connect on a user's behalf.
+  // ALGOHOST_CONNECTOR_NETWORK=any lifts it for accounts, webhooks and builds' own indexes; the fence keeps it.
+  const addressRule = await AddressRule.open(config);
+  const userAddresses = config.connectorNetwork === 'public' ? addressRule : undefined;
   const connected = new ConnectedStorage(accounts, markers, {
     maxUploadBytes: config.maxUploadBytes,
     timeoutMs: config.connectorTimeoutMs,
-    network: config.connectorNetwork,
+    addressRule: userAddresses,
     dropboxApiUrl: config.dropboxApiUrl,
     dropboxContentUrl: config.dropboxContentUrl,
     // Changes made through accounts raise the data events too, each written once the provider
@@ -219,7 +224,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   // require it (the server refuses to start otherwise, in main).
   const unsandboxed = !sandbox.available && !gvisor;
   // What sandboxes with the network get: the egress fence where it can be made (docs/security.md).
-  const network = await SandboxNetwork.open(config, { probe: unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe });
+  const network = await SandboxNetwork.open(config, { probe: unsandboxed ? () => ({ available: false, reason: `there is no sandbox: ${sandbox.reason}` }) : options.networkProbe, addresses: addressRule });
   // Whether algorithms may have the network: this node's fence decides where it runs them; where
   // calls run on worker nodes (an API node), the operator's setting does, and each worker node
   // gives what its own fence can (an API node without nftables still takes network_access "full").
@@ -230,7 +235,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     installTimeoutMs: config.buildTimeoutMs,
     bwrapPath: config.bwrapPath,
     gvisor,
-    network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
+    network: new BuildNetwork(config.build, path.join(config.home, 'build-settings'), userAddresses),
     fence: (endpoints) => network.buildFence(endpoints),
   });
   const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing);
@@ -322,7 +327,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, ...options.webhooks }),
+    webhooks: new Webhooks(store, box, { addressRule: userAddresses, pressure, metrics, tracing, ...options.webhooks }),
     triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, maxQueued: config.triggerMaxQueued, ...options.triggers }),
     pressure,
     limits,

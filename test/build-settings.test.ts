@@ -18,7 +18,9 @@ import path from 'node:path';
 import { api, json, startServer, tempHome, type TestServer } from './helpers/server.ts';
 import { makeCa } from './helpers/tls.ts';
 import { callAlgo, createAlgorithm, upload } from './helpers/algorithms.ts';
-import { fromNpmRegistry, pipIndexOf } from '../src/algorithms/buildNetwork.ts';
+import { BuildNetwork, fromNpmRegistry, pipIndexOf } from '../src/algorithms/buildNetwork.ts';
+import { AddressRule } from '../src/addressRule.ts';
+import { loadConfig } from '../src/config.ts';
 
 const work = tempHome('algohost-build-net-');
 const servers: Array<{ close(): unknown }> = [];
@@ -258,6 +260,30 @@ test('which dependencies need a registry, and which index a requirements file na
   assert.equal(pipIndexOf('-i=https://mirror/simple\nx\n'), 'https://mirror/simple');
   assert.equal(pipIndexOf('--no-index\n--find-links ./wheels\nx\n'), undefined);
   assert.equal(pipIndexOf('./local_pkg\ngit+https://h/r.git\n'), undefined);
+});
+
+test('an index a source names for itself is held to the address rule before the server checks it answers; the operator\'s registries are not', async () => {
+  const heard: string[] = [];
+  const index = http.createServer((req, res) => {
+    heard.push(`${req.method} ${req.url}`);
+    res.end('ok');
+  });
+  await new Promise<void>((r) => index.listen(0, '127.0.0.1', r));
+  const home = tempHome();
+  try {
+    const url = `http://127.0.0.1:${(index.address() as net.AddressInfo).port}/simple/`;
+    const rule = await AddressRule.open(loadConfig({}, { ALGOHOST_HOME: home }), { interfaces: () => ['198.51.100.9'] });
+    const network = new BuildNetwork(loadConfig({}, { ALGOHOST_HOME: home }).build, path.join(home, 'build-settings'), rule);
+    assert.match((await network.check('pip', url, true))!, /^the Python package index the source names was refused by the address rule: 127\.0\.0\.1 is an internal address \(loopback/);
+    assert.match((await network.check('pip', 'http://198.51.100.9:9/simple/', true))!, /refused by the address rule: 198\.51\.100\.9 is an address of this server\./);
+    assert.deepEqual(heard, [], 'the server connected to an index the rule refuses');
+    // The operator's own (ALGOHOST_BUILD_PIP_INDEX_URL, a pip.conf): a registry on the host is theirs to name.
+    assert.equal(await network.check('pip', url), undefined);
+    assert.deepEqual(heard, ['GET /simple/']);
+  } finally {
+    await new Promise((r) => index.close(r));
+    fs.rmSync(home, { recursive: true, force: true });
+  }
 });
 
 test('a setting that names a missing file, or a CA file with no certificate, stops the server at start', async () => {

@@ -7,7 +7,9 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import algorithmia from 'algorithmia';
@@ -18,7 +20,8 @@ import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { callAlgo, release } from './helpers/algorithms.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
 import { startDropboxStandIn } from './helpers/dropboxStandIn.ts';
-import { isInternalAddress, publicOnlyLookup } from '../src/data/accounts/egress.ts';
+import { AddressRule, isInternalAddress } from '../src/addressRule.ts';
+import { addOwnAddress } from './helpers/ownAddress.ts';
 import { RemoteError } from '../src/data/connectors/remote.ts';
 import { S3Storage } from '../src/data/connectors/s3.ts';
 import { WebDavStorage } from '../src/data/connectors/webdav.ts';
@@ -288,14 +291,41 @@ describe('provider failures', () => {
   });
 });
 
-test('by default accounts may not point at the server\'s own network (ALGOHOST_CONNECTOR_NETWORK=public)', async () => {
+test('by default accounts may not point at the server\'s own network, its public addresses included (ALGOHOST_CONNECTOR_NETWORK=public)', async (t) => {
   const guarded = await startServer();
+  let own: ReturnType<typeof addOwnAddress> | undefined;
+  let listener: http.Server | undefined;
   try {
     const key = await guarded.user('dave');
     await connectAccount(guarded, 'dave', key, { label: 'local', protocol: 'objstore', cred_data: { endpoint: s3.endpoint, ...S3RVER_KEY } });
     const message = await code(api(guarded.url, key)('/v1/connector/objstore/bkt/outside.txt'), 403, 'connector_address_refused');
-    assert.match(message, /127\.0\.0\.1.*ALGOHOST_CONNECTOR_NETWORK=any/);
+    assert.match(message, /^the account "local" was refused by the address rule: 127\.0\.0\.1 is an internal address \(loopback.*ALGOHOST_CONNECTOR_NETWORK=any/);
+
+    // The finding (issue 36): a WebDAV account made the server send PROPFIND to a listener on
+    // the node's own public address, and its errors told what answered. This machine is given
+    // such an address (198.51.100.214 on an interface of the test's own: no range refuses it).
+    const mine = addOwnAddress('198.51.100.214');
+    own = mine;
+    if (typeof mine === 'string') return t.skip(mine);
+    const heard: string[] = [];
+    listener = http.createServer((req, res) => {
+      heard.push(`${req.method} ${req.url}`);
+      res.writeHead(501).end('Unsupported method (a port scan would read this)');
+    });
+    await new Promise<void>((r) => listener!.listen(0, mine.address, r));
+    const endpoint = `http://${mine.address}:${(listener.address() as net.AddressInfo).port}`;
+    await connectAccount(guarded, 'dave', key, { label: 'ownS3', protocol: 'objstore', cred_data: { endpoint, ...S3RVER_KEY } });
+    await connectAccount(guarded, 'dave', key, { label: 'ownDav', protocol: 'filehost', provider: 'webdav', cred_data: { url: `${endpoint}/dav/` } });
+    for (const [label, path] of [['ownS3', '/v1/connector/objstore+ownS3/bkt/x.txt'], ['ownDav', '/v1/connector/filehost+ownDav/x.txt']] as const) {
+      const refused = await code(api(guarded.url, key)(path), 403, 'connector_address_refused');
+      assert.match(refused, new RegExp(`^the account "${label}" was refused by the address rule: 198\\.51\\.100\\.214 is an address of this server\\.`));
+      assert.doesNotMatch(refused, /501|Unsupported|ECONNREFUSED|Parse Error/);
+    }
+    assert.deepEqual(heard, [], 'the listener on the server\'s own address was reached');
   } finally {
+    listener?.closeAllConnections();
+    await new Promise((r) => (listener ? listener.close(r) : r(undefined)));
+    if (typeof own === 'object') own.remove();
     await guarded.close();
   }
   for (const internal of ['127.0.0.1', '10.1.2.3', '172.20.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', '::', 'fd00::1', 'fe80::1', '::ffff:127.0.0.1', '::ffff:169.254.169.254']) {
@@ -310,9 +340,10 @@ test('with the public-only rule, every new connection is checked: a name that re
   // "localhost" stands for a name that resolved to a public address when the account's client
   // was made and to an internal one later (DNS rebinding): only the lookup at connect time sees it.
   const port = new URL(s3.endpoint).port;
+  const { lookup } = await AddressRule.open(loadConfig({}, { ALGOHOST_HOME: os.tmpdir() }));
   const providers = [
-    new S3Storage({ endpoint: `http://localhost:${port}`, ...S3RVER_KEY, force_path_style: true }, { lookup: publicOnlyLookup }),
-    new WebDavStorage({ url: `http://localhost:${port}/`, lookup: publicOnlyLookup }),
+    new S3Storage({ endpoint: `http://localhost:${port}`, ...S3RVER_KEY, force_path_style: true }, { lookup }),
+    new WebDavStorage({ url: `http://localhost:${port}/`, lookup }),
   ];
   for (const provider of providers) {
     const err = await provider.stat(['bkt', 'outside.txt'], AbortSignal.timeout(5000)).then(
@@ -320,8 +351,8 @@ test('with the public-only rule, every new connection is checked: a name that re
       (e: unknown) => e,
     );
     assert.ok(err instanceof RemoteError, `${provider.constructor.name}: expected a RemoteError, got ${String(err)}`);
-    assert.equal(err.kind, 'denied');
-    assert.match(err.message, /internal address/);
+    assert.equal(err.kind, 'address_refused');
+    assert.match(err.message, /^refused by the address rule: localhost resolved to (127\.0\.0\.1|::1), an internal address \(loopback/);
   }
   // The same providers without the rule reach it.
   assert.deepEqual(await new S3Storage({ endpoint: `http://localhost:${port}`, ...S3RVER_KEY, force_path_style: true }).stat(['bkt'], AbortSignal.timeout(5000)), { kind: 'dir' });

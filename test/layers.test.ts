@@ -16,7 +16,7 @@ const ROOT = path.resolve(import.meta.dirname, '..');
  * repository's root); patterns are a path, or a directory ending in `/`.
  */
 const LAYERS: [string, string[]][] = [
-  ['foundations (import nothing of algohost but each other)', ['src/errors.ts', 'src/wellFormed.ts', 'src/addresses.ts', 'src/fairQueue.ts', 'src/concurrency.ts', 'src/metrics.ts', 'src/config.ts', 'client/src/', 'src/http/answers.ts', 'src/home.ts', 'src/tracing.ts', 'src/tracingTypes.ts', 'src/tracingExport.ts', 'src/tracingThread.mjs']],
+  ['foundations (import nothing of algohost but each other)', ['src/errors.ts', 'src/wellFormed.ts', 'src/addresses.ts', 'src/addressRule.ts', 'src/fairQueue.ts', 'src/concurrency.ts', 'src/metrics.ts', 'src/config.ts', 'client/src/', 'src/http/answers.ts', 'src/home.ts', 'src/tracing.ts', 'src/tracingTypes.ts', 'src/tracingExport.ts', 'src/tracingThread.mjs']],
   ['the metadata store', ['src/store/']],
   ['the server secret', ['src/secret.ts']],
   ['limits and quotas', ['src/limits/']],

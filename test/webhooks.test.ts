@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { verify } from '../src/events/signing.ts';
+import { addOwnAddress } from './helpers/ownAddress.ts';
 
 /** Retries a few hundred ms apart instead of seconds to hours (8 attempts, as the real schedule). */
 const SCHEDULE = [0, 100, 200, 200, 200, 200, 200, 200];
@@ -118,16 +119,56 @@ describe('webhook subscriptions', () => {
     await alice(`/v1/users/alice/subscriptions/${mine.id}`, { method: 'DELETE' });
   });
 
-  test('with ALGOHOST_CONNECTOR_NETWORK=public (the default), an endpoint on an internal address is refused', async () => {
+  test('with ALGOHOST_CONNECTOR_NETWORK=public (the default), the address rule holds: internal addresses, the deployment\'s services and the server\'s own public address are refused, when subscribing and at delivery', async (t) => {
     const strict = await startServer();
+    let own: ReturnType<typeof addOwnAddress> | undefined;
+    let listener: http.Server | undefined;
     try {
       const carol = api(strict.url, await strict.user('carol'));
-      for (const url of ['http://127.0.0.1:9/hook', 'http://169.254.169.254/latest', 'http://[::1]/x', 'http://10.1.2.3/x']) {
+      // The deployment's database (PostgreSQL under test:shared and test:cluster) and NATS are services of ours too.
+      const services = [process.env.ALGOHOST_TEST_PG_URL, strict.cluster ? strict.services.config.natsUrl : undefined].flatMap((u) => (u ? [`http://${new URL(u).host}/hook`] : []));
+      for (const url of ['http://127.0.0.1:9/hook', 'http://169.254.169.254/latest', 'http://[::1]/x', 'http://10.1.2.3/x', 'http://168.63.129.16/machine', ...services]) {
         const r = await postJson(carol, '/v1/users/carol/subscriptions', { url });
+        const body = await json(r);
         assert.equal(r.status, 403, url);
-        assert.equal((await json(r)).error.code, 'connector_address_refused');
+        assert.equal(body.error.code, 'connector_address_refused');
+        assert.match(body.error.message, /^the webhook url was refused by the address rule: /);
       }
+
+      // The finding (issue 36): a subscription reached a listener on the node's own public
+      // address, and its delivery records told what answered there. This machine is given such
+      // an address (198.51.100.213 on an interface of the test's own: no range refuses it).
+      const made = await subscribe('http://198.51.100.213:9/hook', {}, carol, 'carol');
+      const mine = addOwnAddress('198.51.100.213');
+      own = mine;
+      if (typeof mine === 'string') return t.skip(mine);
+      const heard: string[] = [];
+      listener = http.createServer((req, res) => {
+        heard.push(`${req.method} ${req.url}`);
+        res.writeHead(501).end('Unsupported method (a port scan would read this)');
+      });
+      await new Promise<void>((r) => listener!.listen(0, mine.address, r));
+      const url = `http://${mine.address}:${(listener.address() as AddressInfo).port}/hook`;
+      const r = await postJson(carol, '/v1/users/carol/subscriptions', { url });
+      assert.equal(r.status, 403);
+      assert.match((await json(r)).error.message, /^the webhook url was refused by the address rule: 198\.51\.100\.213 is an address of this server\./);
+      // A subscription made before the rule (or to a name that now resolves here) is refused at delivery.
+      await strict.services.store.write((trx) => trx.updateTable('subscriptions').set({ url }).where('id', '=', made.id).execute());
+      const queued = await json(await postJson(carol, `/v1/users/carol/subscriptions/${made.id}/test`, {}));
+      let attempts: { status_code: number | null; error: string }[] = [];
+      for (const end = Date.now() + 15_000; attempts.length === 0 && Date.now() < end; await new Promise((r) => setTimeout(r, 20))) {
+        const list = await json(await carol(`/v1/users/carol/subscriptions/${made.id}/deliveries`));
+        attempts = list.results.find((d: { id: string }) => d.id === queued.id)?.attempts ?? [];
+      }
+      assert.ok(attempts.length > 0, 'no attempt was recorded');
+      assert.equal(attempts[0]!.status_code, null);
+      assert.match(attempts[0]!.error, /^the endpoint was refused by the address rule: 198\.51\.100\.213 is an address of this server\./);
+      assert.doesNotMatch(attempts[0]!.error, /501|Unsupported|ECONNREFUSED|Parse Error/);
+      assert.deepEqual(heard, [], 'the listener on the server\'s own address was reached');
     } finally {
+      listener?.closeAllConnections();
+      await new Promise((r) => (listener ? listener.close(r) : r(undefined)));
+      if (typeof own === 'object') own.remove();
       await strict.close();
     }
   });

@@ -4,7 +4,9 @@ import https from 'node:https';
 import path from 'node:path';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
+import { ADDRESS_REFUSED, type AddressRule } from '../addressRule.ts';
 import type { BuildNetworkConfig } from '../config.ts';
+import { AppError } from '../errors.ts';
 
 /** How long a registry may take to answer the check before a build: it says so "within seconds". */
 const PROBE_MS = 5_000;
@@ -53,6 +55,12 @@ export class BuildNetwork {
     private readonly config: BuildNetworkConfig,
     /** Where the generated files go (the home's; mode 0700). */
     private readonly dir: string,
+    /**
+     * The address rule an index a source names for itself is held to before the server checks
+     * it answers (docs/security.md, "One address rule"); undefined with ALGOHOST_CONNECTOR_NETWORK=any.
+     * The operator's own registries and proxies are not: they are the operator's choice.
+     */
+    private readonly addressRule?: AddressRule,
   ) {}
 
   private prepare(): Promise<Prepared> {
@@ -143,9 +151,11 @@ export class BuildNetwork {
 
   /**
    * Whether `url` answers (any HTTP status will do), through the proxy and with the CAs builds
-   * use; a sentence naming the setting to change when it does not.
+   * use; a sentence naming the setting to change when it does not. `fromSource`: the source
+   * named it (requirements.txt's --index-url), so the server connects there on its author's
+   * behalf, and the address rule decides first.
    */
-  async check(installer: Installer, url: string): Promise<string | undefined> {
+  async check(installer: Installer, url: string, fromSource = false): Promise<string | undefined> {
     const p = await this.prepare();
     const what = installer === 'npm' ? 'the npm registry' : 'the Python package index';
     const registrySetting = installer === 'npm' ? 'ALGOHOST_BUILD_NPM_REGISTRY' : 'ALGOHOST_BUILD_PIP_INDEX_URL';
@@ -156,14 +166,23 @@ export class BuildNetwork {
       return `${what} address "${url}" is not a URL: check ${registrySetting}`;
     }
     if (target.protocol !== 'http:' && target.protocol !== 'https:') return undefined; // file: and the like: nothing to reach
+    const rule = fromSource ? this.addressRule : undefined;
+    try {
+      await rule?.checkEndpoint(url, `${what} the source names`);
+    } catch (err) {
+      if (err instanceof AppError) return err.message;
+      throw err;
+    }
     const proxy = proxyFor(target, target.protocol === 'https:' ? this.config.httpsProxy : this.config.httpProxy, this.config.noProxy);
     const proxySetting = target.protocol === 'https:' ? 'ALGOHOST_BUILD_HTTPS_PROXY' : 'ALGOHOST_BUILD_HTTP_PROXY';
     try {
-      await answers(target, proxy, p.ca);
+      await answers(target, proxy, p.ca, rule?.lookup);
       return undefined;
     } catch (err) {
       const e = err as NodeJS.ErrnoException & { viaProxy?: boolean };
       const code = e.code ?? e.message;
+      // A name that resolved to a refused address when connecting: the rule's words, not a socket's.
+      if (code === ADDRESS_REFUSED) return `${what} the source names was ${e.message}`;
       const doc = '(docs/configuration.md)';
       if (e.viaProxy) return `cannot reach the proxy ${proxy} (${code}) to get to ${what} ${url}: check ${proxySetting} ${doc}`;
       if (TLS_CODES.has(code)) {
@@ -189,7 +208,7 @@ function proxyFor(url: URL, proxy: string | undefined, noProxy: string | undefin
 }
 
 /** Resolves once `target` answers an HTTP request (any status); rejects with the network or TLS error. */
-function answers(target: URL, proxy: string | undefined, ca: Buffer | undefined): Promise<void> {
+function answers(target: URL, proxy: string | undefined, ca: Buffer | undefined, lookup: AddressRule['lookup'] | undefined): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(Object.assign(new Error('ETIMEDOUT'), { code: 'ETIMEDOUT' })), PROBE_MS);
     const sockets: Duplex[] = [];
@@ -219,7 +238,7 @@ function answers(target: URL, proxy: string | undefined, ca: Buffer | undefined)
     };
     const port = Number(target.port) || (target.protocol === 'https:' ? 443 : 80);
     if (!proxy) {
-      get({ host: target.hostname.replace(/^\[|\]$/g, ''), port, path: target.pathname + target.search, servername: target.hostname, ...(ca ? { ca } : {}) }, target.protocol === 'https:');
+      get({ host: target.hostname.replace(/^\[|\]$/g, ''), port, path: target.pathname + target.search, servername: target.hostname, ...(ca ? { ca } : {}), ...(lookup ? { lookup } : {}) }, target.protocol === 'https:');
       return;
     }
     const via = new URL(proxy);

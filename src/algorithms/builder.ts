@@ -267,7 +267,7 @@ export class Builder {
       if (named !== undefined && this.options.network) {
         const index = named || (await this.options.network.registry('pip'));
         log.line(`checking that the Python package index ${index} answers`);
-        const problem = await this.options.network.check('pip', index);
+        const problem = await this.options.network.check('pip', index, named !== '');
         if (problem) return fail(problem);
       }
       log.line('$ pip install --target .algohost/python -r requirements.txt');

@@ -6,7 +6,7 @@ import type { DeliveriesTable } from '../store/schema.ts';
 import { Pacer, type Pressure } from '../concurrency.ts';
 import type { Metrics } from '../metrics.ts';
 import type { CredentialBox } from '../data/accounts/credentials.ts';
-import { checkPublicEndpoint, publicOnlyLookup } from '../data/accounts/egress.ts';
+import { ADDRESS_REFUSED, type AddressRule } from '../addressRule.ts';
 import { httpRequest } from '../data/connectors/httpClient.ts';
 import { parseFilter, type EventFilter } from './filter.ts';
 import { cloudEvent, DISPATCH_CURSORS, eventsAfter, lastEventId, type NamedEvent } from './outbox.ts';
@@ -95,8 +95,11 @@ export type SubscriptionView = Subscription;
 export type DeliveryView = Delivery;
 
 export interface WebhookOptions {
-  /** ALGOHOST_CONNECTOR_NETWORK: `public` refuses endpoints on loopback, private and link-local addresses. */
-  network: 'public' | 'any';
+  /**
+   * The address rule endpoints are held to, when made and at every attempt (docs/security.md,
+   * "One address rule"); undefined with ALGOHOST_CONNECTOR_NETWORK=any.
+   */
+  addressRule: AddressRule | undefined;
   /** Retries: tests shorten them. */
   schedule?: number[];
   /** How long an endpoint has to answer (DELIVERY_TIMEOUT_MS); tests shorten it. */
@@ -676,20 +679,24 @@ export class Webhooks {
     const signal = AbortSignal.timeout(timeoutMs);
     try {
       const secrets = this.openForSend({ id: d.subscription_id, secrets: d.secrets }).filter((s) => s.expires_at === null || s.expires_at > started).map((s) => s.secret);
-      if (this.options.network === 'public') await checkPublicEndpoint(d.url, `the endpoint of subscription ${d.subscription_id}`);
+      const rule = this.options.addressRule;
+      // A refused target is never connected to: its record says so, and nothing of a socket's or an answer's.
+      await rule?.checkEndpoint(d.url, 'the endpoint');
       const answer = await httpRequest(d.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'user-agent': 'algohost-webhooks/1', traceparent: traceparentOf(span), ...webhookHeaders(secrets, d.id, Math.floor(started / 1000), d.payload) },
         body: d.payload,
         signal,
-        ...(this.options.network === 'public' ? { lookup: publicOnlyLookup } : {}),
+        ...(rule ? { lookup: rule.lookup } : {}),
       });
       status = answer.status;
       // Redirects are not followed: a 3xx is a failure like any other non-2xx.
       const text = await answer.text(MAX_ANSWER_BYTES);
       if (!answer.ok) error = `answered ${status}${text ? `: ${text.slice(0, 200)}` : ''}`;
     } catch (err) {
-      error = err instanceof AppError ? err.message : signal.aborted ? `no answer within ${timeoutMs / 1000} s` : `could not be reached: ${(err as Error)?.message ?? String(err)}`;
+      const code = (err as NodeJS.ErrnoException | undefined)?.code;
+      // The lookup's refusal (a name that now resolves to a refused address) reaches here as the request's error.
+      error = err instanceof AppError ? err.message : code === ADDRESS_REFUSED ? (err as Error).message : signal.aborted ? `no answer within ${timeoutMs / 1000} s` : `could not be reached: ${(err as Error)?.message ?? String(err)}`;
     }
     const latency = this.now() - started;
     this.options.metrics?.delivery(error === null);
@@ -794,7 +801,7 @@ export class Webhooks {
     }
     if (u.protocol !== 'https:' && u.protocol !== 'http:') throw new AppError('invalid_subscription', 'url: http:// or https:// only');
     if (u.username || u.password) throw new AppError('invalid_subscription', 'url: no user name or password in it; events are signed instead (webhook-signature)');
-    if (this.options.network === 'public') await checkPublicEndpoint(u.toString(), 'the webhook url');
+    await this.options.addressRule?.checkEndpoint(u.toString(), 'the webhook url');
     return u.toString();
   }
 

@@ -2,6 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import type { Readable, Writable } from 'node:stream';
+import { FILTER_RANGES } from '../addressRule.ts';
 
 /**
  * The egress fence (docs/security.md, "What an algorithm can reach"): a sandbox that may use the
@@ -30,7 +31,7 @@ import type { Readable, Writable } from 'node:stream';
  * a build's registries and proxy), by address and port; then nothing that is the host's or the
  * deployment's own (its addresses, its database, S3 store, NATS); and, for algorithms, every
  * other address but the ones no one may reach: loopback, 0/8, private (RFC 1918), CGNAT, link-local (cloud metadata), multicast,
- * reserved, and in IPv6 the same and what embeds them. A build reaches only what is allowed.
+ * reserved, and in IPv6 the same and what embeds them (the address rule's ranges, src/addressRule.ts). A build reaches only what is allowed.
  * A name that resolves to a refused address is refused when it is connected to: the filter
  * sees addresses, not names (DNS rebinding gains nothing).
  */
@@ -95,13 +96,13 @@ export function fencedHosts(policy: FencePolicy): string {
 /** Where a fenced sandbox without DNS looks names up: its /etc/hosts alone. */
 export const FILES_ONLY_NSSWITCH = 'hosts: files\n';
 
-/** Azure's platform endpoint (its metadata and agent traffic), a public address the other rules would let through. */
-const AZURE_WIRESERVER = '168.63.129.16';
-
-/** Ranges no sandbox reaches (unless allowed by name): IPv4. */
-export const REFUSED_V4 = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15', '224.0.0.0/4', '240.0.0.0/4', AZURE_WIRESERVER];
-/** ...and IPv6: unspecified, loopback, IPv4-mapped and -compatible, NAT64, 6to4, Teredo, ULA, link- and site-local, multicast. */
-export const REFUSED_V6 = ['::/96', '::ffff:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', '2001::/32', '2002::/16', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8'];
+/**
+ * Ranges no sandbox reaches (unless allowed by name): the address rule's (src/addressRule.ts),
+ * IPv4 (Azure's platform endpoint among them, a public address) and IPv6, whose forms that
+ * carry an IPv4 address are refused whole.
+ */
+export const REFUSED_V4 = FILTER_RANGES.v4;
+export const REFUSED_V6 = FILTER_RANGES.v6;
 
 /** slirp4netns's fixed addresses: the host's loopback as seen from the namespace, its DNS forwarder, the namespace's own. */
 const SLIRP_HOST = '10.0.2.2';

@@ -1,15 +1,13 @@
 import dns from 'node:dns/promises';
 import net from 'node:net';
-import os from 'node:os';
+import { AddressRule } from '../addressRule.ts';
 import type { Config, EgressAllowEntry } from '../config.ts';
 import { probeFence, type EgressRule, type FencePolicy, type FenceSupport } from './egressFence.ts';
 
 export type NetworkMode = 'none' | 'nat' | 'host';
 
-/** How often the deployment's service names are resolved again (a database that moved, a NATS server replaced). */
-export const SERVICES_RESOLVE_MS = 30_000;
-/** At most this many addresses of the deployment's services are kept refused: every one they have now, and the latest they had before, up to it. */
-const MAX_SERVICE_ADDRESSES = 256;
+/** How often the deployment's service names are resolved again (the address rule's). */
+export { SERVICES_RESOLVE_MS } from '../addressRule.ts';
 
 /** What SandboxNetwork.open asks of the world: tests give their own. */
 export interface NetworkWorld {
@@ -18,6 +16,8 @@ export interface NetworkWorld {
   /** A name's addresses (dns.lookup, all of them). */
   lookup?: ((host: string) => Promise<string[]>) | undefined;
   now?: (() => number) | undefined;
+  /** The server's address rule, whose own and services' addresses the fence refuses (one is made from `lookup` and `now` without it). */
+  addresses?: AddressRule | undefined;
 }
 
 /**
@@ -35,18 +35,13 @@ export class SandboxNetwork {
     private readonly allow: EgressRule[],
     /** The names in the operator's allow-list, with their addresses (a build's /etc/hosts). */
     private readonly allowNames: Record<string, string[]>,
-    /** The hosts of the deployment's own services: its database, S3 store, NATS servers, wherever they are. */
-    private readonly serviceHosts: string[],
-    /** Every address they have had since the start (up to MAX_SERVICE_ADDRESSES). */
-    private services: Set<string>,
+    /**
+     * The one address rule (src/addressRule.ts): the host's own addresses and the deployment's
+     * services' (its database, S3 store, NATS servers, OTLP collector), re-resolved as it says.
+     */
+    private readonly addresses: AddressRule,
     private readonly lookup: (host: string) => Promise<string[]>,
-    private readonly now: () => number,
-  ) {
-    this.resolvedAt = now();
-  }
-
-  private resolvedAt: number;
-  private resolving = false;
+  ) {}
 
   /** The server's network for its sandboxes (`world`: how it finds out, for tests). */
   static async open(config: Config, world: NetworkWorld = {}): Promise<SandboxNetwork> {
@@ -54,36 +49,8 @@ export class SandboxNetwork {
     const requested = config.algorithmNetwork;
     const support = requested === 'host' ? { available: false, reason: 'ALGOHOST_ALGORITHM_NETWORK=host' } : (world.probe ?? probeFence)();
     const mode = requested === 'nat' && !support.available ? 'none' : requested;
-    const hosts = serviceHosts(config);
-    const [{ rules, names }, services] = await Promise.all([allowRules(config.egressAllow, lookup), addressesOf(hosts, lookup)]);
-    return new SandboxNetwork(mode, support.available ? undefined : support.reason, rules, names, hosts, new Set(services), lookup, world.now ?? Date.now);
-  }
-
-  /**
-   * The deployment's services' addresses, resolved again in the background once they are older
-   * than SERVICES_RESOLVE_MS: a service that moves is refused at its new address from then on,
-   * and still at its old ones.
-   */
-  private serviceAddresses(): string[] {
-    const names = this.serviceHosts.filter((h) => !net.isIP(h));
-    if (names.length > 0 && !this.resolving && this.now() - this.resolvedAt >= SERVICES_RESOLVE_MS) {
-      this.resolving = true;
-      this.resolvedAt = this.now();
-      void addressesOf(names, this.lookup)
-        .then((found) => {
-          // Most recent last: what they have now is never the one let go.
-          for (const a of found) {
-            this.services.delete(a);
-            this.services.add(a);
-          }
-          for (const a of this.services) {
-            if (this.services.size <= Math.max(MAX_SERVICE_ADDRESSES, found.length)) break;
-            this.services.delete(a);
-          }
-        })
-        .finally(() => (this.resolving = false));
-    }
-    return [...this.services];
+    const [{ rules, names }, addresses] = await Promise.all([allowRules(config.egressAllow, lookup), world.addresses ?? AddressRule.open(config, { lookup, now: world.now })]);
+    return new SandboxNetwork(mode, support.available ? undefined : support.reason, rules, names, addresses, lookup);
   }
 
   /** Whether algorithms may have the network at all (`network_access: full` is taken). */
@@ -98,7 +65,7 @@ export class SandboxNetwork {
    */
   algorithmFence(): FencePolicy | undefined {
     if (this.mode !== 'nat') return undefined;
-    return { reach: 'public', allow: this.allow, deny: [...hostAddresses(), ...this.serviceAddresses()] };
+    return { reach: 'public', allow: this.allow, deny: [...this.addresses.hostAddresses(), ...this.addresses.serviceAddresses()] };
   }
 
   /**
@@ -127,36 +94,6 @@ export class SandboxNetwork {
     }
     return { reach: 'allowed', allow: [...rules, ...this.allow], deny: [], names };
   }
-}
-
-/** The hosts of the deployment's own services, from the settings that name them. */
-function serviceHosts(config: Config): string[] {
-  const hosts: string[] = [];
-  const add = (url: string | undefined) => {
-    if (!url) return;
-    try {
-      const h = new URL(url).hostname.replace(/^\[|\]$/g, '');
-      if (h) hosts.push(h);
-    } catch {
-      // Checked by config.ts already.
-    }
-  };
-  add(config.database?.url);
-  add(config.blobs?.endpoint);
-  for (const s of (config.natsUrl ?? '').split(',')) add(s.trim() || undefined);
-  if (config.host !== '0.0.0.0' && config.host !== '::') hosts.push(config.host);
-  return hosts;
-}
-
-/** Every address of this machine's interfaces (what a service listening on 0.0.0.0 answers on). */
-function hostAddresses(): string[] {
-  const out: string[] = [];
-  for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) out.push(a.address.replace(/%.*$/, ''));
-  return out;
-}
-
-async function addressesOf(hosts: string[], lookup: (host: string) => Promise<string[]>): Promise<string[]> {
-  return (await Promise.all(hosts.map((h) => resolve(h, lookup)))).flat();
 }
 
 async function lookupAll(host: string): Promise<string[]> {

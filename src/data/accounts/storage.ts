@@ -7,12 +7,16 @@ import { ExternalConnector, type RaiseEvents } from '../connectors/external.ts';
 import type { RemoteStorage } from '../connectors/remote.ts';
 import type { S3Credentials } from '../connectors/s3.ts';
 import type { Account, ConnectedAccounts, Protocol, Provider } from './accounts.ts';
-import { checkPublicEndpoint, publicOnlyLookup } from './egress.ts';
+import type { AddressRule } from '../../addressRule.ts';
 
 export interface ConnectedStorageOptions {
   maxUploadBytes: number;
   timeoutMs: number;
-  network: 'public' | 'any';
+  /**
+   * The address rule every endpoint and connection is held to (docs/security.md, "One address
+   * rule"); undefined with ALGOHOST_CONNECTOR_NETWORK=any.
+   */
+  addressRule: AddressRule | undefined;
   dropboxApiUrl: string;
   dropboxContentUrl: string;
   /** Entries per listing page (tests make it small). */
@@ -39,10 +43,10 @@ type ProviderClient = RemoteStorage & { close?(): void };
 
 /** What a provider's client is made with besides the account: the server's network rules and tuning. */
 interface ProviderContext {
-  /** Refuses an endpoint the network rule forbids (ALGOHOST_CONNECTOR_NETWORK=public). */
+  /** Refuses an endpoint the address rule forbids (unless ALGOHOST_CONNECTOR_NETWORK=any). */
   checkEndpoint(url: string): Promise<void>;
   /** Options that make every new connection check its address too. */
-  guard: { lookup?: typeof publicOnlyLookup };
+  guard: { lookup?: AddressRule['lookup'] };
   options: ConnectedStorageOptions;
 }
 
@@ -159,13 +163,13 @@ export class ConnectedStorage {
     });
   }
 
-  /** With the public-only rule, every new connection's address is checked too (not only the name at creation). */
-  private guard(): { lookup?: typeof publicOnlyLookup } {
-    return this.options.network === 'public' ? { lookup: publicOnlyLookup } : {};
+  /** With the address rule, every new connection's address is checked too (not only the name at creation). */
+  private guard(): { lookup?: AddressRule['lookup'] } {
+    return this.options.addressRule ? { lookup: this.options.addressRule.lookup } : {};
   }
 
   private async checkEndpoint(url: string, label: string): Promise<void> {
-    if (this.options.network === 'public') await checkPublicEndpoint(url, `the account "${label}"`);
+    await this.options.addressRule?.checkEndpoint(url, `the account "${label}"`);
   }
 
   close(): void {

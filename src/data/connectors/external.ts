@@ -141,6 +141,9 @@ export class ExternalConnector implements Connector {
         return new AppError('not_found', `${this.uri(segments)} does not exist`);
       case 'denied':
         return new AppError('connector_denied', `${who} was refused by its provider (${err.message}); check the account's credentials and permissions`, undefined, err);
+      case 'address_refused':
+        // Never a socket's error text: the connection was not made.
+        return new AppError('connector_address_refused', `${who} was ${err.message}`, undefined, err);
       case 'conflict':
         return new AppError('type_conflict', `${this.uri(segments)}: ${err.message}`);
       case 'invalid':

@@ -20,7 +20,7 @@ export interface HttpRequest {
   body?: string | Buffer | Readable;
   /** Aborts the request and its answer's body. */
   signal: AbortSignal;
-  /** Resolves host names for new connections (egress.ts's, to refuse internal addresses). */
+  /** Resolves host names for new connections (the address rule's, src/addressRule.ts, to refuse what it refuses). */
   lookup?: net.LookupFunction;
 }
 

@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { ByteRange } from '../blobStore.ts';
+import { ADDRESS_REFUSED } from '../../addressRule.ts';
 
 /**
  * What a provider of connected storage (S3, WebDAV, Dropbox) implements: plain storage
@@ -107,6 +108,8 @@ export type RemoteErrorKind =
   | 'not_found'
   /** The provider refused: credentials rejected, or no permission (403). */
   | 'denied'
+  /** The address rule refused the address its host resolved to when connecting (403; src/addressRule.ts). */
+  | 'address_refused'
   /** Something of the other kind is in the way: a file where a directory is wanted (409). */
   | 'conflict'
   /** The operation makes no sense for this provider (creating a bucket, a file at the root) (400). */
@@ -149,8 +152,9 @@ export function networkError(err: unknown, signal: AbortSignal): RemoteError {
   let e: unknown = err;
   for (let depth = 0; e && depth < 4; depth++) {
     const code = (e as { code?: unknown }).code;
-    if (code === 'ERR_ALGOHOST_INTERNAL_ADDRESS') {
-      return new RemoteError('denied', 'its host resolved to an internal address, which this server does not connect accounts to', { cause: err });
+    if (code === ADDRESS_REFUSED) {
+      // "refused by the address rule: HOST resolved to ADDRESS, WHY": the account's own endpoint, nothing of a socket's.
+      return new RemoteError('address_refused', (e as Error).message, { cause: err });
     }
     if (typeof code === 'string' && UNREACHABLE.has(code)) return new RemoteError('unreachable', `it could not be reached (${code})`, { cause: err });
     if (typeof code === 'string' && (code === 'ETIMEDOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT')) {
