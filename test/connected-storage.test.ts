@@ -7,7 +7,6 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import { Writable } from 'node:stream';
@@ -21,7 +20,7 @@ import { callAlgo, release } from './helpers/algorithms.ts';
 import { rcloneMissing, startWebDav } from './helpers/webdav.ts';
 import { startDropboxStandIn } from './helpers/dropboxStandIn.ts';
 import { AddressRule, isInternalAddress } from '../src/addressRule.ts';
-import { addOwnAddress } from './helpers/ownAddress.ts';
+import { ownListener, type OwnListener } from './helpers/ownAddress.ts';
 import { RemoteError } from '../src/data/connectors/remote.ts';
 import { S3Storage } from '../src/data/connectors/s3.ts';
 import { WebDavStorage } from '../src/data/connectors/webdav.ts';
@@ -293,8 +292,7 @@ describe('provider failures', () => {
 
 test('by default accounts may not point at the server\'s own network, its public addresses included (ALGOHOST_CONNECTOR_NETWORK=public)', async (t) => {
   const guarded = await startServer();
-  let own: ReturnType<typeof addOwnAddress> | undefined;
-  let listener: http.Server | undefined;
+  let mine: OwnListener | string | undefined;
   try {
     const key = await guarded.user('dave');
     await connectAccount(guarded, 'dave', key, { label: 'local', protocol: 'objstore', cred_data: { endpoint: s3.endpoint, ...S3RVER_KEY } });
@@ -304,16 +302,9 @@ test('by default accounts may not point at the server\'s own network, its public
     // The finding (issue 36): a WebDAV account made the server send PROPFIND to a listener on
     // the node's own public address, and its errors told what answered. This machine is given
     // such an address (198.51.100.214 on an interface of the test's own: no range refuses it).
-    const mine = addOwnAddress('198.51.100.214');
-    own = mine;
+    mine = await ownListener('198.51.100.214');
     if (typeof mine === 'string') return t.skip(mine);
-    const heard: string[] = [];
-    listener = http.createServer((req, res) => {
-      heard.push(`${req.method} ${req.url}`);
-      res.writeHead(501).end('Unsupported method (a port scan would read this)');
-    });
-    await new Promise<void>((r) => listener!.listen(0, mine.address, r));
-    const endpoint = `http://${mine.address}:${(listener.address() as net.AddressInfo).port}`;
+    const endpoint = mine.url;
     await connectAccount(guarded, 'dave', key, { label: 'ownS3', protocol: 'objstore', cred_data: { endpoint, ...S3RVER_KEY } });
     await connectAccount(guarded, 'dave', key, { label: 'ownDav', protocol: 'filehost', provider: 'webdav', cred_data: { url: `${endpoint}/dav/` } });
     for (const [label, path] of [['ownS3', '/v1/connector/objstore+ownS3/bkt/x.txt'], ['ownDav', '/v1/connector/filehost+ownDav/x.txt']] as const) {
@@ -321,11 +312,9 @@ test('by default accounts may not point at the server\'s own network, its public
       assert.match(refused, new RegExp(`^the account "${label}" was refused by the address rule: 198\\.51\\.100\\.214 is an address of this server\\.`));
       assert.doesNotMatch(refused, /501|Unsupported|ECONNREFUSED|Parse Error/);
     }
-    assert.deepEqual(heard, [], 'the listener on the server\'s own address was reached');
+    assert.deepEqual(mine.heard, [], 'the listener on the server\'s own address was reached');
   } finally {
-    listener?.closeAllConnections();
-    await new Promise((r) => (listener ? listener.close(r) : r(undefined)));
-    if (typeof own === 'object') own.remove();
+    if (typeof mine === 'object') await mine.close();
     await guarded.close();
   }
   for (const internal of ['127.0.0.1', '10.1.2.3', '172.20.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', '::', 'fd00::1', 'fe80::1', '::ffff:127.0.0.1', '::ffff:169.254.169.254']) {

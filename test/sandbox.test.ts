@@ -21,6 +21,16 @@ let server: http.Server;
 let port = 0;
 const workers: Worker[] = [];
 
+/** The ways a sandbox may have the network: none, the host's, and behind the egress fence where it can be made here. */
+function networkKinds(): [string, Partial<SandboxSpec>][] {
+  const kinds: [string, Partial<SandboxSpec>][] = [
+    ['no network', {}],
+    ['the host\'s network', { network: true }],
+  ];
+  if (probeFence().available) kinds.push(['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }]);
+  return kinds;
+}
+
 function algorithm(name: string, source: string): SandboxSpec {
   const dir = path.join(root, 'algos', name);
   fs.mkdirSync(dir, { recursive: true });
@@ -223,12 +233,7 @@ describe('escape attempts fail', { skip }, () => {
         }
         return out;
       }`;
-    const fence = probeFence();
-    const kinds: [string, Partial<SandboxSpec>][] = [
-      ['no network', {}],
-      ['the host\'s network', { network: true }],
-      ...(fence.available ? [['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }] as [string, Partial<SandboxSpec>]] : []),
-    ];
+    const kinds = networkKinds();
     const runners = fileURLToPath(new URL('../src/runtime/runners', import.meta.url));
     const hostPaths = [root, runners, process.cwd(), fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '')];
     for (const [kind, extra] of kinds) {
@@ -269,12 +274,7 @@ def apply(input):
       fs.writeFileSync(path.join(dir, entry), source);
       return { runner, algoDir: dir, entry, network: false, limits: { ...DEFAULT_LIMITS } };
     };
-    const fence = probeFence();
-    const kinds: [string, Partial<SandboxSpec>][] = [
-      ['no network', {}],
-      ['the host\'s network', { network: true }],
-      ...(fence.available ? [['behind the egress fence', { network: true, fence: { reach: 'public', allow: [], deny: [] } }] as [string, Partial<SandboxSpec>]] : []),
-    ];
+    const kinds = networkKinds();
     const runners = fileURLToPath(new URL('../src/runtime/runners', import.meta.url));
     const repo = fileURLToPath(new URL('..', import.meta.url)).replace(/\/$/, '');
     const host = os.hostname();

@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { verify } from '../src/events/signing.ts';
-import { addOwnAddress } from './helpers/ownAddress.ts';
+import { ownListener, type OwnListener } from './helpers/ownAddress.ts';
 
 /** Retries a few hundred ms apart instead of seconds to hours (8 attempts, as the real schedule). */
 const SCHEDULE = [0, 100, 200, 200, 200, 200, 200, 200];
@@ -121,8 +121,7 @@ describe('webhook subscriptions', () => {
 
   test('with ALGOHOST_CONNECTOR_NETWORK=public (the default), the address rule holds: internal addresses, the deployment\'s services and the server\'s own public address are refused, when subscribing and at delivery', async (t) => {
     const strict = await startServer();
-    let own: ReturnType<typeof addOwnAddress> | undefined;
-    let listener: http.Server | undefined;
+    let mine: OwnListener | string | undefined;
     try {
       const carol = api(strict.url, await strict.user('carol'));
       // The deployment's database (PostgreSQL under test:shared and test:cluster) and NATS are services of ours too.
@@ -139,16 +138,9 @@ describe('webhook subscriptions', () => {
       // address, and its delivery records told what answered there. This machine is given such
       // an address (198.51.100.213 on an interface of the test's own: no range refuses it).
       const made = await subscribe('http://198.51.100.213:9/hook', {}, carol, 'carol');
-      const mine = addOwnAddress('198.51.100.213');
-      own = mine;
+      mine = await ownListener('198.51.100.213');
       if (typeof mine === 'string') return t.skip(mine);
-      const heard: string[] = [];
-      listener = http.createServer((req, res) => {
-        heard.push(`${req.method} ${req.url}`);
-        res.writeHead(501).end('Unsupported method (a port scan would read this)');
-      });
-      await new Promise<void>((r) => listener!.listen(0, mine.address, r));
-      const url = `http://${mine.address}:${(listener.address() as AddressInfo).port}/hook`;
+      const url = `${mine.url}/hook`;
       const r = await postJson(carol, '/v1/users/carol/subscriptions', { url });
       assert.equal(r.status, 403);
       assert.match((await json(r)).error.message, /^the webhook url was refused by the address rule: 198\.51\.100\.213 is an address of this server\./);
@@ -164,11 +156,9 @@ describe('webhook subscriptions', () => {
       assert.equal(attempts[0]!.status_code, null);
       assert.match(attempts[0]!.error, /^the endpoint was refused by the address rule: 198\.51\.100\.213 is an address of this server\./);
       assert.doesNotMatch(attempts[0]!.error, /501|Unsupported|ECONNREFUSED|Parse Error/);
-      assert.deepEqual(heard, [], 'the listener on the server\'s own address was reached');
+      assert.deepEqual(mine.heard, [], 'the listener on the server\'s own address was reached');
     } finally {
-      listener?.closeAllConnections();
-      await new Promise((r) => (listener ? listener.close(r) : r(undefined)));
-      if (typeof own === 'object') own.remove();
+      if (typeof mine === 'object') await mine.close();
       await strict.close();
     }
   });

@@ -8,6 +8,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 
 const IP = ['/usr/sbin/ip', '/usr/bin/ip', '/sbin/ip', '/bin/ip'].find((f) => fs.existsSync(f));
 const PREFIX = 'ahown';
@@ -99,6 +101,50 @@ export function addOwnAddress(address: string): OwnAddress | string {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       remove();
+    },
+  };
+}
+
+/** A listener on an address of this machine's own (addOwnAddress), and what reached it. */
+export interface OwnListener {
+  address: string;
+  /** `http://address:port`. */
+  url: string;
+  /** `METHOD /path` of every request that reached it. */
+  heard: string[];
+  /** Stops listening and removes the address. */
+  close(): Promise<void>;
+}
+
+/**
+ * Listens on `address`, given to this machine (addOwnAddress), answering every request 501 with
+ * a text a port scan would read back; a string saying why not where the address cannot be made.
+ */
+export async function ownListener(address: string): Promise<OwnListener | string> {
+  const own = addOwnAddress(address);
+  if (typeof own === 'string') return own;
+  const heard: string[] = [];
+  const server = http.createServer((req, res) => {
+    heard.push(`${req.method} ${req.url}`);
+    res.writeHead(501).end('Unsupported method (a port scan would read this)');
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, own.address, resolve);
+    });
+  } catch (err) {
+    own.remove();
+    throw err;
+  }
+  return {
+    address: own.address,
+    url: `http://${own.address}:${(server.address() as AddressInfo).port}`,
+    heard,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+      own.remove();
     },
   };
 }
