@@ -20,7 +20,7 @@ export const API_ERROR_CODES = [
   'unknown_connector', 'key_not_found', 'algorithm_not_found', 'build_not_found', 'version_not_found', 'request_not_found', 'subscription_not_found', 'trigger_not_found',
   'method_not_allowed', 'already_exists', 'type_conflict', 'directory_not_empty', 'no_build',
   'already_published', 'idempotency_key_in_use', 'deprecated_route', 'event_expired', 'payload_too_large', 'storage_quota_exceeded', 'unsupported_media_type',
-  'range_not_satisfiable', 'invalid_path', 'reserved_path', 'invalid_json', 'invalid_body', 'invalid_acl',
+  'range_not_satisfiable', 'malformed_request', 'headers_too_large', 'request_timeout', 'invalid_path', 'reserved_path', 'invalid_json', 'invalid_body', 'invalid_acl',
   'invalid_marker', 'invalid_query', 'invalid_username', 'invalid_password', 'invalid_algorithm_name', 'invalid_key_name',
   'invalid_permissions', 'invalid_version', 'invalid_archive', 'network_not_allowed', 'invalid_connector',
   'call_depth_exceeded', 'acl_not_supported', 'invalid_subscription', 'invalid_trigger', 'invalid_idempotency_key', 'idempotency_key_reused', 'user_exists', 'too_many_attempts', 'rate_limited', 'concurrency_limited', 'compute_quota_exceeded', 'queue_full', 'delete_incomplete', 'internal_error',
