@@ -131,6 +131,10 @@ export interface Config {
   asyncResultTtlS: number;
   /** ALGOHOST_EVENT_RETENTION_H: how long events are kept for the live stream to resume from (docs/events.md). */
   eventRetentionH: number;
+  /** ALGOHOST_MAX_STREAMS_PER_USER: live event streams one user may hold open at once, every API node together (0: no cap). */
+  maxStreamsPerUser: number;
+  /** ALGOHOST_MAX_STREAMS: live event streams a node holds open at once, every user's together (0: no cap). */
+  maxStreams: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
@@ -242,6 +246,8 @@ export const DEFAULTS = {
   sweepIntervalMs: 60_000,
   asyncResultTtlS: 86_400,
   eventRetentionH: 24,
+  maxStreamsPerUser: 10,
+  maxStreams: 1000,
   limitCallsPerMin: 0,
   limitBurst: 0,
   limitConcurrency: 0,
@@ -918,6 +924,18 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_EVENT_RETENTION_H', env.ALGOHOST_EVENT_RETENTION_H, DEFAULTS.eventRetentionH, 1, 24 * 90),
     docs: [
       { vars: ["ALGOHOST_EVENT_RETENTION_H"], shown: code(DEFAULTS.eventRetentionH), meaning: "How long events are kept, in hours (1 to 90 days): a live stream (`GET /v1/users/:user/events`) resumes with `Last-Event-ID` after an event kept that long; an older one answers 410 `event_expired` (docs/events.md)." },
+    ],
+  },
+  maxStreamsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_STREAMS_PER_USER', env.ALGOHOST_MAX_STREAMS_PER_USER, DEFAULTS.maxStreamsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_STREAMS_PER_USER"], shown: code(DEFAULTS.maxStreamsPerUser), meaning: "Live event streams (`GET /v1/users/:user/events`) one user may hold open at once, every key and session of theirs together; one more is refused 429 `too_many_streams` before it starts. On PostgreSQL counted on every API node together (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxStreams: {
+    read: (env) => int('ALGOHOST_MAX_STREAMS', env.ALGOHOST_MAX_STREAMS, DEFAULTS.maxStreams, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_STREAMS"], shown: code(DEFAULTS.maxStreams), meaning: "Live event streams one API node holds open at once, every user's together; one more is refused 503 `server_busy` (a balancer may send it to another node). Each holds a socket and a listener of the node's feed: 1,000 is a third of what slowed one node for everyone in a test (docs/security.md, \"What one user can hold\"). `0`: no cap." },
     ],
   },
   limitCallsPerMin: {

@@ -73,6 +73,7 @@ export const ERROR_CODES = {
   concurrency_limited: 429,
   compute_quota_exceeded: 429,
   queue_full: 429,
+  too_many_streams: 429,
   delete_incomplete: 500,
   internal_error: 500,
   connector_error: 502,

@@ -43,6 +43,7 @@ import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ComputeMeter } from './limits/compute.ts';
 import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
+import { StreamSlots } from './limits/streams.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
 import { openTracer, type Tracer } from './tracing.ts';
@@ -210,6 +211,13 @@ export async function createServices(config: Config, options: ServiceOptions = {
         await artifacts.removeAlgorithm(id);
       }
     },
+    // A user's live streams are counted in the database where it is shared, as their calls are (below).
+    new StreamSlots(
+      { perUser: config.maxStreamsPerUser, perNode: config.maxStreams },
+      store.dialect === 'postgres'
+        ? { store: new SharedLimitStore(store), instance: store.instance, log: (err: unknown) => options.log?.warn({ err }, 'an event stream\'s slot could not be given back in the database; the sweep gives it back if this node stops') }
+        : undefined,
+    ),
   );
   // ALGOHOST_SANDBOX=gvisor: every sandbox (workers and builds) under gVisor's runsc, never
   // without it (the server refuses to start where it cannot run, in main).

@@ -316,7 +316,7 @@ const events: RouteDoc[] = [
       header('Last-Event-ID', 'Resume after this event (`evt_…`).'),
     ],
     answers: { 200: { description: 'The stream: `retry:`, then `id:`/`data:` messages and `: keep-alive` comments.', content: { 'text/event-stream': { type: 'string', description: 'Server-Sent Events; each data: line is a CloudEvent in JSON.' } } } },
-    errors: [...KEYED, 410],
+    errors: [...KEYED, 410, 429],
   },
   { method: 'POST', route: '/v1/users/:username/subscriptions', paths: [S], operationId: 'createSubscription', tag: 'Webhooks', auth: 'key', summary: 'Subscribe a URL to your events', body: { required: true, content: json('SubscriptionInput') }, answers: { 201: { description: 'Subscribed, with its signing secret shown this once.', content: json('SubscriptionWithSecret') } }, errors: [...KEYED, 409, 413, 415] },
   { method: 'GET', route: '/v1/users/:username/subscriptions', paths: [S], operationId: 'listSubscriptions', tag: 'Webhooks', auth: 'key', summary: 'Your webhook subscriptions', answers: ok('SubscriptionList', 'Every subscription.'), errors: KEYED },
