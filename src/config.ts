@@ -135,6 +135,12 @@ export interface Config {
   maxStreamsPerUser: number;
   /** ALGOHOST_MAX_STREAMS: live event streams a node holds open at once, every user's together (0: no cap). */
   maxStreams: number;
+  /** ALGOHOST_MAX_UPLOADS_PER_USER: uploads (PUT of a file) one user may have in flight at once (0: no cap). */
+  maxUploadsPerUser: number;
+  /** ALGOHOST_MAX_BUILDS_PER_USER: compiles one user may have running or waiting for a build slot at once (0: no cap). */
+  maxBuildsPerUser: number;
+  /** ALGOHOST_MAX_GIT_REQUESTS_PER_USER: git requests (clone, fetch, push) one user may have under way at once (0: no cap). */
+  maxGitRequestsPerUser: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
@@ -248,6 +254,9 @@ export const DEFAULTS = {
   eventRetentionH: 24,
   maxStreamsPerUser: 10,
   maxStreams: 1000,
+  maxUploadsPerUser: 20,
+  maxBuildsPerUser: 5,
+  maxGitRequestsPerUser: 5,
   limitCallsPerMin: 0,
   limitBurst: 0,
   limitConcurrency: 0,
@@ -936,6 +945,24 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_MAX_STREAMS', env.ALGOHOST_MAX_STREAMS, DEFAULTS.maxStreams, 0, 1_000_000),
     docs: [
       { vars: ["ALGOHOST_MAX_STREAMS"], shown: code(DEFAULTS.maxStreams), meaning: "Live event streams one API node holds open at once, every user's together; one more is refused 503 `server_busy` (a balancer may send it to another node). Each holds a socket and a listener of the node's feed: 1,000 is a third of what slowed one node for everyone in a test (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxUploadsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_UPLOADS_PER_USER', env.ALGOHOST_MAX_UPLOADS_PER_USER, DEFAULTS.maxUploadsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_UPLOADS_PER_USER"], shown: code(DEFAULTS.maxUploadsPerUser), meaning: "Uploads (a file's `PUT`, to hosted data or a connected account) one user may have in flight at once, every key, session and algorithm of theirs together; one more is refused 429 `too_many_uploads` before a byte is read. On PostgreSQL counted on every API node together (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxBuildsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_BUILDS_PER_USER', env.ALGOHOST_MAX_BUILDS_PER_USER, DEFAULTS.maxBuildsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_BUILDS_PER_USER"], shown: code(DEFAULTS.maxBuildsPerUser), meaning: "Compiles (`POST …/compile`, and a git push's build) one user may have running or waiting for a build slot at once; one more is refused 429 `too_many_builds` before it waits. A user's builds run one at a time anyway: the rest only hold their requests. On PostgreSQL counted on every API node together. `0`: no cap." },
+    ],
+  },
+  maxGitRequestsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_GIT_REQUESTS_PER_USER', env.ALGOHOST_MAX_GIT_REQUESTS_PER_USER, DEFAULTS.maxGitRequestsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_GIT_REQUESTS_PER_USER"], shown: code(DEFAULTS.maxGitRequestsPerUser), meaning: "Git requests (clone, fetch, push; each runs a git process, a push its build too) one user may have under way at once, by the user whose key git authenticated with; one more is refused 429 `too_many_git_requests`. On PostgreSQL counted on every API node together. `0`: no cap." },
     ],
   },
   limitCallsPerMin: {

@@ -43,7 +43,7 @@ import { CallLimiter, defaultBurst, Limits } from './limits/limits.ts';
 import { ComputeMeter } from './limits/compute.ts';
 import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
-import { StreamSlots } from './limits/streams.ts';
+import { BUILDS, GIT, HeldSlots, STREAMS, UPLOADS, type HeldCaps, type HeldKind } from './limits/held.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
 import { openTracer, type Tracer } from './tracing.ts';
@@ -196,7 +196,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
     },
     ...options.connected,
   });
-  const data = new DataService((principal, name) => connected.connector(principal, name));
+  // What one user may hold open at once (docs/security.md "What one user can hold"): counted in
+  // the database where it is shared, as calls at once are (below), so the caps hold across API nodes.
+  const heldShared =
+    store.dialect === 'postgres'
+      ? { store: new SharedLimitStore(store), instance: store.instance, log: (err: unknown) => options.log?.warn({ err }, 'a held slot (a stream, upload, compile or git request) could not be given back in the database; the sweep gives it back if this node stops') }
+      : undefined;
+  const held = (kind: HeldKind, caps: HeldCaps) => new HeldSlots(kind, caps, heldShared);
+  const data = new DataService((principal, name) => connected.connector(principal, name), held(UPLOADS, { perUser: config.maxUploadsPerUser }));
   data.register('data', hosted);
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   // Where servers share the file store, sources and builds are stored in it too.
@@ -211,13 +218,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
         await artifacts.removeAlgorithm(id);
       }
     },
-    // A user's live streams are counted in the database where it is shared, as their calls are (below).
-    new StreamSlots(
-      { perUser: config.maxStreamsPerUser, perNode: config.maxStreams },
-      store.dialect === 'postgres'
-        ? { store: new SharedLimitStore(store), instance: store.instance, log: (err: unknown) => options.log?.warn({ err }, 'an event stream\'s slot could not be given back in the database; the sweep gives it back if this node stops') }
-        : undefined,
-    ),
+    held(STREAMS, { perUser: config.maxStreamsPerUser, perNode: config.maxStreams }),
   );
   // ALGOHOST_SANDBOX=gvisor: every sandbox (workers and builds) under gVisor's runsc, never
   // without it (the server refuses to start where it cannot run, in main).
@@ -241,7 +242,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings')),
     fence: (endpoints) => network.buildFence(endpoints),
   });
-  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing);
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing, held(BUILDS, { perUser: config.maxBuildsPerUser }));
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
@@ -303,7 +304,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     data,
     algorithms,
     environments: new Environments((prefix) => files.scratch(prefix)),
-    git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000 }),
+    git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000, held: held(GIT, { perUser: config.maxGitRequestsPerUser }) }),
     builds,
     artifacts,
     releases,

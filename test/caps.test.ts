@@ -7,8 +7,11 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { SharedLimitStore } from '../src/limits/shared.ts';
+import type { HeldSlots } from '../src/limits/held.ts';
+import { createAlgorithm } from './helpers/algorithms.ts';
 
 /** The default per-user cap (ALGOHOST_MAX_STREAMS_PER_USER), tested as shipped. */
 const PER_USER = 10;
@@ -54,6 +57,43 @@ async function allGivenBack(): Promise<void> {
     const { id } = await s.services.users.require(name);
     await until(`${name}'s streams given back on every node`, async () => (await shared.inFlight(`streams:u${id}`)) === 0);
   }
+}
+
+/** This process's slots of each kind (on SQLite the only count there is). */
+const LOCAL: Record<string, () => HeldSlots | undefined> = {
+  streams: () => s.services.users.streams,
+  uploads: () => s.services.data.uploads,
+  builds: () => s.services.builds.held,
+  git: () => s.services.git.held,
+};
+
+/** What a user holds of a kind now: on PostgreSQL every node's, in the database; else this node's. */
+async function holding(kind: string, user: string): Promise<number> {
+  const { id } = await s.services.users.require(user);
+  if (s.services.store.dialect === 'postgres') return new SharedLimitStore(s.services.store).inFlight(`${kind}:u${id}`);
+  return LOCAL[kind]!()!.open(id);
+}
+
+/** A request body that sends one byte and then waits until `end` (or the request is aborted). */
+function slowBody(): { body: ReadableStream<Uint8Array>; end(): void } {
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+      c.enqueue(new Uint8Array([0x78]));
+    },
+  });
+  return { body, end: () => controller.close() };
+}
+
+/** A 429 in our envelope with `code`, naming its cap and setting. */
+async function refused(res: Response, code: string, limit: number, setting: string): Promise<void> {
+  const body = await json(res);
+  assert.equal(res.status, 429, JSON.stringify(body));
+  assert.equal(body.error.code, code);
+  assert.equal(body.error.limit, limit);
+  assert.ok(body.error.message.includes(setting), body.error.message);
+  assert.equal(res.headers.get('retry-after'), '5');
 }
 
 async function until(what: string, check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
@@ -150,5 +190,88 @@ describe('live event streams', () => {
     const st = await open('carol', s.node);
     st.close();
     assert.equal(st.status, 200);
+  });
+});
+
+describe('uploads in flight', () => {
+  test('a user has at most 20 at once; one more is refused 429 too_many_uploads before its body, and others go on', async () => {
+    const call = api(s.url, keys.alice);
+    const slow = Array.from({ length: 20 }, () => slowBody());
+    const answers = slow.map((b, i) =>
+      call(`/v1/data/.my/caps/slow-${i}.bin`, { method: 'PUT', body: b.body, duplex: 'half' } as RequestInit),
+    );
+    try {
+      await until('twenty uploads under way', async () => (await holding('uploads', 'alice')) === 20);
+      await refused(await call('/v1/data/.my/caps/one-more.bin', { method: 'PUT', body: 'one more' }), 'too_many_uploads', 20, 'ALGOHOST_MAX_UPLOADS_PER_USER');
+      await othersUnaffected('bob');
+    } finally {
+      for (const b of slow) b.end();
+    }
+    // The held uploads finish as any would, and give their slots back.
+    for (const r of await Promise.all(answers)) assert.equal(r.status, 200, await r.text());
+    await until('every upload given back', async () => (await holding('uploads', 'alice')) === 0);
+    const after = await call('/v1/data/.my/caps/one-more.bin', { method: 'PUT', body: 'one more' });
+    assert.equal(after.status, 200, await after.text());
+  });
+});
+
+describe('compiles', () => {
+  test('a user has at most 5 running or waiting; one more is refused 429 too_many_builds, and others go on', async () => {
+    // Compiles sent to this process's node, where the algorithm's lock is held, wait behind it.
+    const call = api(s.node, keys.alice);
+    await createAlgorithm(call, 'alice', 'Held');
+    const { id } = await s.services.store.db.selectFrom('algorithms').select('id').where('name', '=', 'Held').executeTakeFirstOrThrow();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holder = s.services.builds.lock.run(id, () => {
+      locked();
+      return gate;
+    });
+    await isLocked;
+    let waiting: Promise<Response>[] = [];
+    try {
+      waiting = Array.from({ length: 5 }, () => call('/v1/algorithms/alice/Held/compile', { method: 'POST' }));
+      await until('five compiles waiting', async () => (await holding('builds', 'alice')) === 5);
+      await refused(await call('/v1/algorithms/alice/Held/compile', { method: 'POST' }), 'too_many_builds', 5, 'ALGOHOST_MAX_BUILDS_PER_USER');
+      await othersUnaffected('bob');
+    } finally {
+      open();
+      await holder;
+    }
+    for (const r of await Promise.all(waiting)) {
+      const body = await json(r);
+      assert.equal(r.status, 200, JSON.stringify(body));
+    }
+    await until('every compile given back', async () => (await holding('builds', 'alice')) === 0);
+  });
+});
+
+describe('git requests', () => {
+  test('a user has at most 5 under way; one more is refused 429 too_many_git_requests, and others go on', { skip: !fs.existsSync('/usr/lib/git-core/git-http-backend') && 'git is not installed' }, async () => {
+    // Each node keeps its own repositories (docs/deployment.md): this process's node.
+    const auth = `Basic ${Buffer.from(`alice:${keys.alice}`).toString('base64')}`;
+    await createAlgorithm(api(s.node, keys.alice), 'alice', 'Gitted');
+    const repo = `${s.node}/git/alice/Gitted.git`;
+    // Fetches whose request has not ended: each holds a git process until it does.
+    const slow = Array.from({ length: 5 }, () => slowBody());
+    const pending = slow.map((b) =>
+      fetch(`${repo}/git-upload-pack`, { method: 'POST', headers: { authorization: auth, 'content-type': 'application/x-git-upload-pack-request' }, body: b.body, duplex: 'half' } as RequestInit).then((r) => r.arrayBuffer()),
+    );
+    try {
+      await until('five git requests under way', async () => (await holding('git', 'alice')) === 5);
+      const over = await fetch(`${repo}/info/refs?service=git-upload-pack`, { headers: { authorization: auth } });
+      await refused(over, 'too_many_git_requests', 5, 'ALGOHOST_MAX_GIT_REQUESTS_PER_USER');
+      await othersUnaffected('bob');
+    } finally {
+      for (const b of slow) b.end();
+    }
+    // Git answers what it was sent (one byte: not a request it takes) and ends.
+    await Promise.all(pending);
+    await until('every git request given back', async () => (await holding('git', 'alice')) === 0);
+    const refs = await fetch(`${repo}/info/refs?service=git-upload-pack`, { headers: { authorization: auth } });
+    assert.equal(refs.status, 200);
+    await refs.arrayBuffer();
   });
 });

@@ -2,7 +2,7 @@ import type { Db, MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import { generateApiKey, hashApiKey, newKeyId } from './apiKeys.ts';
-import { StreamSlots } from '../limits/streams.ts';
+import { HeldSlots, STREAMS } from '../limits/held.ts';
 
 export const USERNAME_PATTERN = /^[A-Za-z][A-Za-z0-9_]{0,29}$/;
 
@@ -38,7 +38,7 @@ export class UserService {
      * The slots of the users' live event streams (docs/security.md "What one user can hold"):
      * here because every route of a user's own business has the users at hand.
      */
-    readonly streams: StreamSlots = new StreamSlots({ perUser: 0, perNode: 0 }),
+    readonly streams: HeldSlots = new HeldSlots(STREAMS, { perUser: 0 }),
   ) {
     this.db = store.db;
   }

@@ -209,7 +209,7 @@ function dataOps(route: string, path: string, idBase: string, note: string, depr
       parameters: [IDEMPOTENCY],
       body: { required: true, description: 'The file\'s content.', content: { 'application/octet-stream': BINARY, '*/*': BINARY } },
       answers: { 200: { description: 'The Data URI of the file.', content: json('DataUriResult'), headers: REPLAYED } },
-      errors: [...errs, 413, 422],
+      errors: [...errs, 413, 422, 429],
     },
     {
       ...common, method: 'POST', operationId: `createDirectory${idBase}`,
@@ -261,7 +261,7 @@ const algorithms: RouteDoc[] = [
     body: { required: true, content: { 'application/gzip': BINARY, 'application/x-gzip': BINARY, 'application/octet-stream': BINARY } },
     answers: ok('SourceUpload', 'What was kept.'), errors: [...KEYED, 409, 413, 415],
   },
-  { method: 'POST', route: '/v1/algorithms/:owner/:name/compile', paths: [`${A}/compile`], operationId: 'compileAlgorithm', tag: 'Builds', auth: 'key', summary: 'Build the latest source', description: 'Waits for the build; a failed build is a 200 with `compilation.successful: false` and its output.', answers: ok('CompileResult', 'The build.'), errors: [...KEYED, 409] },
+  { method: 'POST', route: '/v1/algorithms/:owner/:name/compile', paths: [`${A}/compile`], operationId: 'compileAlgorithm', tag: 'Builds', auth: 'key', summary: 'Build the latest source', description: 'Waits for the build; a failed build is a 200 with `compilation.successful: false` and its output.', answers: ok('CompileResult', 'The build.'), errors: [...KEYED, 409, 429] },
   { method: 'GET', route: '/v1/algorithms/:owner/:name/builds', paths: [`${A}/builds`], operationId: 'listBuilds', tag: 'Builds', auth: 'key', summary: 'An algorithm\'s builds', answers: ok('BuildPage', 'Newest first.'), errors: KEYED },
   { method: 'GET', route: '/v1/algorithms/:owner/:name/builds/:id', paths: [`${A}/builds/{id}`], operationId: 'getBuild', tag: 'Builds', auth: 'key', summary: 'A build', answers: ok('Build', 'The build.'), errors: KEYED },
   { method: 'GET', route: '/v1/algorithms/:owner/:name/builds/:id/logs', paths: [`${A}/builds/{id}/logs`], operationId: 'getBuildLogs', tag: 'Builds', auth: 'key', summary: 'A build\'s output', answers: ok('BuildLogs', 'The build\'s output.'), errors: KEYED },
