@@ -141,6 +141,16 @@ export interface Config {
   maxBuildsPerUser: number;
   /** ALGOHOST_MAX_GIT_REQUESTS_PER_USER: git requests (clone, fetch, push) one user may have under way at once (0: no cap). */
   maxGitRequestsPerUser: number;
+  /** ALGOHOST_MAX_KEYS_PER_USER: API keys (not revoked) one user may have (0: no cap). */
+  maxKeysPerUser: number;
+  /** ALGOHOST_MAX_CONNECTORS_PER_USER: connected accounts one user may have (0: no cap). */
+  maxConnectorsPerUser: number;
+  /** ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER: webhook subscriptions one user may have (0: no cap). */
+  maxSubscriptionsPerUser: number;
+  /** ALGOHOST_MAX_PENDING_DELIVERIES: webhook deliveries one subscription may have pending; events past it are counted as overflow. */
+  maxPendingDeliveries: number;
+  /** ALGOHOST_MAX_SESSIONS_PER_USER: console sessions one user may have; a sign-in past it ends their oldest (0: no cap). */
+  maxSessionsPerUser: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_BURST: calls at once after a quiet spell (the bucket's size; 0: three seconds' worth of the rate). */
@@ -257,6 +267,11 @@ export const DEFAULTS = {
   maxUploadsPerUser: 20,
   maxBuildsPerUser: 5,
   maxGitRequestsPerUser: 5,
+  maxKeysPerUser: 100,
+  maxConnectorsPerUser: 50,
+  maxSubscriptionsPerUser: 50,
+  maxPendingDeliveries: 10_000,
+  maxSessionsPerUser: 20,
   limitCallsPerMin: 0,
   limitBurst: 0,
   limitConcurrency: 0,
@@ -963,6 +978,36 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_MAX_GIT_REQUESTS_PER_USER', env.ALGOHOST_MAX_GIT_REQUESTS_PER_USER, DEFAULTS.maxGitRequestsPerUser, 0, 1_000_000),
     docs: [
       { vars: ["ALGOHOST_MAX_GIT_REQUESTS_PER_USER"], shown: code(DEFAULTS.maxGitRequestsPerUser), meaning: "Git requests (clone, fetch, push; each runs a git process, a push its build too) one user may have under way at once, by the user whose key git authenticated with; one more is refused 429 `too_many_git_requests`. On PostgreSQL counted on every API node together. `0`: no cap." },
+    ],
+  },
+  maxKeysPerUser: {
+    read: (env) => int('ALGOHOST_MAX_KEYS_PER_USER', env.ALGOHOST_MAX_KEYS_PER_USER, DEFAULTS.maxKeysPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_KEYS_PER_USER"], shown: code(DEFAULTS.maxKeysPerUser), meaning: "API keys one user may have, revoked ones not counted; one more is refused 409 `too_many_keys` (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxConnectorsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_CONNECTORS_PER_USER', env.ALGOHOST_MAX_CONNECTORS_PER_USER, DEFAULTS.maxConnectorsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_CONNECTORS_PER_USER"], shown: code(DEFAULTS.maxConnectorsPerUser), meaning: "Connected accounts (`objstore://`, `filehost://`) one user may have; one more is refused 409 `too_many_connectors`. `0`: no cap." },
+    ],
+  },
+  maxSubscriptionsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER', env.ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER, DEFAULTS.maxSubscriptionsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER"], shown: code(DEFAULTS.maxSubscriptionsPerUser), meaning: "Webhook subscriptions one user may have; one more is refused 409 `too_many_subscriptions`. Each holds at most 10,000 deliveries pending (docs/events.md). `0`: no cap." },
+    ],
+  },
+  maxPendingDeliveries: {
+    read: (env) => int('ALGOHOST_MAX_PENDING_DELIVERIES', env.ALGOHOST_MAX_PENDING_DELIVERIES, DEFAULTS.maxPendingDeliveries, 1, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_PENDING_DELIVERIES"], shown: code(DEFAULTS.maxPendingDeliveries), meaning: "Webhook deliveries one subscription may have pending (waiting to be sent or retried); an event past it is not queued for that subscription but counted on it (`overflowed`), never dropped unsaid. A user holds at most this times `ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER` (docs/security.md, \"What one user can hold\")." },
+    ],
+  },
+  maxSessionsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_SESSIONS_PER_USER', env.ALGOHOST_MAX_SESSIONS_PER_USER, DEFAULTS.maxSessionsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_SESSIONS_PER_USER"], shown: code(DEFAULTS.maxSessionsPerUser), meaning: "Console sessions one user may have at once; a sign-in past it ends their oldest session rather than be refused. `0`: no cap (each still ends after `ALGOHOST_SESSION_TTL_S`)." },
     ],
   },
   limitCallsPerMin: {

@@ -182,7 +182,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   );
   // Secrets at rest (connector credentials, webhook secrets), each sealed to its row.
   const box = new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'));
-  const accounts = new ConnectedAccounts(store, box);
+  const accounts = new ConnectedAccounts(store, box, config.maxConnectorsPerUser);
   const connected = new ConnectedStorage(accounts, markers, {
     maxUploadBytes: config.maxUploadBytes,
     timeoutMs: config.connectorTimeoutMs,
@@ -283,7 +283,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   releases.onPublished = (principal, owner, name, version, after) => {
     calls.warmPublished(principal, owner, name, version, after).catch((err: unknown) => options.log?.warn({ err, algorithm: `${owner}/${name}`, version }, 'a version just published could not be warmed; its first call starts a worker'));
   };
-  const keys = new KeyService(store);
+  const keys = new KeyService(store, config.maxKeysPerUser);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
@@ -299,7 +299,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     blobs,
     keys,
     users,
-    sessions: new SessionService(store, config.sessionTtlS * 1000),
+    sessions: new SessionService(store, config.sessionTtlS * 1000, config.maxSessionsPerUser),
     hosted,
     data,
     algorithms,
@@ -329,7 +329,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, ...options.webhooks }),
+    webhooks: new Webhooks(store, box, { network: config.connectorNetwork, pressure, metrics, tracing, maxSubscriptions: config.maxSubscriptionsPerUser, maxPending: config.maxPendingDeliveries, ...options.webhooks }),
     triggers: new Triggers(store, calls, keys, data, { pressure, tracing, ...options.triggers }),
     pressure,
     limits,

@@ -22,8 +22,20 @@ let s: TestServer;
 const keys: Record<string, string> = {};
 
 before(async () => {
-  s = await startServer({ env: { ALGOHOST_MAX_STREAMS: String(PER_NODE) } });
-  for (const name of ['alice', 'bob', 'carol']) {
+  s = await startServer({
+    env: {
+      ALGOHOST_MAX_STREAMS: String(PER_NODE),
+      // Counts of stored things, small so that the test reaches them quickly.
+      ALGOHOST_MAX_KEYS_PER_USER: '3',
+      ALGOHOST_MAX_CONNECTORS_PER_USER: '2',
+      ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER: '2',
+      ALGOHOST_MAX_SESSIONS_PER_USER: '2',
+      ALGOHOST_MAX_PENDING_DELIVERIES: '2',
+      // Subscriptions to a loopback address that never answers (nothing here makes dave an event).
+      ALGOHOST_CONNECTOR_NETWORK: 'any',
+    },
+  });
+  for (const name of ['alice', 'bob', 'carol', 'dave', 'erin']) {
     keys[name] = await s.user(name);
     const mk = await api(s.url, keys[name])('/v1/data/.my', { method: 'POST', body: JSON.stringify({ name: 'caps' }), headers: { 'content-type': 'application/json' } });
     assert.equal(mk.status, 200, await mk.text());
@@ -273,5 +285,98 @@ describe('git requests', () => {
     const refs = await fetch(`${repo}/info/refs?service=git-upload-pack`, { headers: { authorization: auth } });
     assert.equal(refs.status, 200);
     await refs.arrayBuffer();
+  });
+});
+
+describe('counts of stored things', () => {
+  const post = (path: string, body: unknown) =>
+    api(s.url, keys.dave)(`/v1/users/dave/${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+  /** Creates until the cap, then one more: 409 with the code, naming the setting; another user creates as before. */
+  async function capped(path: string, cap: number, code: string, setting: string, body: (i: number) => unknown, had = 0): Promise<void> {
+    for (let i = 0; i < cap; i++) {
+      const r = await post(path, body(i));
+      assert.equal(r.status, 201, `${path} ${i + 1}: ${await r.text()}`);
+    }
+    const over = await post(path, body(cap));
+    const e = await json(over);
+    assert.equal(over.status, 409, JSON.stringify(e));
+    assert.equal(e.error.code, code);
+    assert.equal(e.error.limit, cap + had);
+    assert.ok(e.error.message.includes(setting), e.error.message);
+    const other = await api(s.url, keys.carol)(`/v1/users/carol/${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body(0)) });
+    assert.equal(other.status, 201, await other.text());
+    await othersUnaffected('carol');
+  }
+
+  test('API keys: at most ALGOHOST_MAX_KEYS_PER_USER not revoked (the default key counts); one revoked frees a place', async () => {
+    // dave has his default key: two more reach 3.
+    await capped('keys', 2, 'too_many_keys', 'ALGOHOST_MAX_KEYS_PER_USER', (i) => ({ name: `k${i}` }), 1);
+    const list = await json(await api(s.url, keys.dave)('/v1/users/dave/keys'));
+    const k0 = (list.results ?? list).find((k: { name: string }) => k.name === 'k0');
+    const del = await api(s.url, keys.dave)(`/v1/users/dave/keys/${k0.id}`, { method: 'DELETE' });
+    assert.equal(del.status, 204);
+    const again = await post('keys', { name: 'k9' });
+    assert.equal(again.status, 201, await again.text());
+  });
+
+  test('connected accounts: at most ALGOHOST_MAX_CONNECTORS_PER_USER', async () => {
+    await capped('connectors', 2, 'too_many_connectors', 'ALGOHOST_MAX_CONNECTORS_PER_USER', (i) => ({
+      label: `box${i}`,
+      protocol: 'objstore',
+      cred_data: { endpoint: 'http://127.0.0.1:9', region: 'us-east-1', access_key_id: 'AKIAEXAMPLE', secret_access_key: 'not-a-secret-at-all-0000', force_path_style: true },
+    }));
+  });
+
+  test('webhook subscriptions: at most ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER', async () => {
+    await capped('subscriptions', 2, 'too_many_subscriptions', 'ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER', (i) => ({ url: `http://127.0.0.1:9/hook-${i}`, types: ['call.completed'] }));
+  });
+
+  test('console sessions: a sign-in past ALGOHOST_MAX_SESSIONS_PER_USER ends the oldest, never refused', async () => {
+    await s.services.sessions.setPassword('dave', 'dave password 1');
+    const signIn = async () => {
+      const r = await fetch(`${s.url}/v1/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'dave', password: 'dave password 1' }) });
+      const body = await json(r);
+      assert.equal(r.status, 200, JSON.stringify(body));
+      return r.headers.get('set-cookie')!.split(';')[0]!;
+    };
+    const alive = async (cookie: string) => {
+      const r = await fetch(`${s.url}/v1/session`, { headers: { cookie } });
+      await r.arrayBuffer();
+      return r.status === 200;
+    };
+    const first = await signIn();
+    const second = await signIn();
+    const third = await signIn();
+    assert.deepEqual([await alive(first), await alive(second), await alive(third)], [false, true, true]);
+    const { id } = await s.services.users.require('dave');
+    const n = await s.services.store.db.selectFrom('sessions').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', id).executeTakeFirst();
+    assert.equal(Number(n?.n), 2);
+  });
+});
+
+describe('webhook deliveries pending', () => {
+  test('a subscription holds at most ALGOHOST_MAX_PENDING_DELIVERIES; events past it are counted as overflowed, not queued', async () => {
+    const call = api(s.url, keys.erin);
+    // Nothing listens there: each delivery fails and waits for its retry, pending.
+    const sub = await call('/v1/users/erin/subscriptions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: 'http://127.0.0.1:9/hook', types: ['data.file.*'] }) });
+    const created = await json(sub);
+    assert.equal(sub.status, 201, JSON.stringify(created));
+    const id = created.id as string;
+    for (let i = 0; i < 4; i++) {
+      const put = await call(`/v1/data/.my/caps/event-${i}.txt`, { method: 'PUT', body: `event ${i}` });
+      assert.equal(put.status, 200, await put.text());
+    }
+    let seen: { overflowed: number } | undefined;
+    await until('two events counted as overflowed', async () => {
+      seen = await json(await call(`/v1/users/erin/subscriptions/${id}`));
+      return seen!.overflowed >= 2;
+    });
+    assert.equal(seen!.overflowed, 2);
+    const deliveries = await json(await call(`/v1/users/erin/subscriptions/${id}/deliveries`));
+    assert.equal((deliveries.results as unknown[]).length, 2, JSON.stringify(deliveries));
+    await othersUnaffected('bob');
+    const del = await call(`/v1/users/erin/subscriptions/${id}`, { method: 'DELETE' });
+    assert.equal(del.status, 204);
   });
 });
