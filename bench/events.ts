@@ -271,7 +271,9 @@ process.once('exit', () => {
   for (const s of servers) s.child.kill('SIGKILL');
   for (const w of workers) w.kill('SIGKILL');
 });
-const SERVE_ENV = { ALGOHOST_CONNECTOR_NETWORK: 'any', ALGOHOST_LOG_LEVEL: 'error' };
+// The SSE part holds SSE_STREAMS streams of one user, to measure what each costs: past the
+// caps on streams a user and a node may hold (docs/security.md "What one user can hold").
+const SERVE_ENV = { ALGOHOST_CONNECTOR_NETWORK: 'any', ALGOHOST_LOG_LEVEL: 'error', ALGOHOST_MAX_STREAMS_PER_USER: '0', ALGOHOST_MAX_STREAMS: '0' };
 
 async function serve(home: string, env: Record<string, string> = {}, args: string[] = []): Promise<ServerProcess> {
   const s = await startServerProcess({ home, env: { ...SERVE_ENV, ...env }, args, timeoutMs: 60_000 });

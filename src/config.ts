@@ -135,6 +135,26 @@ export interface Config {
   triggerRunsPerEvent: number;
   /** ALGOHOST_TRIGGER_MAX_QUEUED: runs one user's triggers may have queued at once (docs/events.md). */
   triggerMaxQueued: number;
+  /** ALGOHOST_MAX_STREAMS_PER_USER: live event streams one user may hold open at once, every API node together (0: no cap). */
+  maxStreamsPerUser: number;
+  /** ALGOHOST_MAX_STREAMS: live event streams a node holds open at once, every user's together (0: no cap). */
+  maxStreams: number;
+  /** ALGOHOST_MAX_UPLOADS_PER_USER: uploads (PUT of a file) one user may have in flight at once (0: no cap). */
+  maxUploadsPerUser: number;
+  /** ALGOHOST_MAX_BUILDS_PER_USER: compiles one user may have running or waiting for a build slot at once (0: no cap). */
+  maxBuildsPerUser: number;
+  /** ALGOHOST_MAX_GIT_REQUESTS_PER_USER: git requests (clone, fetch, push) one user may have under way at once (0: no cap). */
+  maxGitRequestsPerUser: number;
+  /** ALGOHOST_MAX_KEYS_PER_USER: API keys (not revoked) one user may have (0: no cap). */
+  maxKeysPerUser: number;
+  /** ALGOHOST_MAX_CONNECTORS_PER_USER: connected accounts one user may have (0: no cap). */
+  maxConnectorsPerUser: number;
+  /** ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER: webhook subscriptions one user may have (0: no cap). */
+  maxSubscriptionsPerUser: number;
+  /** ALGOHOST_MAX_PENDING_DELIVERIES: webhook deliveries one subscription may have pending; events past it are counted as overflow. */
+  maxPendingDeliveries: number;
+  /** ALGOHOST_MAX_SESSIONS_PER_USER: console sessions one user may have; a sign-in past it ends their oldest (0: no cap). */
+  maxSessionsPerUser: number;
   /** ALGOHOST_LIMIT_CALLS_PER_MIN: calls a user may make a minute unless their own limit says otherwise (0: no limit; docs/limits.md). */
   limitCallsPerMin: number;
   /** ALGOHOST_LIMIT_REQUESTS_PER_MIN: authenticated requests of every kind a user may make a minute (0: no limit; docs/limits.md). */
@@ -252,6 +272,16 @@ export const DEFAULTS = {
   eventRetentionH: 24,
   triggerRunsPerEvent: 50,
   triggerMaxQueued: 1000,
+  maxStreamsPerUser: 10,
+  maxStreams: 1000,
+  maxUploadsPerUser: 20,
+  maxBuildsPerUser: 5,
+  maxGitRequestsPerUser: 5,
+  maxKeysPerUser: 100,
+  maxConnectorsPerUser: 50,
+  maxSubscriptionsPerUser: 50,
+  maxPendingDeliveries: 10_000,
+  maxSessionsPerUser: 20,
   limitCallsPerMin: 0,
   limitRequestsPerMin: 0,
   limitRequestBurst: 0,
@@ -954,6 +984,66 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_LIMIT_REQUEST_BURST', env.ALGOHOST_LIMIT_REQUEST_BURST, DEFAULTS.limitRequestBurst, 0, 10_000_000),
     docs: [
       { vars: ["ALGOHOST_LIMIT_REQUEST_BURST"], shown: code(DEFAULTS.limitRequestBurst), meaning: "How many requests may come at once after a quiet spell: the size of the requests-per-minute bucket. 0: three seconds' worth of the rate (at least 1)." },
+    ],
+  },
+  maxStreamsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_STREAMS_PER_USER', env.ALGOHOST_MAX_STREAMS_PER_USER, DEFAULTS.maxStreamsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_STREAMS_PER_USER"], shown: code(DEFAULTS.maxStreamsPerUser), meaning: "Live event streams (`GET /v1/users/:user/events`) one user may hold open at once, every key and session of theirs together; one more is refused 429 `too_many_streams` before it starts. On PostgreSQL counted on every API node together (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxStreams: {
+    read: (env) => int('ALGOHOST_MAX_STREAMS', env.ALGOHOST_MAX_STREAMS, DEFAULTS.maxStreams, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_STREAMS"], shown: code(DEFAULTS.maxStreams), meaning: "Live event streams one API node holds open at once, every user's together; one more is refused 503 `server_busy` (a balancer may send it to another node). Each holds a socket and a listener of the node's feed: 1,000 is a third of what slowed one node for everyone in a test (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxUploadsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_UPLOADS_PER_USER', env.ALGOHOST_MAX_UPLOADS_PER_USER, DEFAULTS.maxUploadsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_UPLOADS_PER_USER"], shown: code(DEFAULTS.maxUploadsPerUser), meaning: "Uploads (a file's `PUT`, to hosted data or a connected account) one user may have in flight at once, every key, session and algorithm of theirs together; one more is refused 429 `too_many_uploads` before a byte is read. On PostgreSQL counted on every API node together (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxBuildsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_BUILDS_PER_USER', env.ALGOHOST_MAX_BUILDS_PER_USER, DEFAULTS.maxBuildsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_BUILDS_PER_USER"], shown: code(DEFAULTS.maxBuildsPerUser), meaning: "Compiles (`POST …/compile`, and a git push's build) one user may have running or waiting for a build slot at once; one more is refused 429 `too_many_builds` before it waits. A user's builds run one at a time anyway: the rest only hold their requests. On PostgreSQL counted on every API node together. `0`: no cap." },
+    ],
+  },
+  maxGitRequestsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_GIT_REQUESTS_PER_USER', env.ALGOHOST_MAX_GIT_REQUESTS_PER_USER, DEFAULTS.maxGitRequestsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_GIT_REQUESTS_PER_USER"], shown: code(DEFAULTS.maxGitRequestsPerUser), meaning: "Git requests (clone, fetch, push; each runs a git process, a push its build too) one user may have under way at once, by the user whose key git authenticated with; one more is refused 429 `too_many_git_requests`. On PostgreSQL counted on every API node together. `0`: no cap." },
+    ],
+  },
+  maxKeysPerUser: {
+    read: (env) => int('ALGOHOST_MAX_KEYS_PER_USER', env.ALGOHOST_MAX_KEYS_PER_USER, DEFAULTS.maxKeysPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_KEYS_PER_USER"], shown: code(DEFAULTS.maxKeysPerUser), meaning: "API keys one user may have, revoked ones not counted; one more is refused 409 `too_many_keys` (docs/security.md, \"What one user can hold\"). `0`: no cap." },
+    ],
+  },
+  maxConnectorsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_CONNECTORS_PER_USER', env.ALGOHOST_MAX_CONNECTORS_PER_USER, DEFAULTS.maxConnectorsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_CONNECTORS_PER_USER"], shown: code(DEFAULTS.maxConnectorsPerUser), meaning: "Connected accounts (`objstore://`, `filehost://`) one user may have; one more is refused 409 `too_many_connectors`. `0`: no cap." },
+    ],
+  },
+  maxSubscriptionsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER', env.ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER, DEFAULTS.maxSubscriptionsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER"], shown: code(DEFAULTS.maxSubscriptionsPerUser), meaning: "Webhook subscriptions one user may have; one more is refused 409 `too_many_subscriptions`. Each holds at most 10,000 deliveries pending (docs/events.md). `0`: no cap." },
+    ],
+  },
+  maxPendingDeliveries: {
+    read: (env) => int('ALGOHOST_MAX_PENDING_DELIVERIES', env.ALGOHOST_MAX_PENDING_DELIVERIES, DEFAULTS.maxPendingDeliveries, 1, 10_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_PENDING_DELIVERIES"], shown: code(DEFAULTS.maxPendingDeliveries), meaning: "Webhook deliveries one subscription may have pending (waiting to be sent or retried); an event past it is not queued for that subscription but counted on it (`overflowed`), never dropped unsaid. A user holds at most this times `ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER` (docs/security.md, \"What one user can hold\")." },
+    ],
+  },
+  maxSessionsPerUser: {
+    read: (env) => int('ALGOHOST_MAX_SESSIONS_PER_USER', env.ALGOHOST_MAX_SESSIONS_PER_USER, DEFAULTS.maxSessionsPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_SESSIONS_PER_USER"], shown: code(DEFAULTS.maxSessionsPerUser), meaning: "Console sessions one user may have at once; a sign-in past it ends their oldest session rather than be refused. `0`: no cap (each still ends after `ALGOHOST_SESSION_TTL_S`)." },
     ],
   },
   limitCallsPerMin: {

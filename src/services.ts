@@ -44,6 +44,7 @@ import { CallLimiter, defaultBurst, Limits, REQUESTS } from './limits/limits.ts'
 import { ComputeMeter } from './limits/compute.ts';
 import { AlgorithmSlots } from './limits/algorithmSlots.ts';
 import { SharedLimitStore } from './limits/shared.ts';
+import { BUILDS, GIT, HeldSlots, STREAMS, UPLOADS, type HeldCaps, type HeldKind } from './limits/held.ts';
 import { ConnectedStorage, type ConnectedStorageOptions } from './data/accounts/storage.ts';
 import { NO_METRICS, PromMetrics, type Metrics } from './metrics.ts';
 import { openTracer, type Tracer } from './tracing.ts';
@@ -182,7 +183,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   );
   // Secrets at rest (connector credentials, webhook secrets), each sealed to its row.
   const box = new CredentialBox(config.credentialsKey ?? secret.derive('connector-credentials'));
-  const accounts = new ConnectedAccounts(store, box);
+  const accounts = new ConnectedAccounts(store, box, config.maxConnectorsPerUser);
   // The one address rule (docs/security.md): where the server may connect on a user's behalf.
   // ALGOHOST_CONNECTOR_NETWORK=any lifts it for accounts, webhooks and builds' own indexes; the fence keeps it.
   const addressRule = await AddressRule.open(config);
@@ -200,7 +201,14 @@ export async function createServices(config: Config, options: ServiceOptions = {
     },
     ...options.connected,
   });
-  const data = new DataService((principal, name) => connected.connector(principal, name));
+  // What one user may hold open at once (docs/security.md "What one user can hold"): counted in
+  // the database where it is shared, as calls at once are (below), so the caps hold across API nodes.
+  const heldShared =
+    store.dialect === 'postgres'
+      ? { store: new SharedLimitStore(store), instance: store.instance, log: (err: unknown) => options.log?.warn({ err }, 'a held slot (a stream, upload, compile or git request) could not be given back in the database; the sweep gives it back if this node stops') }
+      : undefined;
+  const held = (kind: HeldKind, caps: HeldCaps) => new HeldSlots(kind, caps, heldShared);
+  const data = new DataService((principal, name) => connected.connector(principal, name), held(UPLOADS, { perUser: config.maxUploadsPerUser }));
   data.register('data', hosted);
   const files = new AlgorithmFiles(path.join(config.home, 'algorithms'));
   // Where servers share the file store, sources and builds are stored in it too.
@@ -215,6 +223,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
         await artifacts.removeAlgorithm(id);
       }
     },
+    held(STREAMS, { perUser: config.maxStreamsPerUser, perNode: config.maxStreams }),
   );
   // ALGOHOST_SANDBOX=gvisor: every sandbox (workers and builds) under gVisor's runsc, never
   // without it (the server refuses to start where it cannot run, in main).
@@ -238,7 +247,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     network: new BuildNetwork(config.build, path.join(config.home, 'build-settings'), userAddresses),
     fence: (endpoints) => network.buildFence(endpoints),
   });
-  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing);
+  const builds = new BuildService(store, algorithms, files, artifacts, builder, { maxCompressedBytes: config.maxSourceBytes }, metrics, tracing, held(BUILDS, { perUser: config.maxBuildsPerUser }));
   const releases = new ReleaseService(store, algorithms, builds, markers);
   const runtime = new AlgorithmRuntime(artifacts, {
     ...DEFAULT_RUNTIME,
@@ -281,7 +290,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
   releases.onPublished = (principal, owner, name, version, after) => {
     calls.warmPublished(principal, owner, name, version, after).catch((err: unknown) => options.log?.warn({ err, algorithm: `${owner}/${name}`, version }, 'a version just published could not be warmed; its first call starts a worker'));
   };
-  const keys = new KeyService(store);
+  const keys = new KeyService(store, config.maxKeysPerUser);
   const asyncQueue = options.asyncQueue ?? new LocalQueue(undefined, MAX_DETACHED, config.queue, config.queuePerCaller);
   const asyncCalls = new AsyncCalls(store, calls, keys, asyncQueue, {
     resultTtlMs: config.asyncResultTtlS * 1000,
@@ -297,12 +306,12 @@ export async function createServices(config: Config, options: ServiceOptions = {
     blobs,
     keys,
     users,
-    sessions: new SessionService(store, config.sessionTtlS * 1000),
+    sessions: new SessionService(store, config.sessionTtlS * 1000, config.maxSessionsPerUser),
     hosted,
     data,
     algorithms,
     environments: new Environments((prefix) => files.scratch(prefix)),
-    git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000 }),
+    git: new GitRepos(algorithms, builds, files, { maxBodyBytes: config.maxSourceBytes, timeoutMs: config.buildTimeoutMs + 120_000, held: held(GIT, { perUser: config.maxGitRequestsPerUser }) }),
     builds,
     artifacts,
     releases,
@@ -327,7 +336,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     accounts,
     sandbox,
     network,
-    webhooks: new Webhooks(store, box, { addressRule: userAddresses, pressure, metrics, tracing, ...options.webhooks }),
+    webhooks: new Webhooks(store, box, { addressRule: userAddresses, pressure, metrics, tracing, maxSubscriptions: config.maxSubscriptionsPerUser, maxPending: config.maxPendingDeliveries, ...options.webhooks }),
     triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, maxQueued: config.triggerMaxQueued, ...options.triggers }),
     pressure,
     limits,

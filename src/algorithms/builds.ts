@@ -7,6 +7,7 @@ import { AppError } from '../errors.ts';
 import type { Db, MetadataStore } from '../store/db.ts';
 import type { BuildStatus, BuildsTable } from '../store/schema.ts';
 import type { Principal } from '../auth/principal.ts';
+import type { HeldSlots } from '../limits/held.ts';
 import type { RunnerKind } from '../runtime/contract.ts';
 import { noSuchAlgorithm, type Algorithm, type AlgorithmRegistry } from './registry.ts';
 import { extractTarGz, hashTree, type ExtractLimits } from './archive.ts';
@@ -131,6 +132,8 @@ export class BuildService {
     private readonly metrics: Metrics = NO_METRICS,
     /** Each build's span, a child of the request (a compile, a git push) that asked for it (docs/traces.md). */
     private readonly tracing: Tracer = NO_TRACING,
+    /** A user's compiles running or waiting at once, capped (docs/security.md "What one user can hold"). */
+    readonly held?: HeldSlots,
   ) {
     this.db = store.db;
     this.store = store;
@@ -191,6 +194,16 @@ export class BuildService {
   /** Builds the current source (or the language's template when none was uploaded). */
   async compile(principal: Principal, owner: string, name: string): Promise<{ algorithm: Algorithm; build: Build }> {
     const first = await this.registry.manage(principal, owner, name);
+    // Refused before it waits: a compile waits for its algorithm's lock and a build slot, holding its request.
+    const release = await this.held?.hold(principal.userId);
+    try {
+      return await this.compileHeld(principal, owner, name, first);
+    } finally {
+      release?.();
+    }
+  }
+
+  private compileHeld(principal: Principal, owner: string, name: string, first: Algorithm): Promise<{ algorithm: Algorithm; build: Build }> {
     return this.lock.run(first.id, async () => {
       // Read again under the lock: an upload may have finished while we waited.
       const algo = await this.registry.manage(principal, owner, name);

@@ -12,6 +12,7 @@ import { isOwner } from '../data/acl.ts';
 import type { Algorithm, AlgorithmRegistry } from './registry.ts';
 import type { BuildService } from './builds.ts';
 import type { AlgorithmFiles } from './files.ts';
+import type { HeldSlots } from '../limits/held.ts';
 
 const run = promisify(execFile);
 const GIT = '/usr/bin/git';
@@ -57,6 +58,8 @@ export interface GitOptions {
   maxBodyBytes: number;
   /** Longest one request may take, a push's build included. */
   timeoutMs: number;
+  /** A user's git requests under way at once, capped: each runs git (docs/security.md "What one user can hold"). */
+  held?: HeldSlots;
 }
 
 /** The service a request asks for, or undefined for what smart HTTP does not use. */
@@ -84,6 +87,11 @@ export class GitRepos {
     private readonly options: GitOptions,
   ) {}
 
+  /** The slots of the users' git requests under way. */
+  get held(): HeldSlots | undefined {
+    return this.options.held;
+  }
+
   private repoDir(id: number): string {
     return path.join(this.files.algorithmDir(id), 'repo.git');
   }
@@ -103,9 +111,16 @@ export class GitRepos {
         throw new AppError('algorithm_not_found', `No such algorithm: algo://${owner}/${name}`);
       }
     }
-    const repo = await this.ensure(algo);
-    if (service === 'git-upload-pack') await this.sync(algo, repo);
-    return this.backend(principal, algo, repo, req);
+    // Held from here until its git process ends (or it fails before one starts).
+    const release = (await this.options.held?.hold(principal.userId)) ?? (() => undefined);
+    try {
+      const repo = await this.ensure(algo);
+      if (service === 'git-upload-pack') await this.sync(algo, repo);
+      return await this.backend(principal, algo, repo, req, release);
+    } catch (err) {
+      release();
+      throw err;
+    }
   }
 
   /** The bare repository, made on first use, with the hook that hands pushes to the server. */
@@ -169,7 +184,7 @@ export class GitRepos {
   }
 
   /** Runs git http-backend as a CGI for one request; a push gets its hook's socket. */
-  private async backend(principal: Principal, algo: Algorithm, repo: string, req: GitRequest): Promise<GitResponse> {
+  private async backend(principal: Principal, algo: Algorithm, repo: string, req: GitRequest, release: () => void): Promise<GitResponse> {
     // A private directory for the push's hook socket.
     const sockets = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'algohost-git-'));
     const push = serviceOf(req) === 'git-receive-pack' && req.method === 'POST';
@@ -204,6 +219,7 @@ export class GitRepos {
     const timer = setTimeout(kill, this.options.timeoutMs);
     const cleanup = () => {
       clearTimeout(timer);
+      release();
       hookServer?.close();
       fs.rm(sockets, { recursive: true, force: true }, () => undefined);
     };
@@ -224,6 +240,10 @@ export class GitRepos {
       req.body.once('close', () => {
         if (!ended) kill();
       });
+      // ...or went away before git started (while the request waited for the repository's
+      // lock): its close has come and gone, and git would wait out the timeout, holding the
+      // user's git slot (docs/security.md "What one user can hold").
+      if (req.body.destroyed && !req.body.readableEnded) kill();
       req.body.pipe(child.stdin);
     } else {
       child.stdin.end();

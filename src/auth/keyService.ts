@@ -56,7 +56,11 @@ export class KeyService {
   private readonly byHash;
   private readonly principals: VersionedCache<Principal | { refused: AppError }>;
 
-  constructor(store: MetadataStore) {
+  constructor(
+    private readonly store: MetadataStore,
+    /** Keys (not revoked) one user may have (ALGOHOST_MAX_KEYS_PER_USER; 0: no cap). */
+    private readonly maxPerUser = 0,
+  ) {
     this.db = store.db;
     this.principals = new VersionedCache(store);
     this.byHash = store.prepared(
@@ -159,7 +163,16 @@ export class KeyService {
       revoked_at: null,
     };
     try {
-      await this.db.insertInto('api_keys').values(row).execute();
+      // Counted and added in one write, so that keys made at once cannot pass the cap together.
+      await this.store.write(async (trx) => {
+        if (this.maxPerUser > 0) {
+          const n = await trx.selectFrom('api_keys').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', userId).where('revoked_at', 'is', null).executeTakeFirst();
+          if (Number(n?.n ?? 0) >= this.maxPerUser) {
+            throw new AppError('too_many_keys', `you have ${this.maxPerUser} API keys, as many as one user may (ALGOHOST_MAX_KEYS_PER_USER); revoke one first`, { limit: this.maxPerUser });
+          }
+        }
+        await trx.insertInto('api_keys').values(row).execute();
+      });
     } catch (err) {
       if (isUniqueViolation(err)) throw new AppError('already_exists', `a key named "${name}" already exists`);
       throw err;

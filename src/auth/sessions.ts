@@ -80,6 +80,8 @@ export class SessionService {
   constructor(
     private readonly store: MetadataStore,
     private readonly ttlMs: number,
+    /** Sessions one user may have (ALGOHOST_MAX_SESSIONS_PER_USER; 0: no cap): a sign-in past it ends their oldest. */
+    private readonly maxPerUser = 0,
   ) {}
 
   /** Sets (or replaces) a user's console password; their sessions end, and failed sign-ins counted for the name are forgotten. */
@@ -136,6 +138,14 @@ export class SessionService {
       // Expired sessions go as new ones come (an index range): no sweeper of its own needed.
       await trx.deleteFrom('sessions').where('expires_at', '<=', now).execute();
       await trx.insertInto('sessions').values({ id_hash: sha256(cookie), user_id: user.id, csrf_token: csrf, created_at: now, expires_at: expires }).execute();
+      // At the cap, the oldest sessions end rather than the sign-in be refused: a user who
+      // signed in on many browsers and forgot them is not locked out of a new one.
+      if (this.maxPerUser > 0) {
+        const mine = sha256(cookie);
+        const others = await trx.selectFrom('sessions').select('id_hash').where('user_id', '=', user.id).where('id_hash', '!=', mine).orderBy('created_at', 'desc').orderBy('id_hash').limit(this.maxPerUser - 1).execute();
+        const keep = [mine, ...others.map((k) => k.id_hash)];
+        await trx.deleteFrom('sessions').where('user_id', '=', user.id).where('id_hash', 'not in', keep).execute();
+      }
     });
     return { cookie, info: { username: user.username, csrf_token: csrf, expires_at: new Date(expires).toISOString() }, maxAgeS: Math.floor(this.ttlMs / 1000) };
   }

@@ -2,6 +2,7 @@ import type { Db, MetadataStore } from '../store/db.ts';
 import { AppError } from '../errors.ts';
 import { FULL_PERMISSIONS } from './permissions.ts';
 import { generateApiKey, hashApiKey, newKeyId } from './apiKeys.ts';
+import { HeldSlots, STREAMS } from '../limits/held.ts';
 
 export const USERNAME_PATTERN = /^[A-Za-z][A-Za-z0-9_]{0,29}$/;
 
@@ -33,6 +34,11 @@ export class UserService {
     private readonly releaseBlobs: (blobIds: string[]) => Promise<void>,
     /** Removes the files (sources, builds) of deleted algorithms, after the commit. */
     private readonly removeAlgorithmFiles: (algorithmIds: number[]) => Promise<void> = async () => undefined,
+    /**
+     * The slots of the users' live event streams (docs/security.md "What one user can hold"):
+     * here because every route of a user's own business has the users at hand.
+     */
+    readonly streams: HeldSlots = new HeldSlots(STREAMS, { perUser: 0 }),
   ) {
     this.db = store.db;
   }

@@ -1,6 +1,7 @@
 import { AppError } from '../errors.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Connector } from './connector.ts';
+import type { HeldSlots } from '../limits/held.ts';
 
 /** Finds the connector of a caller's connected account (`objstore+label`); undefined when the scheme is not an account's. */
 export type AccountConnectors = (principal: Principal, name: string) => Promise<Connector | undefined>;
@@ -14,7 +15,19 @@ export type AccountConnectors = (principal: Principal, name: string) => Promise<
 export class DataService {
   private readonly connectors = new Map<string, Connector>();
 
-  constructor(private readonly accounts?: AccountConnectors) {}
+  constructor(
+    private readonly accounts?: AccountConnectors,
+    /** A user's uploads in flight at once, capped (docs/security.md "What one user can hold"). */
+    readonly uploads?: HeldSlots,
+  ) {}
+
+  /**
+   * Holds one of the principal's user's uploads in flight: the release to call (once) when it
+   * has ended. 429 `too_many_uploads` at their cap, before a byte is read.
+   */
+  async holdUpload(principal: Principal): Promise<() => void> {
+    return (await this.uploads?.hold(principal.userId)) ?? (() => undefined);
+  }
 
   register(name: string, connector: Connector): void {
     this.connectors.set(name.toLowerCase(), connector);

@@ -40,7 +40,7 @@ export const RETRY_SCHEDULE_MS = [0, 5_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_0
 export const DELIVERY_TIMEOUT_MS = 10_000;
 /** At most this much of an endpoint's answer is read. */
 export const MAX_ANSWER_BYTES = 64 * 1024;
-/** Pending deliveries one subscription may have; more are counted as overflow. */
+/** Pending deliveries one subscription may have, unless ALGOHOST_MAX_PENDING_DELIVERIES says otherwise; more are counted as overflow. */
 export const MAX_QUEUE = 10_000;
 /** An endpoint that has failed every delivery for this long is turned off. */
 export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
@@ -48,7 +48,7 @@ export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
 export const SECRET_OVERLAP_MS = 24 * 3_600_000;
 /** Finished deliveries (delivered or failed) are kept this long for `GET …/deliveries`. */
 export const DELIVERY_KEEP_MS = 7 * 24 * 3_600_000;
-/** Subscriptions one user may have. */
+/** Subscriptions one user may have, unless ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER says otherwise. */
 export const MAX_SUBSCRIPTIONS = 50;
 /**
  * How long past its timeout a node holds a delivery it is sending (to record the outcome). A
@@ -109,6 +109,10 @@ export interface WebhookOptions {
   pressure?: Pressure;
   /** Delivery attempts counted for Prometheus (docs/metrics.md). */
   metrics?: Metrics;
+  /** Subscriptions one user may have (ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER; 0: no cap); MAX_SUBSCRIPTIONS unless said. */
+  maxSubscriptions?: number;
+  /** Deliveries one subscription may have pending (ALGOHOST_MAX_PENDING_DELIVERIES); MAX_QUEUE unless said. */
+  maxPending?: number;
   /** Each attempt's client span, in the trace of the change that made the event (docs/traces.md). */
   tracing?: Tracer;
 }
@@ -194,7 +198,10 @@ export class Webhooks {
     const now = this.now();
     await this.store.write(async (trx) => {
       const n = await trx.selectFrom('subscriptions').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', user.id).executeTakeFirst();
-      if (Number(n?.n ?? 0) >= MAX_SUBSCRIPTIONS) throw new AppError('invalid_subscription', `a user may have at most ${MAX_SUBSCRIPTIONS} subscriptions; delete one first`);
+      const max = this.options.maxSubscriptions ?? MAX_SUBSCRIPTIONS;
+      if (max > 0 && Number(n?.n ?? 0) >= max) {
+        throw new AppError('too_many_subscriptions', `you have ${max} webhook subscriptions, as many as one user may (ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER); delete one first`, { limit: max });
+      }
       await trx
         .insertInto('subscriptions')
         .values({ id, user_id: user.id, url, types: JSON.stringify(types), path, enabled: 1, disabled_reason: null, secrets: this.seal(id, [{ secret, expires_at: null }]), failing_since: null, overflowed: 0, created_at: now, updated_at: now })
@@ -479,7 +486,7 @@ export class Webhooks {
             for (const s of subs) {
               // Events of its user only, from its creation on, that its filter wants.
               if (s.user_id !== e.user_id || e.time < s.created_at || !filters.get(s.id)?.matches(e.type, e.subject)) continue;
-              if (pending.get(s.id)! >= MAX_QUEUE) {
+              if (pending.get(s.id)! >= (this.options.maxPending ?? MAX_QUEUE)) {
                 overflow.set(s.id, (overflow.get(s.id) ?? 0) + 1);
                 continue;
               }

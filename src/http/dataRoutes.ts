@@ -69,14 +69,20 @@ export async function dataRoutes(app: FastifyInstance, opts: { data: DataService
         // An upload may carry an Idempotency-Key (idempotency.ts): its body hashed as it streams,
         // its answer written in the transaction that commits a hosted file.
         const key = opts.idempotency ? idempotencyKey(req.headers) : undefined;
-        if (key !== undefined) {
-          const answerOf = (uri: string) => ({ status: 200, body: JSON.stringify({ result: uri } satisfies DataUriResult) });
-          return opts.idempotency!.answer(req, reply, key, { line: `${req.method} ${req.raw.url ?? '/'}`, stream: req.raw, maxBytes: opts.maxUploadBytes }, async (claim, body) =>
-            answerOf(await connector.write(principal, target.segments, body!, { size, along: (trx, uri) => claim.record(trx, answerOf(uri)) })),
-          );
+        // What one user may have in flight (docs/security.md): refused before a byte is read.
+        const release = await data.holdUpload(principal);
+        try {
+          if (key !== undefined) {
+            const answerOf = (uri: string) => ({ status: 200, body: JSON.stringify({ result: uri } satisfies DataUriResult) });
+            return await opts.idempotency!.answer(req, reply, key, { line: `${req.method} ${req.raw.url ?? '/'}`, stream: req.raw, maxBytes: opts.maxUploadBytes }, async (claim, body) =>
+              answerOf(await connector.write(principal, target.segments, body!, { size, along: (trx, uri) => claim.record(trx, answerOf(uri)) })),
+            );
+          }
+          const result = await connector.write(principal, target.segments, req.raw, { size });
+          return reply.type('application/json').send({ result } satisfies DataUriResult);
+        } finally {
+          release();
         }
-        const result = await connector.write(principal, target.segments, req.raw, { size });
-        return reply.type('application/json').send({ result } satisfies DataUriResult);
       }
       case 'POST': {
         data.requireWrite(principal);

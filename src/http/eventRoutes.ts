@@ -22,7 +22,8 @@ const MAX_EVENT_ID = 64;
  * happen, as Server-Sent Events. Each message's `id:` is the event's id and its `data:` the
  * CloudEvent; `Last-Event-ID` (or `?last_event_id=`) resumes after an event still kept
  * (ALGOHOST_EVENT_RETENTION_H), with nothing missed. Like keys and usage, the user's own
- * business: the user only, with a key that may manage (`allow_algo_management`).
+ * business: the user only, with a key that may manage (`allow_algo_management`). A user holds
+ * at most ALGOHOST_MAX_STREAMS_PER_USER streams at once, a node ALGOHOST_MAX_STREAMS.
  */
 /**
  * An event as one SSE message. The feed hands the same row to every stream it concerns: made
@@ -58,6 +59,9 @@ export async function eventRoutes(app: FastifyInstance, opts: { feed: EventFeed;
     // "From now on" is taken before the answer starts: an event committed while it is being
     // sent is not missed (a client that saw the headers may make a change at once).
     after ??= await feed.position();
+    // What one user may hold open, and this node (docs/security.md): refused in our envelope
+    // before the stream starts, and given back when it ends, however it ends.
+    const release = await users.streams.hold(user.id);
 
     const res = reply.raw;
     reply.hijack();
@@ -79,6 +83,7 @@ export async function eventRoutes(app: FastifyInstance, opts: { feed: EventFeed;
       closed = true;
       clearInterval(keepalive);
       subscription?.close();
+      release();
       res.end();
     };
     const send = (events: FedEvent[]) => {
@@ -96,6 +101,8 @@ export async function eventRoutes(app: FastifyInstance, opts: { feed: EventFeed;
       }
     };
     res.once('close', end);
+    // A reader gone while its slot was being held: the close came before anyone listened for it.
+    if (res.destroyed || !res.socket || res.socket.destroyed) end();
     try {
       subscription = await feed.subscribe(user.id, after, send, end);
       if (closed) subscription.close();

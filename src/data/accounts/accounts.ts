@@ -114,6 +114,8 @@ export class ConnectedAccounts {
   constructor(
     private readonly store: MetadataStore,
     private readonly box: CredentialBox,
+    /** Connected accounts one user may have (ALGOHOST_MAX_CONNECTORS_PER_USER; 0: no cap). */
+    private readonly maxPerUser = 0,
   ) {}
 
   private binding(userId: number, labelLc: string): string {
@@ -164,6 +166,12 @@ export class ConnectedAccounts {
     const now = Date.now();
     try {
       await this.store.write(async (trx) => {
+        if (this.maxPerUser > 0) {
+          const n = await trx.selectFrom('connectors').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', userId).executeTakeFirst();
+          if (Number(n?.n ?? 0) >= this.maxPerUser) {
+            throw new AppError('too_many_connectors', `you have ${this.maxPerUser} connected accounts, as many as one user may (ALGOHOST_MAX_CONNECTORS_PER_USER); delete one first`, { limit: this.maxPerUser });
+          }
+        }
         const existing = await trx.selectFrom('connectors').select('id').where('user_id', '=', userId).where('protocol', '=', protocol).where('is_default', '=', 1).executeTakeFirst();
         // The first account of a protocol is its default; asking for default moves it here.
         const isDefault = bool('is_default', input.is_default, !existing);
