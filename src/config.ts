@@ -135,6 +135,8 @@ export interface Config {
   triggerRunsPerEvent: number;
   /** ALGOHOST_TRIGGER_MAX_QUEUED: runs one user's triggers may have queued at once (docs/events.md). */
   triggerMaxQueued: number;
+  /** ALGOHOST_MAX_TRIGGERS_PER_USER: triggers one user may have (0: no cap). */
+  maxTriggersPerUser: number;
   /** ALGOHOST_MAX_STREAMS_PER_USER: live event streams one user may hold open at once, every API node together (0: no cap). */
   maxStreamsPerUser: number;
   /** ALGOHOST_MAX_STREAMS: live event streams a node holds open at once, every user's together (0: no cap). */
@@ -272,6 +274,7 @@ export const DEFAULTS = {
   eventRetentionH: 24,
   triggerRunsPerEvent: 50,
   triggerMaxQueued: 1000,
+  maxTriggersPerUser: 50,
   maxStreamsPerUser: 10,
   maxStreams: 1000,
   maxUploadsPerUser: 20,
@@ -972,6 +975,12 @@ const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     read: (env) => int('ALGOHOST_TRIGGER_MAX_QUEUED', env.ALGOHOST_TRIGGER_MAX_QUEUED, DEFAULTS.triggerMaxQueued, 1, 10_000_000),
     docs: [
       { vars: ["ALGOHOST_TRIGGER_MAX_QUEUED"], shown: code(DEFAULTS.triggerMaxQueued), meaning: "How many runs one user's triggers may have queued at once (waiting for a node, or for the user's own call limits). An event that would queue one more records that run as failed (`not run: … already queued`, with a `trigger.failed` that fires nothing) instead of growing the backlog (docs/events.md)." },
+    ],
+  },
+  maxTriggersPerUser: {
+    read: (env) => int('ALGOHOST_MAX_TRIGGERS_PER_USER', env.ALGOHOST_MAX_TRIGGERS_PER_USER, DEFAULTS.maxTriggersPerUser, 0, 1_000_000),
+    docs: [
+      { vars: ["ALGOHOST_MAX_TRIGGERS_PER_USER"], shown: code(DEFAULTS.maxTriggersPerUser), meaning: "Triggers one user may have; one more is refused 409 `too_many_triggers` (docs/security.md, \"What one user can hold\"). Each event fires at most this many runs of one user's triggers, and `ALGOHOST_TRIGGER_RUNS_PER_EVENT` bounds its whole chain. `0`: no cap." },
     ],
   },
   limitRequestsPerMin: {

@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   too_many_keys: 409,
   too_many_connectors: 409,
   too_many_subscriptions: 409,
+  too_many_triggers: 409,
   type_conflict: 409,
   directory_not_empty: 409,
   no_build: 409,

@@ -337,7 +337,7 @@ export async function createServices(config: Config, options: ServiceOptions = {
     sandbox,
     network,
     webhooks: new Webhooks(store, box, { addressRule: userAddresses, pressure, metrics, tracing, maxSubscriptions: config.maxSubscriptionsPerUser, maxPending: config.maxPendingDeliveries, ...options.webhooks }),
-    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, maxQueued: config.triggerMaxQueued, ...options.triggers }),
+    triggers: new Triggers(store, calls, keys, data, { pressure, tracing, runsPerEvent: config.triggerRunsPerEvent, maxQueued: config.triggerMaxQueued, maxTriggers: config.maxTriggersPerUser, ...options.triggers }),
     pressure,
     limits,
     metrics,

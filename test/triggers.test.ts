@@ -303,6 +303,14 @@ describe('budgets', () => {
       await mkdir(alice, '.my', dir);
       const ts: Trigger[] = [];
       for (let i = 0; i < k; i++) ts.push(await createTrigger({ path: `data://.my/${dir}/**`, algorithm: 'alice/NoSuchAlgorithm' }));
+      if (k === 50) {
+        // As many as one user may have: one more is refused, naming the cap.
+        const over = await postJson(alice, '/v1/users/alice/triggers', { path: `data://.my/${dir}/**`, algorithm: 'alice/NoSuchAlgorithm' });
+        const body = await json(over);
+        assert.equal(over.status, 409, JSON.stringify(body));
+        assert.equal(body.error.code, 'too_many_triggers');
+        assert.equal(body.error.limit, 50);
+      }
       await put(alice, `data://.my/${dir}/x`, 'x');
       const all = await settled(ts.map((t) => t.id));
       // 9e3d0b8: K = 6 made 1,956 runs; every one now counts against the upload's budget.

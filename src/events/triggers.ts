@@ -56,7 +56,7 @@ import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } f
 
 /** How deep a chain of triggers may go: a run fired by an event no trigger made is depth 1. */
 export const MAX_DEPTH = 3;
-/** Triggers one user may have. */
+/** Triggers one user may have, by default. */
 export const MAX_TRIGGERS = 50;
 /** Runs one event may cause across its whole chain, by default: as many as a user may have triggers. */
 export const RUNS_PER_EVENT = MAX_TRIGGERS;
@@ -97,6 +97,8 @@ export interface TriggerOptions {
   runsPerEvent?: number;
   /** Runs one user's triggers may have queued (ALGOHOST_TRIGGER_MAX_QUEUED; MAX_QUEUED). */
   maxQueued?: number;
+  /** Triggers one user may have (ALGOHOST_MAX_TRIGGERS_PER_USER; 0: no cap); MAX_TRIGGERS unless said. */
+  maxTriggers?: number;
 }
 
 interface Log {
@@ -118,6 +120,7 @@ export class Triggers {
   private readonly tracing: Tracer;
   private readonly runsPerEvent: number;
   private readonly maxQueued: number;
+  private readonly maxTriggers: number;
 
   constructor(
     private readonly store: MetadataStore,
@@ -132,6 +135,7 @@ export class Triggers {
     this.tracing = options.tracing ?? NO_TRACING;
     this.runsPerEvent = options.runsPerEvent ?? RUNS_PER_EVENT;
     this.maxQueued = options.maxQueued ?? MAX_QUEUED;
+    this.maxTriggers = options.maxTriggers ?? MAX_TRIGGERS;
   }
 
   // ---- the owner's rules ------------------------------------------------------------------
@@ -153,7 +157,9 @@ export class Triggers {
     const now = this.now();
     await this.store.write(async (trx) => {
       const n = await trx.selectFrom('triggers').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', user.id).executeTakeFirst();
-      if (Number(n?.n ?? 0) >= MAX_TRIGGERS) throw new AppError('invalid_trigger', `a user may have at most ${MAX_TRIGGERS} triggers; delete one first`);
+      if (this.maxTriggers > 0 && Number(n?.n ?? 0) >= this.maxTriggers) {
+        throw new AppError('too_many_triggers', `you have ${this.maxTriggers} triggers, as many as one user may (ALGOHOST_MAX_TRIGGERS_PER_USER); delete one first`, { limit: this.maxTriggers });
+      }
       await trx.insertInto('triggers').values({ id, user_id: user.id, ...t, disabled_reason: null, created_at: now, updated_at: now }).execute();
     });
     return this.get(user.id, id);
