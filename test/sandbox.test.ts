@@ -297,7 +297,7 @@ def apply(input):
     }
   });
 
-  test('a build step\'s tools, bound from the host, show no host path in its mount table', async () => {
+  test('a build step\'s writable /algo and its tools, bound from the host, show no host path in its mount table; what it writes is the build\'s', async () => {
     // A tool reached through a link, as the server's esbuild is (node_modules/.bin).
     const tools = path.join(serverHome, 'install', 'node_modules');
     fs.mkdirSync(path.join(tools, 'esbuild', 'bin'), { recursive: true });
@@ -308,7 +308,13 @@ def apply(input):
     fs.mkdirSync(build, { recursive: true });
     const child = spawnTool({
       algoDir: build,
-      argv: () => ['/bin/sh', '-c', '/tools/esbuild; uname -n; grep " /tools/esbuild " /proc/self/mountinfo'],
+      argv: () => [
+        '/bin/sh',
+        '-c',
+        // What an install does to its directory: make, rename and remove.
+        '/tools/esbuild; uname -n; grep " /tools/esbuild " /proc/self/mountinfo; grep " /algo " /proc/self/mountinfo; ' +
+          'mkdir -p /algo/d1/d2 && echo made > /algo/d1/d2/f && mv /algo/d1 /algo/d3 && echo x > /algo/gone && rm /algo/gone && echo wrote',
+      ],
       network: false,
       limits: DEFAULT_LIMITS,
       binds: { [path.join(tools, '.bin', 'esbuild')]: '/tools/esbuild' },
@@ -318,11 +324,18 @@ def apply(input):
     child.stderr!.setEncoding('utf8').on('data', (s: string) => (out += s));
     const code = await new Promise((r) => child.once('exit', r));
     assert.equal(code, 0, out);
-    const [ran, nodename, line] = out.trim().split('\n');
+    const [ran, nodename, line, algo, wrote] = out.trim().split('\n');
     assert.equal(ran, 'tool ran');
     assert.equal(nodename, 'sandbox');
     assert.match(line ?? '', / \/tools\/esbuild /, out);
-    for (const p of [root, serverHome, 'node_modules', 'algohost-']) assert.equal(out.includes(p), false, `the tool's mount shows the host path ${p}: ${line}`);
+    assert.match(algo ?? '', / \/algo rw/, out);
+    assert.equal(wrote, 'wrote', out);
+    for (const p of [root, serverHome, 'node_modules', 'algohost-']) assert.equal(out.includes(p), false, `a mount shows the host path ${p}: ${line} / ${algo}`);
+    // Written through to the build's directory, and the overlay's stage gone with the step.
+    assert.equal(fs.readFileSync(path.join(build, 'd3', 'd2', 'f'), 'utf8'), 'made\n');
+    assert.equal(fs.existsSync(path.join(build, 'd1')) || fs.existsSync(path.join(build, 'gone')), false);
+    for (const end = Date.now() + 5_000; fs.existsSync(`${build}.stage`) && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(fs.existsSync(`${build}.stage`), false, 'the stage was removed');
   });
 
   test('nothing outside /tmp is writable, and /tmp is capped', async () => {

@@ -285,6 +285,8 @@ function bindsOf(l: Launch): BindMount[] {
 const UNSHARE = FENCE_TOOLS.unshare;
 /** The overlay's options: two layers, each named by a descriptor of the shell that mounts it. */
 const OVERLAY = 'ro,nosuid,nodev,lowerdir=/proc/self/fd/10:/proc/self/fd/11';
+/** A build step's writable overlay, relative to its stage (the upper layer's name follows). */
+const WRITABLE_OVERLAY = 'rw,nosuid,nodev,userxattr,lowerdir=empty,upperdir=../';
 /**
  * A sandbox's /proc/self/mountinfo lists each bind mount with where its source is on the host's
  * file system: the build's directory in the server's home, a spare's named with the server's pid,
@@ -299,11 +301,19 @@ const OVERLAY = 'ro,nosuid,nodev,lowerdir=/proc/self/fd/10:/proc/self/fd/11';
  * The mounts are that namespace's alone: the server and other sandboxes see the directories as
  * they are, and a spare's build, linked into its directory once it is taken, appears through the
  * overlay (its directory is empty until then, and nothing in the sandbox has looked in it).
- * Arguments: the empty directory, the directories, `--`, the command. Run by bash: dash cannot
- * redirect descriptors above 9 (those below are the launch's).
+ * A build step's /algo is written to, so it cannot be a read-only overlay: it is a writable one
+ * (`-w STAGE BASE`), whose upper layer is the build's directory itself, and whose empty lower
+ * layer and work directory are in STAGE, beside it (writableStage). Its options are given
+ * relative to STAGE, so the table says `upperdir=../out,workdir=work`: nothing of where the build
+ * is. Where that overlay cannot be made (a file system without user xattrs), /algo is bound as
+ * it is, and the build goes on.
+ *
+ * Arguments: the empty directory, optionally `-w STAGE BASE`, the directories, `--`, the command.
+ * Run by bash: dash cannot redirect descriptors above 9 (those below are the launch's).
  */
 const STAGE =
   'exec 11<"$1" || exit 94; shift; ' +
+  `if [ "$1" = -w ]; then ( cd "$2" && /usr/bin/mount -t overlay -o ${WRITABLE_OVERLAY}"$3",workdir=work overlay "../$3" ) 2>/dev/null; shift 3; fi; ` +
   `while [ "$1" != -- ]; do exec 10<"$1" && /usr/bin/mount -t overlay -o ${OVERLAY} overlay "$1" || { echo "algohost: cannot stage $1 for the sandbox" >&2; exit 94; }; shift; done; ` +
   'shift; exec 10<&- 11<&-; exec "$@"';
 
@@ -363,11 +373,25 @@ function stagedDirs(l: Launch): string[] {
   return [...dirs];
 }
 
+/**
+ * Where a build step's writable overlay (STAGE's `-w`) keeps its empty layer and work directory:
+ * `<build dir>.stage`, beside the build's directory (the work directory must be on its file
+ * system), made before the step and removed after it. Undefined for a read-only /algo, or a
+ * directory whose name an overlay's options could not carry.
+ */
+function writableStage(l: Launch): { dir: string; base: string } | undefined {
+  if (!l.writable) return undefined;
+  const algo = path.resolve(l.algoDir);
+  const base = path.basename(algo);
+  return /^[A-Za-z0-9._-]+$/.test(base) ? { dir: `${algo}.stage`, base } : undefined;
+}
+
 /** What runs bubblewrap: the stage (STAGE) in a user and mount namespace of its own, or, behind the fence, in the holder's. */
 function stageArgs(l: Launch): string[] {
   if (!probeStaging().available) return fenced(l) ? holderArgs() : [];
   const ns = fenced(l) ? holderArgs(FENCE_TOOLS, true) : [UNSHARE, '--user', '--map-root-user', '--mount', '--'];
-  return [...ns, SH, '-c', STAGE, 'stage', emptyLayer(), ...stagedDirs(l), '--'];
+  const w = writableStage(l);
+  return [...ns, SH, '-c', STAGE, 'stage', emptyLayer(), ...(w ? ['-w', w.dir, w.base] : []), ...stagedDirs(l), '--'];
 }
 
 const bwrapBind = (b: BindMount): string[] => [b.optional ? '--ro-bind-try' : b.writable ? '--bind' : '--ro-bind', b.source, b.dest];
@@ -525,6 +549,11 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
     return spawnUnsandboxed({ ...l, seccomp: undefined });
   }
   if (l.gvisor) return launchGvisor({ ...l, gvisor: l.gvisor });
+  const stage = probeStaging().available ? writableStage(l) : undefined;
+  if (stage) {
+    fs.mkdirSync(path.join(stage.dir, 'empty'), { recursive: true });
+    fs.mkdirSync(path.join(stage.dir, 'work'), { recursive: true });
+  }
   const { file, args, options } = bwrapCommand(l);
   const stdio: ('pipe' | 'ignore')[] = ['ignore', 'pipe', 'pipe', 'pipe'];
   if (l.seccomp || fenced(l)) stdio.push(l.seccomp ? 'pipe' : 'ignore');
@@ -542,6 +571,7 @@ function launch(l: Launch, unsandboxed: boolean | undefined): ChildProcess {
     pipe.end(l.seccomp);
   }
   if (fenced(l)) fence(child, l.fence);
+  if (stage) child.once('exit', () => fs.rm(stage.dir, { recursive: true, force: true }, () => undefined));
   return child;
 }
 
