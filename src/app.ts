@@ -233,7 +233,7 @@ export function buildApp(services: Services, options: AppOptions = {}): FastifyI
   // The web console's page and files (console/, docs/console.md).
   app.register(consoleRoutes);
   // Algorithm sources over git: HTTP Basic (user name, API key), as git sends it.
-  app.register(gitRoutes, { repos: services.git, keys: services.keys });
+  app.register(gitRoutes, { repos: services.git, keys: services.keys, admitRequest: (principal) => services.limits.admitRequest(principal) });
 
   // Everything below needs an API key. Authentication runs before any body is read.
   app.register(async (authed) => {

@@ -286,6 +286,26 @@ test('an index a source names for itself is held to the address rule before the 
   }
 });
 
+test('a sandboxed build step finds the CA file and .npmrc at /etc/algohost, named so in its environment: nothing of the home', async () => {
+  const home = tempHome();
+  try {
+    const npmrc = path.join(home, 'operator-npmrc');
+    fs.writeFileSync(npmrc, 'registry=https://registry.example/\n');
+    const config = loadConfig({}, { ALGOHOST_HOME: home, ALGOHOST_BUILD_CA_FILE: caFile, ALGOHOST_BUILD_NPMRC: npmrc }).build;
+    const network = new BuildNetwork(config, path.join(home, 'build-settings'));
+    const inSandbox = await network.setup('npm');
+    assert.equal(inSandbox.env.NPM_CONFIG_CAFILE, '/etc/algohost/ca.pem');
+    assert.equal(inSandbox.env.NPM_CONFIG_USERCONFIG, '/etc/algohost/npmrc');
+    assert.deepEqual(Object.values(inSandbox.binds).sort(), ['/etc/algohost/ca.pem', '/etc/algohost/npmrc']);
+    assert.ok(Object.keys(inSandbox.binds).every((f) => f.startsWith(path.join(home, 'build-settings'))));
+    assert.ok(!JSON.stringify(inSandbox.env).includes(home), JSON.stringify(inSandbox.env));
+    // Without a sandbox (ALGOHOST_UNSANDBOXED) the files are where they are.
+    assert.equal((await network.setup('npm', false)).env.NPM_CONFIG_CAFILE, path.join(home, 'build-settings', 'ca.pem'));
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+});
+
 test('a setting that names a missing file, or a CA file with no certificate, stops the server at start', async () => {
   const { loadConfig } = await import('../src/config.ts');
   assert.throws(() => loadConfig({}, { ALGOHOST_BUILD_CA_FILE: path.join(work, 'nope.pem') }), /ALGOHOST_BUILD_CA_FILE must name a readable file/);

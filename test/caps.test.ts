@@ -12,6 +12,19 @@ import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { SharedLimitStore } from '../src/limits/shared.ts';
 import type { HeldSlots } from '../src/limits/held.ts';
 import { createAlgorithm } from './helpers/algorithms.ts';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { tempHome } from './helpers/server.ts';
+
+const GIT = fs.existsSync('/usr/lib/git-core/git-http-backend');
+
+/** `git ARGS` in `cwd`, with a clean environment (no prompts, no user configuration). */
+function git(args: string[], cwd: string): Promise<{ code: number; out: string }> {
+  const env = { PATH: '/usr/bin:/bin', HOME: cwd, GIT_TERMINAL_PROMPT: '0', GIT_CONFIG_NOSYSTEM: '1', GIT_AUTHOR_NAME: 'Alice', GIT_AUTHOR_EMAIL: 'alice@example.com', GIT_COMMITTER_NAME: 'Alice', GIT_COMMITTER_EMAIL: 'alice@example.com' };
+  return new Promise((resolve) => {
+    execFile('/usr/bin/git', args, { cwd, env, timeout: 120_000 }, (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, out: `${stdout}${stderr}` }));
+  });
+}
 
 /** The default per-user cap (ALGOHOST_MAX_STREAMS_PER_USER), tested as shipped. */
 const PER_USER = 10;
@@ -247,6 +260,27 @@ describe('compiles', () => {
       waiting = Array.from({ length: 5 }, () => call('/v1/algorithms/alice/Held/compile', { method: 'POST' }));
       await until('five compiles waiting', async () => (await holding('builds', 'alice')) === 5);
       await refused(await call('/v1/algorithms/alice/Held/compile', { method: 'POST' }), 'too_many_builds', 5, 'ALGOHOST_MAX_BUILDS_PER_USER');
+      if (GIT) {
+        // A push at the cap is refused before its source is stored: the algorithm keeps the one it had.
+        await createAlgorithm(call, 'alice', 'Pushed', { language: 'python3' });
+        const sourceOf = async () => (await s.services.store.db.selectFrom('algorithms').select('source_hash').where('name', '=', 'Pushed').executeTakeFirstOrThrow()).source_hash;
+        const before = await sourceOf();
+        const work = tempHome('algohost-caps-git-');
+        try {
+          const u = new URL(s.node);
+          const cloned = await git(['clone', `http://alice:${keys.alice}@${u.host}/git/alice/Pushed.git`, 'pushed'], work);
+          assert.equal(cloned.code, 0, cloned.out);
+          const dir = path.join(work, 'pushed');
+          fs.writeFileSync(path.join(dir, 'src', 'Pushed.py'), 'def apply(input):\n    return input\n');
+          assert.equal((await git(['commit', '-qam', 'change'], dir)).code, 0);
+          const pushed = await git(['push', 'origin', 'master'], dir);
+          assert.notEqual(pushed.code, 0, pushed.out);
+          assert.match(pushed.out, /as many as one user may \(ALGOHOST_MAX_BUILDS_PER_USER\)/);
+          assert.equal(await sourceOf(), before, 'the refused push stored its source');
+        } finally {
+          fs.rmSync(work, { recursive: true, force: true });
+        }
+      }
       await othersUnaffected('bob');
     } finally {
       open();

@@ -10,6 +10,8 @@ import { AppError } from '../errors.ts';
 
 /** How long a registry may take to answer the check before a build: it says so "within seconds". */
 const PROBE_MS = 5_000;
+/** Where a sandboxed build step finds the CA file, .npmrc and pip.conf the operator gives. */
+const SETTINGS_MOUNT = '/etc/algohost';
 
 const TLS_CODES = new Set([
   'SELF_SIGNED_CERT_IN_CHAIN',
@@ -91,15 +93,21 @@ export class BuildNetwork {
     return this.prepared;
   }
 
-  /** The environment and mounts of one installer. */
-  async setup(installer: Installer): Promise<InstallerSetup> {
+  /**
+   * The environment and mounts of one installer. In a sandbox (`sandboxed`) each file is bound
+   * at `/etc/algohost/<name>` and named so in the environment: its path in the server's home
+   * says where the home is, which a build's scripts have no business knowing (docs/security.md).
+   */
+  async setup(installer: Installer, sandboxed = true): Promise<InstallerSetup> {
     const p = await this.prepare();
     const c = this.config;
     const env: Record<string, string> = {};
     const binds: Record<string, string> = {};
     const mount = (file: string | undefined) => {
-      if (file) binds[file] = file;
-      return file;
+      if (!file) return undefined;
+      const at = sandboxed ? `${SETTINGS_MOUNT}/${path.basename(file)}` : file;
+      binds[file] = at;
+      return at;
     };
     const proxies: Array<[string, string | undefined]> = [
       ['HTTP_PROXY', c.httpProxy],

@@ -249,7 +249,7 @@ export class Builder {
     if (npmDeps !== 'none') {
       const npm = NPM_CLI;
       if (!npm) return fail('package.json lists dependencies, but npm is not installed on this server (under /usr)');
-      const setup = await this.options.network?.setup('npm');
+      const setup = await this.options.network?.setup('npm', !this.options.unsandboxed);
       if (npmDeps === 'registry' && this.options.network) {
         const registry = await this.options.network.registry('npm');
         log.line(`checking that the npm registry ${registry} answers`);
@@ -262,7 +262,7 @@ export class Builder {
     }
     const requirements = path.join(out, 'requirements.txt');
     if (req.language === 'python3' && hasLines(requirements)) {
-      const setup = await this.options.network?.setup('pip');
+      const setup = await this.options.network?.setup('pip', !this.options.unsandboxed);
       const named = pipIndexOf(fs.readFileSync(requirements, 'utf8'));
       if (named !== undefined && this.options.network) {
         const index = named || (await this.options.network.registry('pip'));

@@ -191,11 +191,27 @@ export class BuildService {
     return hash;
   }
 
-  /** Builds the current source (or the language's template when none was uploaded). */
-  async compile(principal: Principal, owner: string, name: string): Promise<{ algorithm: Algorithm; build: Build }> {
-    const first = await this.registry.manage(principal, owner, name);
+  /**
+   * Takes one of the user's compiles (refused at their cap, too_many_builds) ahead of what leads
+   * to it: a push stores its source only once it may build it. Give it to compile(); releasing
+   * it twice is harmless.
+   */
+  async holdCompile(principal: Principal): Promise<() => void> {
+    return (await this.held?.hold(principal.userId)) ?? (() => undefined);
+  }
+
+  /** Builds the current source (or the language's template when none was uploaded); `held`: a compile taken with holdCompile. */
+  async compile(principal: Principal, owner: string, name: string, held?: () => void): Promise<{ algorithm: Algorithm; build: Build }> {
+    let release = held;
+    let first: Algorithm;
+    try {
+      first = await this.registry.manage(principal, owner, name);
+    } catch (err) {
+      release?.();
+      throw err;
+    }
     // Refused before it waits: a compile waits for its algorithm's lock and a build slot, holding its request.
-    const release = await this.held?.hold(principal.userId);
+    release ??= await this.held?.hold(principal.userId);
     try {
       return await this.compileHeld(principal, owner, name, first);
     } finally {

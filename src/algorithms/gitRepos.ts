@@ -287,24 +287,30 @@ export class GitRepos {
     });
     socket.on('end', () => archive.end());
     socket.on('error', () => archive.destroy());
-    const stored = await this.builds.uploadSource(principal, algo.owner, algo.name, archive);
-    const push = JSON.parse(header || '{}') as { new?: string };
-    say(`stored ${String(push.new ?? '').slice(0, 12)} as the source of ${algo.owner}/${algo.name} (${stored.files} files)`);
-    // The push's commit is master once the hook says yes: no commit of this source is needed
-    // when someone fetches (if master never moves, the sync sees that and commits it).
-    await fs.promises.writeFile(path.join(repo, 'algohost-source'), `${stored.hash} ${push.new ?? ''}`);
-    say('building...');
-    const { build } = await this.builds.compile(principal, algo.owner, algo.name);
-    if (build.status === 'succeeded') {
-      say(`build ${build.hash} succeeded`);
-      say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish --build latest, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
-    } else {
-      say(`build ${build.hash} FAILED; its log:`);
-      const lines = build.logs.trimEnd().split('\n');
-      for (const line of lines.slice(-60)) socket.write(`  ${line}\n`);
-      say('the source was stored anyway (as an upload would be): fix it and push again');
+    // One of the user's compiles first: a push at their cap is refused before its source is stored.
+    const compiling = await this.builds.holdCompile(principal);
+    try {
+      const stored = await this.builds.uploadSource(principal, algo.owner, algo.name, archive);
+      const push = JSON.parse(header || '{}') as { new?: string };
+      say(`stored ${String(push.new ?? '').slice(0, 12)} as the source of ${algo.owner}/${algo.name} (${stored.files} files)`);
+      // The push's commit is master once the hook says yes: no commit of this source is needed
+      // when someone fetches (if master never moves, the sync sees that and commits it).
+      await fs.promises.writeFile(path.join(repo, 'algohost-source'), `${stored.hash} ${push.new ?? ''}`);
+      say('building...');
+      const { build } = await this.builds.compile(principal, algo.owner, algo.name, compiling);
+      if (build.status === 'succeeded') {
+        say(`build ${build.hash} succeeded`);
+        say(`call it: algo run ${algo.owner}/${algo.name}/${build.hash} -d 'input'; publish it: algo publish --build latest, or POST /v1/algorithms/${algo.owner}/${algo.name}/versions`);
+      } else {
+        say(`build ${build.hash} FAILED; its log:`);
+        const lines = build.logs.trimEnd().split('\n');
+        for (const line of lines.slice(-60)) socket.write(`  ${line}\n`);
+        say('the source was stored anyway (as an upload would be): fix it and push again');
+      }
+      socket.end('algohost-exit: 0\n');
+    } finally {
+      compiling();
     }
-    socket.end('algohost-exit: 0\n');
   }
 }
 

@@ -636,17 +636,34 @@ export class Triggers {
 
   /**
    * A run its owner's call limits refused, back in its queue: not a start (its attempt is given
-   * back), not due again before the limit's Retry-After, and saying why it waits.
+   * back), not due again before the limit's Retry-After, and saying why it waits. So is every
+   * other run queued behind the same limit (the user's runs, or the key's for a key's limit):
+   * they would be refused too, and claiming each in turn, every time the limit is asked, would
+   * spin through the whole backlog under the write lock.
    */
-  private async putBack(c: { run: RunRow; lease: number }, err: LimitError): Promise<void> {
+  private async putBack(c: { run: RunRow; trigger: TriggerRow; lease: number }, err: LimitError): Promise<void> {
     const retryS = Number(err.extra?.retry_after_s ?? (err.headers?.find(([h]) => h === 'retry-after')?.[1] ?? 1));
-    const now = this.now();
-    await this.store.db
-      .updateTable('trigger_runs')
-      .set({ status: 'queued', attempts: Math.max(0, c.run.attempts - 1), claimed_until: now + Math.max(1, retryS) * 1000, started_at: null, waiting: `${err.code}: ${err.message}` })
-      .where('id', '=', c.run.id)
-      .where('claimed_until', '=', c.lease)
-      .execute();
+    const until = this.now() + Math.max(1, retryS) * 1000;
+    const waiting = `${err.code}: ${err.message}`;
+    const byKey = err.extra?.scope === 'key';
+    await this.store.write(async (trx) => {
+      await trx
+        .updateTable('trigger_runs')
+        .set({ status: 'queued', attempts: Math.max(0, c.run.attempts - 1), claimed_until: until, started_at: null, waiting })
+        .where('id', '=', c.run.id)
+        .where('claimed_until', '=', c.lease)
+        .execute();
+      await trx
+        .updateTable('trigger_runs')
+        .set({ claimed_until: until, waiting })
+        .where('status', '=', 'queued')
+        .where('claimed_until', '<', until)
+        .where('trigger_id', 'in', (eb) => {
+          const triggers = eb.selectFrom('triggers').select('id');
+          return byKey ? triggers.where('key_id', '=', c.trigger.key_id) : triggers.where('user_id', '=', c.trigger.user_id);
+        })
+        .execute();
+    });
   }
 
   /** Writes a run's result to its output path: text as UTF-8, JSON as its text, bytes as they are. */
@@ -711,10 +728,17 @@ export class Triggers {
     this.log?.info({ trigger: id }, 'turned off a trigger whose key is gone');
   }
 
-  /** Removes finished runs older than RUN_KEEP_MS, and the budgets of chains begun that long ago. */
+  /**
+   * Removes finished runs older than RUN_KEEP_MS, and the budgets of chains begun that long ago
+   * with no run left queued or running (one held back by its owner's limits keeps its chain's).
+   */
   async sweep(now = this.now()): Promise<number> {
     const r = await this.store.write(async (trx) => {
-      await trx.deleteFrom('trigger_chains').where('created_at', '<', now - RUN_KEEP_MS).execute();
+      await trx
+        .deleteFrom('trigger_chains')
+        .where('created_at', '<', now - RUN_KEEP_MS)
+        .where('root', 'not in', (eb) => eb.selectFrom('trigger_runs').select('root').where('status', 'in', ['queued', 'running']).where('root', 'is not', null).$narrowType<{ root: string }>())
+        .execute();
       return trx.deleteFrom('trigger_runs').where('finished_at', '<', now - RUN_KEEP_MS).executeTakeFirst();
     });
     return Number(r.numDeletedRows);

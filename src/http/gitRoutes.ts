@@ -12,7 +12,7 @@ const GIT_TYPES = ['application/x-git-upload-pack-request', 'application/x-git-r
  * `/git/<owner>/<name>.git`: each algorithm's source over git's smart HTTP protocol (clone,
  * fetch, push). Git authenticates with HTTP Basic: the user name and an API key as password.
  */
-export async function gitRoutes(app: FastifyInstance, opts: { repos: GitRepos; keys: KeyService }): Promise<void> {
+export async function gitRoutes(app: FastifyInstance, opts: { repos: GitRepos; keys: KeyService; admitRequest?: (principal: Principal) => void | Promise<void> }): Promise<void> {
   const { repos, keys } = opts;
   app.addContentTypeParser(GIT_TYPES, (_req, payload, done) => done(null, payload));
 
@@ -22,6 +22,8 @@ export async function gitRoutes(app: FastifyInstance, opts: { repos: GitRepos; k
     if (!repo.endsWith('.git')) throw new AppError('route_not_found', `git repositories are at /git/${owner}/<name>.git`);
     const authenticated = await basicAuth(req, keys, reply);
     if (!authenticated) return reply;
+    // The user's requests a minute (docs/limits.md, "Requests"), before the body is read.
+    await opts.admitRequest?.(authenticated);
     // A push's build is a child of this request's span (docs/traces.md).
     const principal = tracedPrincipal(authenticated, requestSpan(req.raw));
     const url = req.raw.url ?? '';
