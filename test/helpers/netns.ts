@@ -123,7 +123,8 @@ function deleteNamespace(ns: string): void {
   fs.rmSync(path.join('/etc/netns', ns), { recursive: true, force: true });
 }
 
-function alive(pid: number): boolean {
+/** Whether process `pid` is alive (EPERM: alive, another user's). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

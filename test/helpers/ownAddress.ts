@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { alive } from './netns.ts';
 
 const IP = ['/usr/sbin/ip', '/usr/bin/ip', '/sbin/ip', '/bin/ip'].find((f) => fs.existsSync(f));
 const PREFIX = 'ahown';
@@ -21,15 +22,6 @@ export interface OwnAddress {
 
 function ip(...args: string[]): void {
   execFileSync(IP!, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** Deletes the interfaces of runs whose process is gone. */
