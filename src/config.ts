@@ -277,7 +277,7 @@ export const DEFAULTS = {
   maxTriggersPerUser: 50,
   maxStreamsPerUser: 10,
   maxStreams: 1000,
-  maxUploadsPerUser: 20,
+  maxUploadsPerUser: 100,
   maxBuildsPerUser: 5,
   maxGitRequestsPerUser: 5,
   maxKeysPerUser: 100,

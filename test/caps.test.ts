@@ -38,6 +38,8 @@ before(async () => {
   s = await startServer({
     env: {
       ALGOHOST_MAX_STREAMS: String(PER_NODE),
+      // 20 rather than the default 100, to hold them all quickly.
+      ALGOHOST_MAX_UPLOADS_PER_USER: '20',
       // Counts of stored things, small so that the test reaches them quickly.
       ALGOHOST_MAX_KEYS_PER_USER: '3',
       ALGOHOST_MAX_CONNECTORS_PER_USER: '2',
