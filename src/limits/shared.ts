@@ -71,11 +71,18 @@ export class SharedLimitStore {
     return r.rows.length > 0;
   }
 
-  /** Gives back one call of the scope held by `instance`. */
+  /**
+   * Gives back one call of the scope held by `instance`. The scope's row is locked first, then
+   * the node's, in the order hold() locks them: the other order deadlocked with holds of the same
+   * scope under load (a user's many uploads at once on PostgreSQL; one of the two was aborted).
+   */
   async release(scope: string, instance: string): Promise<void> {
     await sql`
-      WITH h AS (UPDATE limit_holds SET n = n - 1 WHERE scope = ${scope} AND instance = ${instance} AND n > 0 RETURNING scope)
-      UPDATE limit_slots SET in_flight = in_flight - 1 WHERE scope IN (SELECT scope FROM h)`.execute(this.store.db);
+      WITH s AS (
+        UPDATE limit_slots SET in_flight = in_flight - 1
+        WHERE scope = ${scope} AND EXISTS (SELECT 1 FROM limit_holds WHERE scope = ${scope} AND instance = ${instance} AND n > 0)
+        RETURNING scope)
+      UPDATE limit_holds SET n = n - 1 WHERE scope IN (SELECT scope FROM s) AND instance = ${instance}`.execute(this.store.db);
   }
 
   /** Calls under way of a scope, every node's. */
