@@ -429,13 +429,17 @@ export class Limits {
     readonly requests = new CallLimiter(undefined, undefined, REQUESTS),
   ) {}
 
-  /** The request rate in force for a caller: their own, else the operator's. */
+  /** The request rate in force for a caller: their own over the operator's, as the call rate is (resolveLimits). */
   requestLimitsOf(caller: LimitedCaller): CallLimits {
     const own = caller.limits;
     if (!own || (own.requests_per_min === null && own.request_burst === null)) return this.requestDefaults;
-    const perMin = own.requests_per_min ?? this.requestDefaults.callsPerMin;
-    const burst = own.request_burst ?? (own.requests_per_min !== null ? 0 : this.requestDefaults.burst);
-    return { callsPerMin: perMin, burst: perMin === 0 ? 0 : burst > 0 ? burst : defaultBurst(perMin), concurrency: 0 };
+    return resolveLimits(this.requestDefaults, { calls_per_min: own.requests_per_min, burst: own.request_burst, concurrency: null });
+  }
+
+  /** The request rate of the caller's key of its own (`requests_per_min`; 0: none): a burst of three seconds' worth. */
+  private keyRequestLimits(caller: LimitedCaller): CallLimits {
+    const perMin = caller.permissions?.limits?.requests_per_min ?? 0;
+    return { callsPerMin: perMin, burst: perMin === 0 ? 0 : defaultBurst(perMin), concurrency: 0 };
   }
 
   /**
@@ -446,7 +450,7 @@ export class Limits {
   admitRequest(caller: LimitedCaller): void | Promise<void> {
     const user = this.requestLimitsOf(caller);
     const own = caller.permissions?.limits?.requests_per_min;
-    const key = own && caller.keyId !== undefined ? { id: caller.keyId, limits: { callsPerMin: own, burst: defaultBurst(own), concurrency: 0 } } : undefined;
+    const key = own && caller.keyId !== undefined ? { id: caller.keyId, limits: this.keyRequestLimits(caller) } : undefined;
     if (user.callsPerMin === 0 && key === undefined) return;
     const r = this.requests.admit(caller.userId, user, false, key);
     if (r instanceof Promise) return r.then(() => undefined);
@@ -455,8 +459,7 @@ export class Limits {
   /** The state of a caller's requests (GET /v1/users/:user/limits); with `key`, of their key's own rate (0: none). */
   requestState(caller: LimitedCaller, key = false): Promise<CallsState> {
     if (!key) return this.requests.state(`ru${caller.userId}`, this.requestLimitsOf(caller));
-    const own = caller.permissions?.limits?.requests_per_min ?? 0;
-    return this.requests.state(`rk${caller.keyId}`, { callsPerMin: own, burst: own === 0 ? 0 : defaultBurst(own), concurrency: 0 });
+    return this.requests.state(`rk${caller.keyId}`, this.keyRequestLimits(caller));
   }
 
   /** A caller's share of the workers while calls wait for one: their own, else the operator's (1 to MAX_WEIGHT, whatever the store holds). */
