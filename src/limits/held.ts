@@ -115,20 +115,9 @@ export class HeldSlots {
       if (released) return;
       released = true;
       this.forget(userId);
-      if (this.shared && perUser > 0) this.releaseShared(scope);
+      // Retried (releaseSoon): a release lost to a passing fault would hold the user's slot until this node is gone.
+      if (this.shared && perUser > 0) this.shared.store.releaseSoon(scope, this.shared.instance, this.shared.log);
     };
-  }
-
-  /**
-   * Gives a hold back to the database, trying again a few times (as CallLimiter does): a release
-   * lost to a passing fault would hold the user's slot until this node is gone.
-   */
-  private releaseShared(scope: string, attempt = 0): void {
-    const { store, instance, log } = this.shared!;
-    store.release(scope, instance).catch((err: unknown) => {
-      if (attempt < 5) setTimeout(() => this.releaseShared(scope, attempt + 1), 200 * 2 ** attempt).unref();
-      else log?.(err);
-    });
   }
 
   /** Holds on this node: every user's, and one user's. */

@@ -281,13 +281,10 @@ export class CallLimiter {
     return got;
   }
 
-  /** Gives a call under way back to the database, trying again a few times (a lost release would hold the slot until this node is gone). */
-  private releaseShared(id: string, attempt = 0): void {
+  /** Gives a call under way back to the database (SharedLimitStore.releaseSoon: retried). */
+  private releaseShared(id: string): void {
     const { store, instance, log } = this.shared!;
-    store.release(id, instance).catch((err: unknown) => {
-      if (attempt < 5) setTimeout(() => this.releaseShared(id, attempt + 1), 200 * 2 ** attempt).unref();
-      else log?.(err);
-    });
+    store.releaseSoon(id, instance, log);
   }
 
   /** Gives back the calls held by nodes that are gone (SharedLimitStore.forgetDead); 0 without a shared store. */

@@ -85,6 +85,18 @@ export class SharedLimitStore {
       UPDATE limit_holds SET n = n - 1 WHERE scope IN (SELECT scope FROM s) AND instance = ${instance}`.execute(this.store.db);
   }
 
+  /**
+   * release() without waiting for it, tried again a few times with backoff: a release lost to a
+   * passing fault would hold the slot until this node is gone (forgetDead). `log` hears the last
+   * failure.
+   */
+  releaseSoon(scope: string, instance: string, log?: (err: unknown) => void, attempt = 0): void {
+    this.release(scope, instance).catch((err: unknown) => {
+      if (attempt < 5) setTimeout(() => this.releaseSoon(scope, instance, log, attempt + 1), 200 * 2 ** attempt).unref();
+      else log?.(err);
+    });
+  }
+
   /** Calls under way of a scope, every node's. */
   async inFlight(scope: string): Promise<number> {
     const r = await sql<{ in_flight: number | string }>`SELECT in_flight FROM limit_slots WHERE scope = ${scope}`.execute(this.store.db);
