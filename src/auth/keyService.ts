@@ -7,6 +7,7 @@ import { FULL_PERMISSIONS, exceedingPermission, parsePermissions, type KeyPermis
 import { API_KEY_PATTERN, generateApiKey, hashApiKey, keyFromAuthorization, newKeyId } from './apiKeys.ts';
 import { SESSION_KEY_PREFIX } from './sessions.ts';
 import { LIMIT_COLUMNS, ownLimits } from '../limits/limits.ts';
+import { checkStoredCap } from '../limits/held.ts';
 
 /** A key as shown to its owner (the wire record): never the secret, except once in the creation answer. */
 export type { KeyRecord } from '../../client/src/types.ts';
@@ -167,9 +168,7 @@ export class KeyService {
       await this.store.write(async (trx) => {
         if (this.maxPerUser > 0) {
           const n = await trx.selectFrom('api_keys').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', userId).where('revoked_at', 'is', null).executeTakeFirst();
-          if (Number(n?.n ?? 0) >= this.maxPerUser) {
-            throw new AppError('too_many_keys', `you have ${this.maxPerUser} API keys, as many as one user may (ALGOHOST_MAX_KEYS_PER_USER); revoke one first`, { limit: this.maxPerUser });
-          }
+          checkStoredCap({ code: 'too_many_keys', what: 'API keys', setting: 'ALGOHOST_MAX_KEYS_PER_USER', advice: 'revoke one first' }, n?.n, this.maxPerUser);
         }
         await trx.insertInto('api_keys').values(row).execute();
       });

@@ -24,6 +24,7 @@ import type { Schema, TriggerRunsTable, TriggersTable } from '../store/schema.ts
 import type { ExpressionBuilder, Selectable } from 'kysely';
 import type { Trigger, TriggerRun } from '../../client/src/types.ts';
 import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
+import { checkStoredCap } from '../limits/held.ts';
 
 /**
  * Triggers (docs/events.md): a user's rules that run an algorithm version on each of their
@@ -157,9 +158,7 @@ export class Triggers {
     const now = this.now();
     await this.store.write(async (trx) => {
       const n = await trx.selectFrom('triggers').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', user.id).executeTakeFirst();
-      if (this.maxTriggers > 0 && Number(n?.n ?? 0) >= this.maxTriggers) {
-        throw new AppError('too_many_triggers', `you have ${this.maxTriggers} triggers, as many as one user may (ALGOHOST_MAX_TRIGGERS_PER_USER); delete one first`, { limit: this.maxTriggers });
-      }
+      checkStoredCap({ code: 'too_many_triggers', what: 'triggers', setting: 'ALGOHOST_MAX_TRIGGERS_PER_USER', advice: 'delete one first' }, n?.n, this.maxTriggers);
       await trx.insertInto('triggers').values({ id, user_id: user.id, ...t, disabled_reason: null, created_at: now, updated_at: now }).execute();
     });
     return this.get(user.id, id);

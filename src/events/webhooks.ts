@@ -13,6 +13,7 @@ import { cloudEvent, DISPATCH_CURSORS, eventsAfter, lastEventId, type NamedEvent
 import { newSecret, webhookHeaders } from './signing.ts';
 import type { Delivery, Subscription } from '../../client/src/types.ts';
 import { NO_TRACING, parseTraceparent, traceparentOf, type Span, type Tracer } from '../tracing.ts';
+import { checkStoredCap } from '../limits/held.ts';
 
 /**
  * Webhooks (docs/events.md): a user's subscriptions, and the delivery of their events to them
@@ -198,10 +199,7 @@ export class Webhooks {
     const now = this.now();
     await this.store.write(async (trx) => {
       const n = await trx.selectFrom('subscriptions').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', user.id).executeTakeFirst();
-      const max = this.options.maxSubscriptions ?? MAX_SUBSCRIPTIONS;
-      if (max > 0 && Number(n?.n ?? 0) >= max) {
-        throw new AppError('too_many_subscriptions', `you have ${max} webhook subscriptions, as many as one user may (ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER); delete one first`, { limit: max });
-      }
+      checkStoredCap({ code: 'too_many_subscriptions', what: 'webhook subscriptions', setting: 'ALGOHOST_MAX_SUBSCRIPTIONS_PER_USER', advice: 'delete one first' }, n?.n, this.options.maxSubscriptions ?? MAX_SUBSCRIPTIONS);
       await trx
         .insertInto('subscriptions')
         .values({ id, user_id: user.id, url, types: JSON.stringify(types), path, enabled: 1, disabled_reason: null, secrets: this.seal(id, [{ secret, expires_at: null }]), failing_since: null, overflowed: 0, created_at: now, updated_at: now })

@@ -1,6 +1,28 @@
 import { AppError, type ErrorCode } from '../errors.ts';
 import type { SharedLimitStore } from './shared.ts';
 
+/**
+ * A cap on something a user keeps until they delete it: API keys, connected accounts,
+ * subscriptions, triggers (docs/security.md "What one user can hold"). Past it, 409: waiting
+ * frees nothing (docs/decisions/003).
+ */
+export interface StoredCap {
+  code: ErrorCode;
+  /** What a user keeps, plural, for the refusal: "API keys". */
+  what: string;
+  setting: string;
+  /** What a refused user can do about it. */
+  advice: string;
+}
+
+/**
+ * Throws the cap's refusal when a user who has `have` already may have at most `cap` (0: no cap).
+ * Counted and added in one write by the caller, so that things made at once cannot pass it together.
+ */
+export function checkStoredCap(kind: StoredCap, have: number | string | bigint | undefined, cap: number): void {
+  if (cap > 0 && Number(have ?? 0) >= cap) throw new AppError(kind.code, `you have ${cap} ${kind.what}, as many as one user may (${kind.setting}); ${kind.advice}`, { limit: cap });
+}
+
 /** Something a user holds open while it lasts (docs/security.md "What one user can hold"). */
 export interface HeldKind {
   /** Its scope in the database's counts (SharedLimitStore): `<name>:u<user id>`. */

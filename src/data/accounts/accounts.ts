@@ -4,6 +4,7 @@ import { isUniqueViolation, type MetadataStore } from '../../store/db.ts';
 import type { ConnectorsTable } from '../../store/schema.ts';
 import type { CredentialBox } from './credentials.ts';
 import type { ConnectedAccount, ConnectorProtocol, ConnectorProvider } from '../../../client/src/types.ts';
+import { checkStoredCap } from '../../limits/held.ts';
 
 export type Protocol = ConnectorProtocol;
 export type Provider = ConnectorProvider;
@@ -168,9 +169,7 @@ export class ConnectedAccounts {
       await this.store.write(async (trx) => {
         if (this.maxPerUser > 0) {
           const n = await trx.selectFrom('connectors').select((eb) => eb.fn.countAll().as('n')).where('user_id', '=', userId).executeTakeFirst();
-          if (Number(n?.n ?? 0) >= this.maxPerUser) {
-            throw new AppError('too_many_connectors', `you have ${this.maxPerUser} connected accounts, as many as one user may (ALGOHOST_MAX_CONNECTORS_PER_USER); delete one first`, { limit: this.maxPerUser });
-          }
+          checkStoredCap({ code: 'too_many_connectors', what: 'connected accounts', setting: 'ALGOHOST_MAX_CONNECTORS_PER_USER', advice: 'delete one first' }, n?.n, this.maxPerUser);
         }
         const existing = await trx.selectFrom('connectors').select('id').where('user_id', '=', userId).where('protocol', '=', protocol).where('is_default', '=', 1).executeTakeFirst();
         // The first account of a protocol is its default; asking for default moves it here.
