@@ -17,6 +17,7 @@ import { Webhook } from 'standardwebhooks';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { connectAccount, dataPath } from './helpers/connectors.ts';
 import { release } from './helpers/algorithms.ts';
+import { triggerDispatch } from './helpers/triggers.ts';
 import { S3RVER_KEY, startS3, type S3Server } from './helpers/s3.ts';
 import { rcloneMissing, startWebDav, type WebDavServer } from './helpers/webdav.ts';
 import { startDropboxStandIn, type DropboxStandIn } from './helpers/dropboxStandIn.ts';
@@ -304,11 +305,10 @@ describe('triggers on storage two users share', () => {
     const db = s.services.store.db;
     const end = Date.now() + 60_000;
     for (;;) {
-      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
-      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
-      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      // Where the dispatchers stand first, then the runs (helpers/triggers.ts says why).
+      const { caughtUp, cursor, last } = await triggerDispatch(db);
       const runs = (await json(await who(`/v1/users/${user}/triggers/${id}/runs`))).results as { status: string; depth: number }[];
-      if (cursor >= last && runs.every((r) => r.status === 'succeeded' || r.status === 'failed')) return runs;
+      if (caughtUp && runs.every((r) => r.status === 'succeeded' || r.status === 'failed')) return runs;
       if (Date.now() > end) assert.fail(`not settled: ${JSON.stringify(runs)}, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));
     }

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { api, json, startServer, type TestServer } from './helpers/server.ts';
 import { release } from './helpers/algorithms.ts';
+import { triggerDispatch } from './helpers/triggers.ts';
 import { writeUserLimits } from '../src/limits/userLimits.ts';
 
 let s: TestServer;
@@ -282,11 +283,10 @@ describe('budgets', () => {
     const end = Date.now() + ms;
     const db = s.services.store.db;
     for (;;) {
-      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
-      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
-      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      // Where the dispatchers stand first, then the runs (helpers/triggers.ts says why).
+      const { caughtUp, cursor, last } = await triggerDispatch(db);
       const all = (await Promise.all(ids.map((id) => runs(id)))).flat();
-      if (cursor >= last && all.every((r) => r.status === 'succeeded' || r.status === 'failed')) return all;
+      if (caughtUp && all.every((r) => r.status === 'succeeded' || r.status === 'failed')) return all;
       if (Date.now() > end) assert.fail(`not settled within ${ms} ms: ${all.length} runs, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -392,11 +392,10 @@ describe("one user's backlog", () => {
     const end = Date.now() + 60_000;
     let all: Run[] = [];
     for (;;) {
-      // The cursor first, then the runs: runs read before a fan-out that the cursor then shows would be missed.
-      const last = Number((await db.selectFrom('events').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
-      const cursor = Number((await db.selectFrom('meta').select('value').where('key', '=', 'triggers.cursor').executeTakeFirst())?.value ?? 0);
+      // Where the dispatchers stand first, then the runs (helpers/triggers.ts says why).
+      const { caughtUp, cursor, last } = await triggerDispatch(db);
       all = ((await json(await gina(`/v1/users/gina/triggers/${t.id}/runs?limit=200`))) as { results: Run[] }).results;
-      if (cursor >= last && all.length >= 65) break;
+      if (caughtUp && all.length >= 65) break;
       if (Date.now() > end) assert.fail(`${all.length} runs, cursor ${cursor} of ${last}`);
       await new Promise((r) => setTimeout(r, 100));
     }
