@@ -392,9 +392,6 @@ export class Triggers {
     const root = from === undefined ? e.event_id : (from.root ?? from.run);
     const id = newId('run');
     const now = this.now();
-    // Once per trigger and event (the UNIQUE key): an event read again fires nothing again.
-    const done = await trx.selectFrom('trigger_runs').select('id').where('trigger_id', '=', t.id).where('event_id', '=', e.event_id).executeTakeFirst();
-    if (done) return false;
     if (!(await this.spend(trx, root, t, e, { depth, chain, now }))) return false;
     const base = { id, trigger_id: t.id, event_id: e.event_id, event_type: e.type, subject: e.subject, depth, chain: JSON.stringify(chain), root, waiting: null, attempts: 0, claimed_until: 0, request_id: newRequestId(), http_status: null, created_at: now, started_at: null, traceparent: e.traceparent };
     let error: string | null = null;
@@ -425,20 +422,23 @@ export class Triggers {
       }
       queued.set(t.user_id, rendered ? waiting + 1 : waiting);
     }
-    if (!rendered) {
-      const inserted = await trx
-        .insertInto('trigger_runs')
-        .values({ ...base, status: 'failed', content_type: 'text', input: null, output: null, error, finished_at: now })
-        .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
-        .executeTakeFirst();
-      if (Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0) await appendEvent(trx, { ...triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain, root }, now, true), traceparent: e.traceparent });
-      return true;
-    }
-    await trx
+    const inserted = await trx
       .insertInto('trigger_runs')
-      .values({ ...base, status: 'queued', content_type: rendered.contentType, input: rendered.input, output: rendered.output, error: null, finished_at: null })
+      .values(
+        rendered
+          ? { ...base, status: 'queued', content_type: rendered.contentType, input: rendered.input, output: rendered.output, error: null, finished_at: null }
+          : { ...base, status: 'failed', content_type: 'text', input: null, output: null, error, finished_at: now },
+      )
       .onConflict((oc) => oc.columns(['trigger_id', 'event_id']).doNothing())
-      .execute();
+      .executeTakeFirst();
+    if (Number(inserted.numInsertedOrUpdatedRows ?? 0) === 0) {
+      // Fired once already (the UNIQUE pair; the cursor moves in this transaction, so an event is
+      // not read twice): what this run counted is given back.
+      await trx.updateTable('trigger_chains').set((eb) => ({ runs: eb('runs', '-', 1) })).where('root', '=', root).execute();
+      if (rendered) queued.set(t.user_id, (queued.get(t.user_id) ?? 1) - 1);
+      return false;
+    }
+    if (!rendered) await appendEvent(trx, { ...triggerFailed(t, base, error!, { trigger: t.id, run: id, depth, chain, root }, now, true), traceparent: e.traceparent });
     return true;
   }
 
